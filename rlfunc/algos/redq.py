@@ -1,0 +1,450 @@
+"""REDQ: Randomized Ensembled Double Q-learning (Chen et al., ICLR 2021).
+
+Pure functions over one TensorDict state; the defaults of :class:`Config` are
+those of the official code (watchernyu/REDQ, ``redq/algos/redq_sac.py``):
+
+* N = 10 critics, MLP 256-256 ReLU, xavier-uniform weights, zero bias, input
+  ``concat(obs, action)``;
+* the target is the min over a random subset of M = 2 distinct *target*
+  critics, drawn once per critic update and shared by the whole mini-batch:
+  ``y = r + gamma (1 - terminated) (min_subset Q'(s', a') - alpha log pi(a'|s'))``
+  with ``a' ~ pi(s')``;
+* every critic regresses to the same ``y``; the loss is the sum over critics
+  of each critic's MSE (official: ``MSELoss(q_cat, y) * num_Q``);
+* G = 20 critic updates per environment step, polyak ``tau = 0.005`` after
+  every critic update;
+* one actor and one temperature update per environment step, on the last
+  mini-batch, with the *mean over all N* online critics, computed with the
+  critics as they were before that last critic step (the official code
+  back-propagates the policy loss before ``q_optimizer.step()``);
+* temperature loss ``-(log_alpha * (log_pi + target_entropy)).mean()``,
+  ``log_alpha`` starts at 0, target entropy ``-|A|``;
+* Adam 3e-4 for everything, batch 256, gamma 0.99.
+
+``G`` is not a config field of :func:`update`: it is the leading dimension of
+the batch. The runtime samples ``G * B`` rows once per environment step and
+reshapes them to ``[G, B]``; :func:`update` slices them inside one call, so
+the whole environment step is one (compilable) function.
+
+Options beyond the paper, each off by default: ``critic_layer_norm`` (RLPD's
+LayerNorm critics), ``alpha_loss="alpha"`` (RLPD's ``alpha * (H - target)``),
+``backup_entropy=False`` (RLPD on sparse tasks), ``ensemble_mode`` (how the
+ensemble is evaluated; all modes compute the same numbers).
+
+Randomness is explicit: ``update(state, batch, noise)`` takes the standard
+normal and uniform draws it needs (:func:`draw_noise`). Without ``noise`` it
+draws them from torch's global generator, which is fine eagerly but differs
+between eager and compiled code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+from torch.func import grad_and_value
+
+from rlfunc.core import nets
+from rlfunc.core.dists import tanh_gaussian, tanh_gaussian_mode
+from rlfunc.core.optim import Adam
+from rlfunc.core.targets import polyak
+
+__all__ = [
+    "Config",
+    "sac_config",
+    "init",
+    "draw_noise",
+    "critic_loss",
+    "actor_loss",
+    "temperature_loss",
+    "compute_target",
+    "update",
+    "act",
+    "actor_apply",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """REDQ hyperparameters; defaults are the official code's (see module doc)."""
+
+    num_critics: int = 10
+    subset_size: int = 2
+    updates_per_step: int = 20
+    hidden_sizes: tuple[int, ...] = (256, 256)
+    batch_size: int = 256
+    gamma: float = 0.99
+    tau: float = 0.005
+    actor_lr: float = 3e-4
+    critic_lr: float = 3e-4
+    alpha_lr: float = 3e-4
+    init_alpha: float = 1.0
+    auto_alpha: bool = True
+    target_entropy: float | None = None  # None: -|A| (REDQ); RLPD uses -|A|/2
+    alpha_loss: str = "log_alpha"  # "log_alpha" (REDQ/SAC) or "alpha" (RLPD)
+    backup_entropy: bool = True
+    log_std_min: float = -20.0
+    log_std_max: float = 2.0
+    critic_layer_norm: bool = False
+    layer_norm_eps: float = 1e-5
+    init: str = "xavier_uniform"
+    ensemble_mode: str = "loop"
+
+    def __post_init__(self) -> None:
+        if self.num_critics < 1:
+            raise ValueError(f"num_critics must be at least 1, got {self.num_critics}.")
+        if not 1 <= self.subset_size <= self.num_critics:
+            raise ValueError(
+                f"subset_size must be between 1 and num_critics ({self.num_critics}), got {self.subset_size}."
+            )
+        if self.updates_per_step < 1:
+            raise ValueError(f"updates_per_step must be at least 1, got {self.updates_per_step}.")
+        if self.alpha_loss not in ("log_alpha", "alpha"):
+            raise ValueError(f"alpha_loss must be 'log_alpha' or 'alpha', got {self.alpha_loss!r}.")
+        if self.ensemble_mode not in nets.ENSEMBLE_MODES:
+            raise ValueError(f"ensemble_mode must be one of {nets.ENSEMBLE_MODES}, got {self.ensemble_mode!r}.")
+        if not 0.0 < self.gamma <= 1.0:
+            raise ValueError(f"gamma must be in (0, 1], got {self.gamma}.")
+        if not 0.0 < self.tau <= 1.0:
+            raise ValueError(f"tau must be in (0, 1], got {self.tau}.")
+        if self.init_alpha <= 0:
+            raise ValueError(f"init_alpha must be positive, got {self.init_alpha}.")
+
+
+def sac_config(**overrides: Any) -> Config:
+    """SAC (Haarnoja et al. 2018) as REDQ's special case N = 2, M = 2, G = 1."""
+    values = dict(num_critics=2, subset_size=2, updates_per_step=1)
+    values.update(overrides)
+    return Config(**values)
+
+
+def _space_dims(obs_space, act_space) -> tuple[int, int]:
+    import gymnasium as gym
+
+    if not isinstance(act_space, gym.spaces.Box) or len(act_space.shape) != 1:
+        raise ValueError(
+            f"REDQ needs a continuous 1-D Box action space, got {act_space}; use DRQN or R2D2 for discrete actions."
+        )
+    if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
+        raise ValueError(
+            f"REDQ needs a flat 1-D Box observation space, got {obs_space}; flatten the observation or use DrQ-v2 for pixels."
+        )
+    return int(obs_space.shape[0]), int(act_space.shape[0])
+
+
+def init(
+    config: Config,
+    obs_space,
+    act_space,
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+) -> TensorDict:
+    """Initial training state for observation/action spaces (gymnasium ``Box``).
+
+    Returns a TensorDict with ``params`` (``actor``, ``critic`` stacked
+    ``[N]``, ``log_alpha``), ``target`` (``critic``), ``opt`` (Adam states),
+    ``step`` (number of :func:`update` calls) and the static ``config``.
+    Actions are in ``[-1, 1]``: the env factory rescales the env's bounds.
+    """
+    obs_dim, act_dim = _space_dims(obs_space, act_space)
+    gen = torch.Generator(device="cpu").manual_seed(int(seed))
+    hidden = tuple(config.hidden_sizes)
+
+    def critic_member() -> TensorDict:
+        return nets.mlp_init(
+            (obs_dim + act_dim, *hidden, 1),
+            layer_norm=config.critic_layer_norm,
+            init=config.init,
+            generator=gen,
+        )
+
+    critic = nets.ensemble_init(config.num_critics, critic_member)
+    actor = TensorDict(
+        {
+            "trunk": nets.mlp_init((obs_dim, *hidden), init=config.init, generator=gen),
+            "mean": nets.linear_init(hidden[-1], act_dim, init=config.init, generator=gen),
+            "log_std": nets.linear_init(hidden[-1], act_dim, init=config.init, generator=gen),
+        },
+        batch_size=[],
+    )
+    params = TensorDict(
+        {
+            "actor": actor,
+            "critic": critic,
+            "log_alpha": torch.tensor(math.log(config.init_alpha)),
+        },
+        batch_size=[],
+    )
+    state = TensorDict(
+        {
+            "params": params,
+            "target": TensorDict({"critic": critic.clone()}, batch_size=[]),
+            "opt": TensorDict(
+                {
+                    "actor": _actor_opt(config).init(actor),
+                    "critic": _critic_opt(config).init(critic),
+                    "alpha": _alpha_opt(config).init(TensorDict({"log_alpha": params["log_alpha"]}, [])),
+                },
+                batch_size=[],
+            ),
+            "step": torch.zeros((), dtype=torch.int64),
+            "target_entropy": torch.tensor(
+                float(-act_dim if config.target_entropy is None else config.target_entropy)
+            ),
+        },
+        batch_size=[],
+    ).to(device)
+    state.set_non_tensor("config", config)
+    return state
+
+
+def _actor_opt(config: Config) -> Adam:
+    return Adam(lr=config.actor_lr)
+
+
+def _critic_opt(config: Config) -> Adam:
+    return Adam(lr=config.critic_lr)
+
+
+def _alpha_opt(config: Config) -> Adam:
+    return Adam(lr=config.alpha_lr)
+
+
+def draw_noise(
+    config: Config,
+    updates: int,
+    batch_size: int,
+    act_dim: int,
+    *,
+    generator: torch.Generator | None = None,
+    device: torch.device | str = "cpu",
+) -> TensorDict:
+    """Every random draw one :func:`update` call needs, as a TensorDict.
+
+    ``next_action [G, B, A]`` and ``action [B, A]`` are standard normal
+    (policy samples for the target and the actor loss); ``subset [G, N]`` is
+    uniform, and the ``M`` largest entries of row ``g`` pick the target subset
+    of critic update ``g`` (so the ``M`` members are distinct).
+    """
+    shape_next = (updates, batch_size, act_dim)
+    return TensorDict(
+        {
+            "next_action": torch.randn(shape_next, generator=generator, device=device),
+            "subset": torch.rand((updates, config.num_critics), generator=generator, device=device),
+            "action": torch.randn((batch_size, act_dim), generator=generator, device=device),
+        },
+        batch_size=[],
+        device=device,
+    )
+
+
+def actor_apply(actor: TensorDict, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Policy network: ``obs [..., O] -> (mean [..., A], log_std [..., A])`` (unclamped)."""
+    h = nets.mlp_apply(actor["trunk"], obs, activate_last=True)
+    mean = torch.nn.functional.linear(h, actor["mean", "weight"], actor["mean", "bias"])
+    log_std = torch.nn.functional.linear(h, actor["log_std", "weight"], actor["log_std", "bias"])
+    return mean, log_std
+
+
+def _sample(config: Config, actor: TensorDict, obs: torch.Tensor, noise: torch.Tensor):
+    mean, log_std = actor_apply(actor, obs)
+    return tanh_gaussian(mean, log_std, noise, log_std_min=config.log_std_min, log_std_max=config.log_std_max)
+
+
+def _q_values(config: Config, critic: TensorDict, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+    """``[N, B]`` Q-values of every member of a stacked critic."""
+    x = torch.cat([obs, action], dim=-1)
+    q = nets.ensemble_apply(critic, x, mode=config.ensemble_mode, ln_eps=config.layer_norm_eps)
+    return q.squeeze(-1)
+
+
+def compute_target(
+    config: Config,
+    actor: TensorDict,
+    target_critic: TensorDict,
+    alpha: torch.Tensor,
+    batch: TensorDict,
+    next_action_noise: torch.Tensor,
+    subset_noise: torch.Tensor,
+) -> torch.Tensor:
+    """REDQ target ``y [B]`` for one mini-batch (no gradient flows through it).
+
+    ``subset_noise [N]``: the ``M`` largest entries select the target critics.
+    Terminated transitions do not bootstrap; truncated ones do (the collector
+    stores ``terminated`` only).
+    """
+    with torch.no_grad():
+        next_action, next_log_prob = _sample(config, actor, batch["next_obs"], next_action_noise)
+        idx = torch.topk(subset_noise, config.subset_size).indices
+        subset = target_critic[idx]
+        q_next = _q_values(config, subset, batch["next_obs"], next_action).min(dim=0).values
+        if config.backup_entropy:
+            q_next = q_next - alpha * next_log_prob
+        not_done = 1.0 - batch["terminated"].to(q_next.dtype)
+        return batch["reward"] + config.gamma * not_done * q_next
+
+
+def critic_loss(
+    critic: TensorDict, config: Config, obs: torch.Tensor, action: torch.Tensor, y: torch.Tensor
+) -> tuple[torch.Tensor, TensorDict]:
+    """Sum over critics of each critic's MSE to the shared target ``y [B]``.
+
+    Returns ``(loss, aux)`` with ``aux["q"]`` the mean prediction.
+    """
+    q = _q_values(config, critic, obs, action)  # [N, B]
+    loss = (q - y.unsqueeze(0)).pow(2).mean(dim=1).sum()
+    return loss, TensorDict({"q": q.mean().detach()}, batch_size=[])
+
+
+def actor_loss(
+    actor: TensorDict,
+    config: Config,
+    critic: TensorDict,
+    alpha: torch.Tensor,
+    obs: torch.Tensor,
+    noise: torch.Tensor,
+) -> tuple[torch.Tensor, TensorDict]:
+    """``mean_b [alpha log pi(a|s) - mean_{all N} Q_i(s, a)]``, ``a ~ pi(s)`` from ``noise``.
+
+    The mean over *all* critics (not the subset min) is REDQ's policy objective.
+    Gradients flow to the actor only (``critic`` is passed as data).
+    """
+    action, log_prob = _sample(config, actor, obs, noise)
+    q = _q_values(config, critic, obs, action).mean(dim=0)
+    loss = (alpha * log_prob - q).mean()
+    return loss, TensorDict({"log_prob": log_prob.detach()}, batch_size=[])
+
+
+def temperature_loss(
+    log_alpha: TensorDict, config: Config, log_prob: torch.Tensor, target_entropy: torch.Tensor
+) -> tuple[torch.Tensor, TensorDict]:
+    """Temperature loss; ``log_alpha`` is a TensorDict ``{"log_alpha": []}``.
+
+    ``"log_alpha"`` (REDQ/SAC official): ``-(log_alpha * (log_pi + H_target)).mean()``.
+    ``"alpha"`` (RLPD official): ``alpha * (H - H_target)`` with ``H = -mean(log_pi)``.
+    """
+    la = log_alpha["log_alpha"]
+    if config.alpha_loss == "log_alpha":
+        loss = -(la * (log_prob + target_entropy)).mean()
+    else:
+        entropy = -log_prob.mean()
+        loss = la.exp() * (entropy - target_entropy)
+    return loss, TensorDict({}, batch_size=[])
+
+
+def update(state: TensorDict, batch: TensorDict, noise: TensorDict | None = None) -> tuple[TensorDict, TensorDict]:
+    """One environment step's worth of REDQ learning. Pure.
+
+    ``batch``: TensorDict of batch size ``[G, B]`` with ``obs [G, B, O]``,
+    ``action [G, B, A]``, ``reward [G, B]``, ``next_obs [G, B, O]``,
+    ``terminated [G, B]``. Runs ``G`` critic updates (each with its own target
+    subset and a polyak step), then one actor and one temperature update on
+    mini-batch ``G - 1``. Returns ``(new_state, metrics)``; metrics are 0-dim
+    tensors (no host sync).
+    """
+    config: Config = state.get_non_tensor("config")
+    if batch.batch_dims != 2:
+        raise ValueError(
+            f"batch must have batch_size [G, B] (G critic updates of B rows), got {list(batch.batch_size)}."
+        )
+    updates, batch_size = batch.batch_size
+    params = state["params"]
+    actor = params["actor"]
+    critic = params["critic"]
+    log_alpha = params["log_alpha"]
+    target_critic = state["target", "critic"]
+    target_entropy = state["target_entropy"]
+    if noise is None:
+        noise = draw_noise(config, updates, batch_size, batch["action"].shape[-1], device=batch.device)
+    critic_opt = _critic_opt(config)
+    critic_opt_state = state["opt", "critic"]
+    alpha = log_alpha.exp().detach() if config.auto_alpha else torch.full_like(log_alpha, config.init_alpha)
+
+    critic_grad = grad_and_value(critic_loss, has_aux=True)
+    q_losses = []
+    q_means = []
+    for g in range(updates):
+        mini = batch[g]
+        y = compute_target(
+            config, actor, target_critic, alpha, mini, noise["next_action"][g], noise["subset"][g]
+        )
+        grads, (loss, aux) = critic_grad(critic, config, mini["obs"], mini["action"], y)
+        if g == updates - 1:
+            # Policy and temperature on the last mini-batch, with the critics
+            # before this step's optimizer update (official code order).
+            actor_grads, (a_loss, a_aux) = grad_and_value(actor_loss, has_aux=True)(
+                actor, config, critic.detach(), alpha, mini["obs"], noise["action"]
+            )
+        critic, critic_opt_state = critic_opt.step(grads, critic_opt_state, critic)
+        target_critic = polyak(target_critic, critic, config.tau)
+        q_losses.append(loss.detach())
+        q_means.append(aux["q"])
+
+    actor, actor_opt_state = _actor_opt(config).step(actor_grads, state["opt", "actor"], actor)
+    log_prob = a_aux["log_prob"]
+    la_td = TensorDict({"log_alpha": log_alpha}, batch_size=[])
+    if config.auto_alpha:
+        alpha_grads, (t_loss, _) = grad_and_value(temperature_loss, has_aux=True)(
+            la_td, config, log_prob, target_entropy
+        )
+        la_td, alpha_opt_state = _alpha_opt(config).step(alpha_grads, state["opt", "alpha"], la_td)
+    else:
+        t_loss = torch.zeros_like(log_alpha)
+        alpha_opt_state = state["opt", "alpha"]
+
+    new_state = TensorDict(
+        {
+            "params": TensorDict(
+                {"actor": actor, "critic": critic, "log_alpha": la_td["log_alpha"]}, batch_size=[]
+            ),
+            "target": TensorDict({"critic": target_critic}, batch_size=[]),
+            "opt": TensorDict(
+                {"actor": actor_opt_state, "critic": critic_opt_state, "alpha": alpha_opt_state},
+                batch_size=[],
+            ),
+            "step": state["step"] + 1,
+            "target_entropy": target_entropy,
+        },
+        batch_size=[],
+    )
+    new_state.set_non_tensor("config", config)
+    metrics = TensorDict(
+        {
+            "critic_loss": torch.stack(q_losses).mean(),
+            "q": torch.stack(q_means).mean(),
+            "actor_loss": a_loss.detach(),
+            "alpha_loss": t_loss.detach(),
+            "alpha": alpha,
+            "entropy": -log_prob.mean(),
+        },
+        batch_size=[],
+    )
+    return new_state, metrics
+
+
+def act(
+    params: TensorDict,
+    obs: torch.Tensor,
+    noise: torch.Tensor | None = None,
+    *,
+    deterministic: bool = False,
+    config: Config | None = None,
+) -> torch.Tensor:
+    """Action in ``[-1, 1]`` for ``obs [..., O]``.
+
+    ``deterministic=True`` gives ``tanh(mean)`` (evaluation); otherwise a
+    sample from ``noise`` (standard normal ``[..., A]``; drawn from the global
+    generator if omitted).
+    """
+    with torch.no_grad():
+        mean, log_std = actor_apply(params["actor"], obs)
+        if deterministic:
+            return tanh_gaussian_mode(mean)
+        config = config or Config()
+        if noise is None:
+            noise = torch.randn_like(mean)
+        action, _ = tanh_gaussian(mean, log_std, noise, log_std_min=config.log_std_min, log_std_max=config.log_std_max)
+        return action

@@ -1,0 +1,45 @@
+"""Process-level performance settings for CPU training and benchmarks."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+
+import torch
+
+_M_TRIM_THRESHOLD = -1
+_M_TOP_PAD = -2
+_M_MMAP_THRESHOLD = -3
+
+
+def tune_allocator() -> bool:
+    """Keep freed tensor memory in the process instead of returning it to the OS.
+
+    Pure updates allocate fresh parameter and optimizer buffers every step.
+    With glibc's defaults, buffers of a few MB are ``mmap``-ed and unmapped each
+    time, and every page is zero-filled again on first touch: on the 2-core
+    CPUs here that made a functional Adam step 5x slower (6.7 ms vs 1.35 ms for
+    REDQ's ten 256-256 critics). Raising the mmap and trim thresholds (what
+    ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_`` do) removes that.
+    Returns False where glibc's ``mallopt`` is not available (nothing changes).
+    """
+    name = ctypes.util.find_library("c")
+    if not name or os.name != "posix":
+        return False
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    ok = mallopt(_M_MMAP_THRESHOLD, 1 << 30) == 1
+    ok &= mallopt(_M_TRIM_THRESHOLD, 1 << 30) == 1
+    ok &= mallopt(_M_TOP_PAD, 64 << 20) == 1
+    return bool(ok)
+
+
+def set_threads(threads: int | None) -> int:
+    """Pin torch's intra-op threads (``None`` keeps the current number). Returns it."""
+    if threads is not None and threads > 0:
+        torch.set_num_threads(int(threads))
+    return torch.get_num_threads()
