@@ -260,3 +260,183 @@ def _ensemble_bmm(params: TensorDict, x: torch.Tensor, *, activation: str, ln_ep
                 h = h * params[norm, "weight"].unsqueeze(1) + params[norm, "bias"].unsqueeze(1)
             h = act(h)
     return h
+
+
+# --------------------------------------------------------------------------
+# LSTM (Hochreiter & Schmidhuber 1997), functional, in ``torch.nn.LSTM``'s layout.
+#
+# Parameters: ``weight_ih [4H, in]``, ``weight_hh [4H, H]``, ``bias_ih [4H]``,
+# ``bias_hh [4H]`` with the gates stacked in torch's order (input i, forget f,
+# cell g, output o), so the weights of a one-layer ``nn.LSTM`` (``*_l0``) or an
+# ``nn.LSTMCell`` copy over unchanged. The recurrent state ("carry") is a tuple
+# ``(h, c)`` of ``[B, H]`` tensors -- ``nn.LSTMCell``'s convention (``nn.LSTM``
+# adds a leading layer dimension). A tuple rather than a TensorDict keeps the
+# per-step loop free of container overhead; wrap it as
+# ``TensorDict({"h": h, "c": c}, [B])`` to store it (sequence replay).
+# --------------------------------------------------------------------------
+
+__all__ += ["lstm_init", "lstm_apply", "lstm_unroll", "lstm_zero_carry"]
+
+
+def lstm_init(
+    input_size: int,
+    hidden_size: int,
+    *,
+    generator: torch.Generator | None = None,
+    init: str = "torch_default",
+    forget_bias: float = 0.0,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> TensorDict:
+    """Parameters of one LSTM layer in ``torch.nn.LSTM``'s layout (see above).
+
+    ``init`` is one of:
+
+    * ``"torch_default"``: every weight and bias U(-k, k), k = 1/sqrt(H), as
+      ``nn.LSTM.reset_parameters``;
+    * ``"orthogonal"``: orthogonal ``weight_hh`` blocks (one per gate),
+      xavier-uniform ``weight_ih``, zero biases (a common RL choice, e.g.
+      flax/Acme-style initialisers).
+
+    ``forget_bias`` is added to the forget-gate slice ``[H:2H]`` of ``bias_ih``
+    (Jozefowicz et al. 2015 recommend 1.0); default 0 keeps torch's init.
+    """
+    if input_size < 1 or hidden_size < 1:
+        raise ValueError(
+            f"LSTM sizes must be positive, got input_size={input_size}, hidden_size={hidden_size}."
+        )
+    h4 = 4 * hidden_size
+    w_ih = torch.empty(h4, input_size, device=device, dtype=dtype)
+    w_hh = torch.empty(h4, hidden_size, device=device, dtype=dtype)
+    b_ih = torch.zeros(h4, device=device, dtype=dtype)
+    b_hh = torch.zeros(h4, device=device, dtype=dtype)
+    if init == "torch_default":
+        k = 1.0 / math.sqrt(hidden_size)
+        for t in (w_ih, w_hh, b_ih, b_hh):
+            t.uniform_(-k, k, generator=generator)
+    elif init == "orthogonal":
+        w_ih.copy_(
+            torch.cat(
+                [
+                    linear_init(input_size, hidden_size, generator=generator, device=device, dtype=dtype)["weight"]
+                    for _ in range(4)
+                ]
+            )
+        )
+        w_hh.copy_(
+            torch.cat(
+                [
+                    linear_init(
+                        hidden_size, hidden_size, init="orthogonal", generator=generator, device=device, dtype=dtype
+                    )["weight"]
+                    for _ in range(4)
+                ]
+            )
+        )
+    else:
+        raise ValueError(f"Unknown LSTM init {init!r}; use 'torch_default' or 'orthogonal'.")
+    if forget_bias:
+        b_ih[hidden_size : 2 * hidden_size] += forget_bias
+    return TensorDict(
+        {"weight_ih": w_ih, "weight_hh": w_hh, "bias_ih": b_ih, "bias_hh": b_hh}, batch_size=[]
+    )
+
+
+def lstm_zero_carry(
+    batch: int | Sequence[int],
+    hidden_size: int,
+    *,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Zero recurrent state ``(h, c)``, each ``[*batch, H]``."""
+    shape = (batch,) if isinstance(batch, int) else tuple(batch)
+    zeros = torch.zeros(*shape, hidden_size, device=device, dtype=dtype)
+    return zeros, zeros.clone()
+
+
+def _lstm_cell(
+    gates_x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, weight_hh: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One LSTM step given the input projection ``gates_x = W_ih x + b_ih + b_hh``."""
+    gates = gates_x + F.linear(h, weight_hh)
+    i, f, g, o = gates.chunk(4, dim=-1)
+    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+    h = torch.sigmoid(o) * torch.tanh(c)
+    return h, c
+
+
+def _check_carry(params: Mapping, carry, batch_shape: tuple, where: str) -> int:
+    hidden = params["weight_hh"].shape[-1]
+    if not isinstance(carry, (tuple, list)) or len(carry) != 2:
+        raise ValueError(f"{where}: carry must be a tuple (h, c), got {type(carry).__name__}.")
+    h, c = carry
+    want = (*batch_shape, hidden)
+    if tuple(h.shape) != want or tuple(c.shape) != want:
+        raise ValueError(
+            f"{where}: carry (h, c) must both have shape {want}, got {tuple(h.shape)} and {tuple(c.shape)}."
+        )
+    return hidden
+
+
+def lstm_apply(
+    params: Mapping, x_t: torch.Tensor, carry: tuple[torch.Tensor, torch.Tensor]
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """One LSTM step: ``x_t [B, in]``, ``carry (h, c)`` -> ``(h_t [B, H], (h_t, c_t))``.
+
+    Same equations and gate order as ``torch.nn.LSTMCell``::
+
+        i, f, g, o = split(W_ih x + b_ih + W_hh h + b_hh)
+        c' = sigmoid(f) * c + sigmoid(i) * tanh(g);  h' = sigmoid(o) * tanh(c')
+    """
+    if x_t.shape[-1] != params["weight_ih"].shape[-1]:
+        raise ValueError(
+            f"lstm_apply: input has {x_t.shape[-1]} features, the LSTM expects {params['weight_ih'].shape[-1]}."
+        )
+    _check_carry(params, carry, tuple(x_t.shape[:-1]), "lstm_apply")
+    gates_x = F.linear(x_t, params["weight_ih"], params["bias_ih"] + params["bias_hh"])
+    h, c = _lstm_cell(gates_x, carry[0], carry[1], params["weight_hh"])
+    return h, (h, c)
+
+
+def lstm_unroll(
+    params: Mapping,
+    xs: torch.Tensor,
+    carry: tuple[torch.Tensor, torch.Tensor],
+    reset: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """Run the LSTM over a time-major sequence ``xs [T, B, in]``.
+
+    ``reset [T, B]`` (bool, optional) marks episode starts: where
+    ``reset[t, b]`` is True the carry of row ``b`` is zeroed *before* step
+    ``t`` (so a sequence that spans an episode boundary never leaks memory
+    across it; Acme's ``ResetCore``). Returns ``(hs [T, B, H], final carry)``.
+
+    The input projection ``W_ih x`` of all ``T`` steps is one matmul; only the
+    recurrent part loops over time (a Python loop over the static ``T``,
+    which ``torch.compile`` unrolls). Numerically it equals ``torch.nn.LSTM``
+    (with ``reset=None``) to float rounding.
+    """
+    if xs.dim() != 3:
+        raise ValueError(f"lstm_unroll: xs must be time-major [T, B, in], got shape {tuple(xs.shape)}.")
+    steps, batch, features = xs.shape
+    if features != params["weight_ih"].shape[-1]:
+        raise ValueError(
+            f"lstm_unroll: input has {features} features, the LSTM expects {params['weight_ih'].shape[-1]}."
+        )
+    _check_carry(params, carry, (batch,), "lstm_unroll")
+    if reset is not None and tuple(reset.shape) != (steps, batch):
+        raise ValueError(f"lstm_unroll: reset must have shape {(steps, batch)} (= [T, B]), got {tuple(reset.shape)}.")
+    gates_x = F.linear(xs, params["weight_ih"], params["bias_ih"] + params["bias_hh"])
+    w_hh = params["weight_hh"]
+    h, c = carry
+    if reset is not None:
+        start = reset.bool().unsqueeze(-1)  # [T, B, 1]
+    outs = []
+    for t in range(steps):
+        if reset is not None:
+            h = torch.where(start[t], 0.0, h)
+            c = torch.where(start[t], 0.0, c)
+        h, c = _lstm_cell(gates_x[t], h, c, w_hh)
+        outs.append(h)
+    return torch.stack(outs, dim=0), (h, c)

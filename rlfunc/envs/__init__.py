@@ -1,0 +1,5 @@
+"""Environments: gymnasium factory and wrappers."""
+
+from rlfunc.envs.factory import WRAPPERS, build_wrappers, check_env_id, env_spaces, make_env, make_vector_env
+
+__all__ = ["make_env", "make_vector_env", "check_env_id", "env_spaces", "build_wrappers", "WRAPPERS"]

@@ -1,0 +1,30 @@
+"""Evaluation episodes with a deterministic policy."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["run_episodes"]
+
+
+def run_episodes(policy, env, episodes: int, seed: int) -> list[float]:
+    """Returns of ``episodes`` full episodes of ``policy`` in ``env``.
+
+    Episode ``i`` starts from ``env.reset(seed=seed + i)``, so evaluations are
+    reproducible and independent of training. The env must accept the policy's
+    normalised actions (an env from :func:`rlfunc.envs.make_env`).
+    """
+    if episodes < 1:
+        raise ValueError(f"episodes must be at least 1, got {episodes}.")
+    returns = []
+    for i in range(episodes):
+        obs, _ = env.reset(seed=int(seed) + i)
+        policy.reset(1)
+        total, done = 0.0, False
+        while not done:
+            action = policy.act_normalized(np.asarray(obs))
+            obs, reward, terminated, truncated, _ = env.step(action)
+            total += float(reward)
+            done = bool(terminated or truncated)
+        returns.append(total)
+    return returns

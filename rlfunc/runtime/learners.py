@@ -1,0 +1,148 @@
+"""Learners: the stateful glue between the loop and a pure algorithm.
+
+A learner owns the algorithm state (one TensorDict), its replay buffer and
+its random generator, and exposes what the training loop needs:
+
+* ``explore(obs, env_step)`` -> actions for every env (random before
+  ``train.random_steps``, then the stochastic policy);
+* ``observe(rows)`` stores transitions from the collector;
+* ``learn()`` -> metrics (or ``None`` while there is too little data);
+* ``policy()`` -> a deterministic :class:`~rlfunc.runtime.policy.Policy`;
+* ``state_tensors()`` / ``load_state_tensors(td)`` for checkpoints.
+
+Only :meth:`learn` calls the (optionally compiled) pure ``update``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from rlfunc.replay.uniform import UniformReplay
+from rlfunc.runtime.policy import Policy
+
+__all__ = ["TransitionLearner"]
+
+
+def _generator(device: torch.device, seed: int) -> torch.Generator:
+    return torch.Generator(device=device).manual_seed(int(seed))
+
+
+class TransitionLearner:
+    """Off-policy learning from uniformly replayed transitions (REDQ, SAC).
+
+    Each call of :meth:`learn` draws ``G * B`` rows at once (``G =
+    agent.updates_per_step``), reshapes them to ``[G, B]`` and runs one pure
+    ``update`` over them: one environment step's worth of learning.
+    """
+
+    def __init__(self, entry, run_config, obs_space: gym.Space, act_space: gym.Space) -> None:
+        self.entry = entry
+        self.algo = entry.algo
+        self.config = run_config.agent
+        self.train_cfg = run_config.train
+        self.device = torch.device(self.train_cfg.device)
+        self.obs_space, self.act_space = obs_space, act_space
+        seed = self.train_cfg.seed
+        self.state = self.algo.init(self.config, obs_space, act_space, seed=seed, device=self.device)
+        self.replay = UniformReplay(self.train_cfg.replay_size, device=self.device)
+        self.generator = _generator(self.device, seed + 1)
+        self.act_dim = int(np.prod(act_space.shape))
+        self._update = self.algo.update
+        if self.train_cfg.compile:
+            self._update = torch.compile(self.algo.update, fullgraph=True)
+
+    # -- acting -------------------------------------------------------------
+    def explore(self, obs: np.ndarray, env_step: int) -> np.ndarray:
+        n = obs.shape[0]
+        if env_step < self.train_cfg.random_steps:
+            a = torch.rand((n, self.act_dim), generator=self.generator, device=self.device) * 2.0 - 1.0
+        else:
+            obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+            noise = torch.randn((n, self.act_dim), generator=self.generator, device=self.device)
+            a = self.algo.act(self.state["params"], obs_t, noise, config=self.config)
+        return a.cpu().numpy()
+
+    def observe(self, rows: TensorDict) -> None:
+        stored = TensorDict(
+            {
+                "obs": rows["obs"].float(),
+                "action": rows["action"].float(),
+                "reward": rows["reward"].float(),
+                "next_obs": rows["next_obs"].float(),
+                "terminated": rows["terminated"].float(),
+            },
+            batch_size=rows.batch_size,
+        )
+        self.replay.add(stored)
+
+    # -- learning -----------------------------------------------------------
+    def ready(self, env_step: int) -> bool:
+        return env_step >= self.train_cfg.random_steps and len(self.replay) >= 1
+
+    def sample_batch(self) -> TensorDict:
+        g, b = self.config.updates_per_step, self.config.batch_size
+        return self.replay.sample(g * b, generator=self.generator).reshape(g, b)
+
+    def learn(self) -> TensorDict:
+        batch = self.sample_batch()
+        g, b = batch.batch_size
+        noise = self.algo.draw_noise(self.config, g, b, self.act_dim, generator=self.generator, device=self.device)
+        self.state, metrics = self._update(self.state, batch, noise)
+        return metrics
+
+    def params_finite(self) -> bool:
+        leaves = [v for v in self.state.exclude("config").values(True, True) if v.is_floating_point()]
+        return bool(torch.stack([torch.isfinite(v).all() for v in leaves]).all())
+
+    # -- evaluation and saving ---------------------------------------------
+    def policy(self) -> Policy:
+        low = high = None
+        native = getattr(self, "native_action_space", None) or self.act_space
+        if isinstance(native, gym.spaces.Box):
+            low, high = native.low, native.high
+        return Policy(self.entry.name, self.state["params"], self.config, low, high, self.obs_space.shape, self.device)
+
+    def state_tensors(self) -> TensorDict:
+        return TensorDict(
+            {
+                "state": self.state.exclude("config"),
+                "replay": self.replay.state_dict(),
+                "generator": self.generator.get_state(),
+            },
+            batch_size=[],
+        )
+
+    def load_state_tensors(self, td: TensorDict) -> None:
+        state = td["state"].to(self.device)
+        expected = set(self.state.exclude("config").keys(True, True))
+        got = set(state.keys(True, True))
+        if expected != got:
+            missing = sorted(map(str, expected - got))[:3]
+            raise ValueError(
+                f"Checkpoint state does not match algo {self.entry.name!r} (missing {missing}); load it with the config it was trained with."
+            )
+        for key in expected:
+            if state[key].shape != self.state[key].shape:
+                raise ValueError(
+                    f"Checkpoint tensor {key} has shape {tuple(state[key].shape)} but this config expects "
+                    f"{tuple(self.state[key].shape)}; load it with the config it was trained with."
+                )
+        config = self.state.get_non_tensor("config")
+        self.state = state
+        self.state.set_non_tensor("config", config)
+        self.replay.load_state_dict(td["replay"])
+        self.generator.set_state(td["generator"])
+
+    def export_meta(self) -> dict[str, Any]:
+        """What :func:`rlfunc.load` needs besides the tensors."""
+        meta: dict[str, Any] = {"obs_shape": list(self.obs_space.shape)}
+        native = getattr(self, "native_action_space", None) or self.act_space
+        if isinstance(native, gym.spaces.Box):
+            meta["action_low"] = native.low.tolist()
+            meta["action_high"] = native.high.tolist()
+        return meta

@@ -1,0 +1,56 @@
+"""Names of the algorithms the runtime can train, and how to train each.
+
+Adding an algorithm: write ``rlfunc/algos/<name>.py`` (Config, init, update,
+act), pick or write a learner in :mod:`rlfunc.runtime.learners`, and add an
+entry here. Nothing else in the runtime names algorithms.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from typing import Any
+
+__all__ = ["AlgoEntry", "ALGOS", "get_algo"]
+
+
+@dataclasses.dataclass(frozen=True)
+class AlgoEntry:
+    name: str
+    module: str  # import path of the pure algorithm module
+    config_cls_name: str = "Config"
+    config_defaults: dict = dataclasses.field(default_factory=dict)
+    learner: str = "rlfunc.runtime.learners:TransitionLearner"
+    description: str = ""
+
+    @property
+    def algo(self):
+        return importlib.import_module(self.module)
+
+    @property
+    def config_cls(self):
+        return getattr(self.algo, self.config_cls_name)
+
+    def make_learner(self, *args: Any, **kwargs: Any):
+        mod, _, cls = self.learner.partition(":")
+        return getattr(importlib.import_module(mod), cls)(self, *args, **kwargs)
+
+
+ALGOS: dict[str, AlgoEntry] = {
+    "redq": AlgoEntry(
+        "redq", "rlfunc.algos.redq", description="REDQ (Chen et al. 2021): N=10 critics, M=2 target subset, UTD 20"
+    ),
+    "sac": AlgoEntry(
+        "sac",
+        "rlfunc.algos.redq",
+        config_defaults={"num_critics": 2, "subset_size": 2, "updates_per_step": 1},
+        description="SAC (Haarnoja et al. 2018) as REDQ with N=2, M=2, G=1",
+    ),
+}
+
+
+def get_algo(name: str) -> AlgoEntry:
+    try:
+        return ALGOS[name]
+    except KeyError:
+        raise ValueError(f"Unknown algo {name!r}; choose one of {sorted(ALGOS)}.") from None

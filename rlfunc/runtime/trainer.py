@@ -1,0 +1,365 @@
+"""The training loop: the only place that threads state through env, replay and update.
+
+``train(config)`` -> a run directory::
+
+    runs/<algo>-<env>-s<seed>-<time>/
+        config.yaml       the resolved config (every default written out)
+        metrics.csv       training metrics every ``train.log_every`` env steps
+        eval.csv          deterministic evaluation every ``train.eval_every`` steps
+        checkpoints/      step_*/ (atomic, no pickle) and ``latest``
+
+``resume(run_dir)`` continues from the latest checkpoint with the same state,
+optimizer, replay, generators and counters. A non-finite loss stops training
+with :class:`NonFiniteLossError` and never overwrites the last good checkpoint;
+any other crash (or Ctrl-C) first saves the current state if it is finite.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+
+from rlfunc.envs import build_wrappers, env_spaces, make_env, make_vector_env
+from rlfunc.runtime.checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
+from rlfunc.runtime.collector import Collector
+from rlfunc.runtime.config import (
+    ConfigError,
+    RunConfig,
+    apply_overrides,
+    build_config,
+    load_config,
+    to_dict,
+)
+from rlfunc.runtime.evaluate import run_episodes
+from rlfunc.runtime.perf import set_threads, tune_allocator
+from rlfunc.runtime.registry import get_algo
+
+__all__ = ["train", "resume", "TrainResult", "NonFiniteLossError", "Trainer"]
+
+
+class NonFiniteLossError(RuntimeError):
+    """Training produced a NaN/inf loss; the last good checkpoint is kept."""
+
+
+@dataclasses.dataclass
+class TrainResult:
+    run_dir: Path
+    env_steps: int
+    final_return: float | None
+    evals: list[tuple[int, float]]
+    wall_s: float
+
+
+class _CsvLog:
+    def __init__(self, path: Path, truncate_after: int | None = None) -> None:
+        self.path = path
+        self.fields: list[str] | None = None
+        if path.exists():
+            with open(path, newline="") as f:
+                rows = list(csv.DictReader(f))
+            if rows:
+                self.fields = list(rows[0].keys())
+            if truncate_after is not None and self.fields:
+                rows = [r for r in rows if int(float(r["step"])) <= truncate_after]
+                with open(path, "w", newline="") as f:
+                    w = csv.DictWriter(f, fieldnames=self.fields)
+                    w.writeheader()
+                    w.writerows(rows)
+
+    def write(self, row: dict[str, Any]) -> None:
+        if self.fields is None:
+            self.fields = list(row.keys())
+            with open(self.path, "w", newline="") as f:
+                csv.DictWriter(f, fieldnames=self.fields).writeheader()
+        elif any(k not in self.fields for k in row):
+            # New columns (e.g. losses once learning starts): rewrite with the union.
+            with open(self.path, newline="") as f:
+                old = list(csv.DictReader(f))
+            self.fields = self.fields + [k for k in row if k not in self.fields]
+            with open(self.path, "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=self.fields)
+                w.writeheader()
+                w.writerows(old)
+        with open(self.path, "a", newline="") as f:
+            csv.DictWriter(f, fieldnames=self.fields, extrasaction="ignore").writerow(row)
+
+
+class _Progress:
+    """One status line (``\\r``-updated on a terminal, a plain line otherwise)."""
+
+    def __init__(self, enabled: bool, total: int, label: str) -> None:
+        self.enabled = enabled
+        self.total = total
+        self.label = label
+        self.tty = sys.stderr.isatty()
+        self.last = 0.0
+
+    def update(self, step: int, steps_per_s: float, last_eval: float | None, force: bool = False) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if not force and now - self.last < (0.5 if self.tty else 30.0):
+            return
+        self.last = now
+        frac = step / max(self.total, 1)
+        bar = "#" * int(20 * frac) + "-" * (20 - int(20 * frac))
+        eta = (self.total - step) / steps_per_s if steps_per_s > 0 else float("nan")
+        ev = "n/a" if last_eval is None else f"{last_eval:.1f}"
+        line = f"[{self.label}] [{bar}] {step}/{self.total} steps | {steps_per_s:.1f} steps/s | eval {ev} | ETA {eta:.0f}s"
+        sys.stderr.write(("\r" + line) if self.tty else (line + "\n"))
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled and self.tty:
+            sys.stderr.write("\n")
+
+
+def _make_envs(config: RunConfig):
+    wrappers = build_wrappers(config.env.wrappers)
+    if config.env.num_envs == 1:
+        env = make_env(config.env.id, kwargs=config.env.kwargs, wrappers=wrappers)
+    else:
+        env = make_vector_env(config.env.id, config.env.num_envs, kwargs=config.env.kwargs, wrappers=wrappers)
+    eval_env = make_env(config.env.id, kwargs=config.env.kwargs, wrappers=wrappers)
+    native = make_env(config.env.id, kwargs=config.env.kwargs, wrappers=wrappers, rescale_actions=False)
+    native_space = native.action_space
+    native.close()
+    return env, eval_env, native_space
+
+
+class Trainer:
+    """Holds one run's imperative state; :meth:`run` trains to ``total_steps``."""
+
+    def __init__(self, config: RunConfig, run_dir: Path) -> None:
+        self.config = config
+        self.run_dir = Path(run_dir)
+        tune_allocator()
+        if config.train.threads:
+            set_threads(config.train.threads)
+        if config.train.device.startswith("cuda") and not torch.cuda.is_available():
+            raise ConfigError("train.device is 'cuda' but no CUDA device is available; set train.device=cpu.")
+        self.entry = get_algo(config.algo)
+        self.env, self.eval_env, native_space = _make_envs(config)
+        obs_space, act_space = env_spaces(self.env)
+        self.learner = self.entry.make_learner(config, obs_space, act_space)
+        self.learner.native_action_space = native_space
+        self.collector = Collector(self.env, seed=config.train.seed)
+        self.env_step = 0
+        self.updates = 0
+        self.evals: list[tuple[int, float]] = []
+        self.ckpt_dir = self.run_dir / "checkpoints"
+        self._last_good_ckpt: Path | None = None
+
+    # -- checkpoints ----------------------------------------------------------
+    def save(self) -> Path:
+        if not self.learner.params_finite():
+            raise NonFiniteLossError(
+                f"Parameters became non-finite by env step {self.env_step}; not saving them. "
+                f"The last good checkpoint is {self._last_good_ckpt}."
+            )
+        meta = {
+            "algo": self.config.algo,
+            "env_step": self.env_step,
+            "updates": self.updates,
+            "episodes": self.collector.episodes,
+            "env_rng": self.collector.rng_state(),
+            "evals": self.evals,
+            "config": to_dict(self.config),
+            **self.learner.export_meta(),
+        }
+        path = save_checkpoint(self.ckpt_dir, f"step_{self.env_step:09d}", self.learner.state_tensors(), meta)
+        self._last_good_ckpt = path
+        return path
+
+    def restore(self, checkpoint: Path) -> None:
+        tensors, meta = load_checkpoint(checkpoint)
+        if meta.get("algo") != self.config.algo:
+            raise ConfigError(
+                f"Checkpoint was trained with algo {meta.get('algo')!r}, not {self.config.algo!r}; resume it with its own config."
+            )
+        self.learner.load_state_tensors(tensors)
+        self.env_step = int(meta["env_step"])
+        self.updates = int(meta["updates"])
+        self.collector.episodes = int(meta.get("episodes", 0))
+        self.evals = [(int(s), float(r)) for s, r in meta.get("evals", [])]
+        self.collector.restore(meta["env_rng"])
+        self._last_good_ckpt = resolve_checkpoint(checkpoint)
+
+    # -- evaluation -------------------------------------------------------------
+    def evaluate(self) -> float:
+        returns = run_episodes(
+            self.learner.policy(), self.eval_env, self.config.train.eval_episodes, seed=self.config.train.seed + 10_000
+        )
+        mean = float(np.mean(returns))
+        self.evals.append((self.env_step, mean))
+        self._eval_log.write(
+            {
+                "step": self.env_step,
+                "time_s": round(time.monotonic() - self._t0 + self._prior_wall, 3),
+                "mean_return": mean,
+                "std_return": float(np.std(returns)),
+                "episodes": len(returns),
+            }
+        )
+        return mean
+
+    # -- the loop -----------------------------------------------------------------
+    def run(self, resumed: bool = False) -> TrainResult:
+        cfg = self.config.train
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(self.config), sort_keys=False))
+        self._metrics_log = _CsvLog(self.run_dir / "metrics.csv", truncate_after=self.env_step if resumed else None)
+        self._eval_log = _CsvLog(self.run_dir / "eval.csv", truncate_after=self.env_step if resumed else None)
+        if not resumed:
+            self.collector.reset(seed=cfg.seed)
+        self._prior_wall = 0.0
+        self._t0 = time.monotonic()
+        label = f"{self.config.algo} {self.config.env.id}"
+        progress = _Progress(cfg.progress, cfg.total_steps, label)
+        last_eval = self.evals[-1][1] if self.evals else None
+        recent_returns: list[float] = []
+        window_t, window_steps = time.monotonic(), 0
+        steps_per_s = 0.0
+        metrics = None
+        try:
+            while self.env_step < cfg.total_steps:
+                actions = self.learner.explore(self.collector.obs, self.env_step)
+                rows, finished = self.collector.step(actions)
+                self.learner.observe(rows)
+                recent_returns.extend(r for _, r, _ in finished)
+                for _ in range(rows.batch_size[0]):
+                    prev = self.env_step
+                    self.env_step += 1
+                    window_steps += 1
+                    if self.learner.ready(self.env_step):
+                        metrics = self.learner.learn()
+                        self.updates += 1
+                        self._check_finite(metrics)
+                    if self.env_step // cfg.log_every > prev // cfg.log_every:
+                        now = time.monotonic()
+                        steps_per_s = window_steps / max(now - window_t, 1e-9)
+                        window_t, window_steps = now, 0
+                        self._log(metrics, steps_per_s, recent_returns)
+                        recent_returns = recent_returns[-10:]
+                    if self.env_step // cfg.eval_every > prev // cfg.eval_every:
+                        last_eval = self.evaluate()
+                    if self.env_step // cfg.checkpoint_every > prev // cfg.checkpoint_every:
+                        self.save()
+                    if self.env_step >= cfg.total_steps:
+                        break
+                progress.update(self.env_step, steps_per_s, last_eval)
+            if not self.evals or self.evals[-1][0] != self.env_step:
+                last_eval = self.evaluate()
+            self.save()
+        except NonFiniteLossError:
+            progress.close()
+            raise
+        except BaseException:
+            progress.close()
+            # Nothing trained is lost: keep the current state if it is sound.
+            try:
+                if self.env_step > 0 and self.learner.params_finite():
+                    self.save()
+            except Exception:  # never mask the original error
+                pass
+            raise
+        progress.update(self.env_step, steps_per_s, last_eval, force=True)
+        progress.close()
+        return TrainResult(
+            run_dir=self.run_dir,
+            env_steps=self.env_step,
+            final_return=last_eval,
+            evals=list(self.evals),
+            wall_s=time.monotonic() - self._t0,
+        )
+
+    def _check_finite(self, metrics) -> None:
+        values = [v for v in metrics.values(True, True) if v.is_floating_point()]
+        if not bool(torch.stack([torch.isfinite(v).all() for v in values]).all()):
+            bad = [k for k, v in metrics.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+            raise NonFiniteLossError(
+                f"Training stopped at env step {self.env_step}: non-finite {', '.join(bad)}. "
+                f"The last good checkpoint is kept at {self._last_good_ckpt}; lower the learning rates or check the rewards."
+            )
+
+    def _log(self, metrics, steps_per_s: float, recent_returns: list[float]) -> None:
+        row: dict[str, Any] = {
+            "step": self.env_step,
+            "updates": self.updates,
+            "time_s": round(time.monotonic() - self._t0 + self._prior_wall, 3),
+            "steps_per_s": round(steps_per_s, 3),
+            "episode_return": float(np.mean(recent_returns[-10:])) if recent_returns else math.nan,
+        }
+        if metrics is not None:
+            for k, v in metrics.items():
+                row[k] = float(v)
+        self._metrics_log.write(row)
+
+
+def _new_run_dir(config: RunConfig) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    env = config.env.id.replace("/", "_")
+    base = Path(config.train.run_dir) / f"{config.algo}-{env}-s{config.train.seed}-{stamp}"
+    path, i = base, 1
+    while path.exists():
+        path = Path(f"{base}-{i}")
+        i += 1
+    return path
+
+
+def train(
+    config: str | Path | dict | RunConfig | None = None,
+    overrides: dict[str, Any] | list[str] | None = None,
+    run_dir: str | Path | None = None,
+) -> TrainResult:
+    """Train from a YAML path, a raw mapping, a :class:`RunConfig` or the default.
+
+    ``overrides``: ``{"train.seed": 3}`` or ``["train.seed=3"]``. Returns a
+    :class:`TrainResult` (run directory, env steps, final/all eval returns).
+    """
+    from rlfunc.runtime.config import parse_overrides
+
+    if isinstance(config, RunConfig):
+        if overrides:
+            raise ConfigError("Pass overrides with a YAML path or mapping, not with a built RunConfig.")
+        run_config = config
+    else:
+        raw = config if isinstance(config, dict) else load_config(config)
+        if isinstance(overrides, list):
+            overrides = parse_overrides(overrides)
+        raw = apply_overrides(raw, overrides or {})
+        run_config = build_config(raw)
+    if run_dir is None:
+        run_dir = _new_run_dir(run_config)
+    run_dir = Path(run_dir)
+    if (run_dir / "checkpoints").exists() and any((run_dir / "checkpoints").glob("step_*")):
+        raise ConfigError(
+            f"Run directory {str(run_dir)!r} already holds checkpoints; continue it with `rlfunc resume {run_dir}` or pick another directory."
+        )
+    trainer = Trainer(run_config, run_dir)
+    return trainer.run()
+
+
+def resume(run_dir: str | Path, total_steps: int | None = None) -> TrainResult:
+    """Continue the run in ``run_dir`` from its latest checkpoint (optionally to a new ``total_steps``)."""
+    run_dir = Path(run_dir)
+    cfg_path = run_dir / "config.yaml"
+    if not cfg_path.exists():
+        raise ConfigError(f"{str(run_dir)!r} is not a run directory (no config.yaml); pass the directory `rlfunc train` created.")
+    raw = load_config(cfg_path)
+    if total_steps is not None:
+        raw = apply_overrides(raw, {"train.total_steps": total_steps})
+    run_config = build_config(raw)
+    checkpoint = resolve_checkpoint(run_dir)
+    trainer = Trainer(run_config, run_dir)
+    trainer.restore(checkpoint)
+    return trainer.run(resumed=True)
