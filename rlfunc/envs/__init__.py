@@ -3,3 +3,5 @@
 from rlfunc.envs.factory import WRAPPERS, build_wrappers, check_env_id, env_spaces, make_env, make_vector_env
 
 __all__ = ["make_env", "make_vector_env", "check_env_id", "env_spaces", "build_wrappers", "WRAPPERS"]
+
+from rlfunc.envs import memory as _memory  # noqa: F401,E402  (registers rlfunc/CueMemory-v0)

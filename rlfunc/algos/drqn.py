@@ -1,0 +1,399 @@
+"""DRQN: Deep Recurrent Q-Network (Hausknecht & Stone, AAAI Fall Symposium 2015).
+
+Pure functions over one TensorDict state, for discrete actions. Faithful to the
+paper's "bootstrapped random updates" (official code: mhauskn/dqn, branch
+``recurrent``, built on DQN-in-the-Caffe):
+
+* the network is an encoder, then an LSTM *in place of* DQN's first fully
+  connected layer, then a linear Q head on the LSTM output;
+* training samples windows of ``sequence_length = 10`` consecutive steps from
+  inside one episode (:class:`rlfunc.replay.sequence.SequenceReplay`; the
+  padded tail of a short episode is masked), starts the LSTM from a **zero
+  state** for every window, and puts the loss on **every valid step** of it;
+* the target network is unrolled over the same window from its own zero
+  state; targets use the **plain max** ``r_t + gamma (1 - terminated_t)
+  max_a Q'(h'_{t+1}, a)`` (double Q-learning is the ``double_q`` option);
+* the target network is a copy of the online one every ``target_period``
+  updates (:func:`rlfunc.core.targets.periodic_copy`);
+* the TD error is clipped to [-1, 1] in the gradient (Huber, delta 1), the
+  error clipping of DQN (Mnih et al. 2015), whose training setup DRQN keeps;
+  ``huber_delta=None`` gives the plain squared error;
+* exploration is epsilon-greedy with a linear schedule
+  (:func:`epsilon`; DQN: 1.0 -> 0.1 over the first 1M frames).
+
+Bootstrapping through time-limit truncation: windows store ``next_obs`` per
+step (the true final observation on a truncated step), and the target unroll
+runs over ``obs_0, next_obs_0, ..., next_obs_{T-1}``, so even a window's last
+step has a bootstrap value; only ``terminated`` zeroes the discount.
+
+Small-scale choices that differ from the paper's Atari setup (each a config
+field): an MLP encoder (``encoder_sizes=(64,)``, ReLU) instead of the three
+conv layers on 84x84 frames; an LSTM of 64 units instead of 512; Adam (lr
+1e-3) instead of Adadelta; the target copied every 1,000
+updates instead of 10,000; epsilon decayed 1.0 -> 0.05 over 10,000 env steps
+instead of 1.0 -> 0.1 over 1M frames; replay counted in windows. Options beyond
+the paper, off by default: ``double_q`` (van Hasselt et al. 2016) and
+``initial_state="stored"`` (start both unrolls from the actor state stored
+with the window, R2D2's "stored state" without burn-in).
+
+``update(state, batch)`` takes a time-major ``[T, B]`` batch from the sequence
+replay with keys ``obs [T, B, O]``, ``action [T, B]``, ``reward [T, B]``,
+``next_obs [T, B, O]``, ``terminated [T, B]``, ``mask [T, B]`` (and
+``init_carry`` for ``initial_state="stored"``). It is pure, has no host syncs
+and compiles with ``torch.compile(fullgraph=True)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.nn.functional as F
+from tensordict import TensorDict
+from torch.func import grad_and_value
+
+from rlfunc.core import nets
+from rlfunc.core import returns
+from rlfunc.core.optim import Adam, global_norm, linear_schedule
+from rlfunc.core.targets import periodic_copy
+
+__all__ = [
+    "Config",
+    "init",
+    "initial_carry",
+    "q_step",
+    "q_unroll",
+    "loss",
+    "update",
+    "act",
+    "draw_act_noise",
+    "epsilon",
+    "carry_to_td",
+    "carry_from_td",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """DRQN hyperparameters (module docstring: which follow the paper, which are small-scale)."""
+
+    encoder_sizes: tuple[int, ...] = (64,)
+    lstm_size: int = 64
+    sequence_length: int = 10
+    sequence_period: int = 1  # window starts every step: a random point in an episode
+    batch_size: int = 32
+    gamma: float = 0.99
+    lr: float = 1e-3
+    adam_eps: float = 1e-8
+    max_grad_norm: float | None = None
+    huber_delta: float | None = 1.0
+    target_period: int = 1_000
+    double_q: bool = False
+    initial_state: str = "zeros"  # "zeros" (DRQN) or "stored" (the replayed actor state)
+    eps_start: float = 1.0
+    eps_end: float = 0.05
+    eps_decay_steps: int = 10_000
+    eval_epsilon: float = 0.0
+    # Read by the training runtime, not by update():
+    buffer_windows: int = 50_000
+    learning_starts: int = 1_000
+    train_every: int = 1
+    lstm_init: str = "torch_default"
+    init: str = "torch_default"
+
+    def __post_init__(self) -> None:
+        if self.lstm_size < 1:
+            raise ValueError(f"lstm_size must be at least 1, got {self.lstm_size}.")
+        if any(s < 1 for s in self.encoder_sizes):
+            raise ValueError(f"encoder_sizes must be positive, got {self.encoder_sizes}.")
+        if self.sequence_length < 1:
+            raise ValueError(f"sequence_length must be at least 1, got {self.sequence_length}.")
+        if not 1 <= self.sequence_period <= self.sequence_length:
+            raise ValueError(
+                f"sequence_period must be between 1 and sequence_length ({self.sequence_length}), "
+                f"got {self.sequence_period}."
+            )
+        if not 0.0 < self.gamma <= 1.0:
+            raise ValueError(f"gamma must be in (0, 1], got {self.gamma}.")
+        if self.target_period < 1:
+            raise ValueError(f"target_period must be at least 1 update, got {self.target_period}.")
+        if self.initial_state not in ("zeros", "stored"):
+            raise ValueError(f"initial_state must be 'zeros' or 'stored', got {self.initial_state!r}.")
+        if self.huber_delta is not None and self.huber_delta <= 0:
+            raise ValueError(f"huber_delta must be positive or None (squared error), got {self.huber_delta}.")
+        for name in ("eps_start", "eps_end", "eval_epsilon"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be a probability in [0, 1], got {value}.")
+
+
+def _space_dims(obs_space, act_space) -> tuple[int, int]:
+    import gymnasium as gym
+
+    if not isinstance(act_space, gym.spaces.Discrete):
+        raise ValueError(
+            f"DRQN needs a Discrete action space, got {act_space}; use REDQ or DrQ-v2 for continuous actions."
+        )
+    if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
+        raise ValueError(
+            f"DRQN (MLP encoder) needs a flat 1-D Box observation space, got {obs_space}; flatten the observation."
+        )
+    return int(obs_space.shape[0]), int(act_space.n)
+
+
+def _network_init(config: Config, obs_dim: int, num_actions: int, gen: torch.Generator) -> TensorDict:
+    enc = tuple(config.encoder_sizes)
+    lstm_in = enc[-1] if enc else obs_dim
+    return TensorDict(
+        {
+            "encoder": nets.mlp_init((obs_dim, *enc), init=config.init, generator=gen)
+            if enc
+            else TensorDict({}, batch_size=[]),
+            "lstm": nets.lstm_init(lstm_in, config.lstm_size, init=config.lstm_init, generator=gen),
+            "head": nets.linear_init(config.lstm_size, num_actions, init=config.init, generator=gen),
+        },
+        batch_size=[],
+    )
+
+
+def init(
+    config: Config,
+    obs_space,
+    act_space,
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+) -> TensorDict:
+    """Initial training state: ``params``, ``target`` (a copy), ``opt`` (Adam), ``step``.
+
+    ``params`` holds ``encoder`` (MLP, ReLU after every layer), ``lstm``
+    (``torch.nn.LSTM`` layout) and ``head`` (linear). The static ``config`` is
+    stored as a non-tensor entry.
+    """
+    obs_dim, num_actions = _space_dims(obs_space, act_space)
+    gen = torch.Generator(device="cpu").manual_seed(int(seed))
+    params = _network_init(config, obs_dim, num_actions, gen)
+    state = TensorDict(
+        {
+            "params": params,
+            "target": params.clone(),
+            "opt": _optimizer(config).init(params),
+            "step": torch.zeros((), dtype=torch.int64),
+        },
+        batch_size=[],
+    ).to(device)
+    state.set_non_tensor("config", config)
+    return state
+
+
+def _optimizer(config: Config) -> Adam:
+    return Adam(lr=config.lr, eps=config.adam_eps, max_grad_norm=config.max_grad_norm)
+
+
+def initial_carry(
+    config: Config, batch: int, device: torch.device | str | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Zero LSTM state ``(h, c)``, each ``[batch, lstm_size]`` (start of every episode)."""
+    return nets.lstm_zero_carry(batch, config.lstm_size, device=device)
+
+
+def carry_to_td(carry: tuple[torch.Tensor, torch.Tensor]) -> TensorDict:
+    """``(h, c)`` -> ``TensorDict({"h", "c"}, [B])``, the form the sequence replay stores."""
+    h, c = carry
+    return TensorDict({"h": h, "c": c}, batch_size=h.shape[:1])
+
+
+def carry_from_td(td: TensorDict) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inverse of :func:`carry_to_td`."""
+    return td["h"], td["c"]
+
+
+def _encode(params: TensorDict, obs: torch.Tensor) -> torch.Tensor:
+    enc = params["encoder"]
+    if nets.num_linear_layers(enc) == 0:
+        return obs
+    return nets.mlp_apply(enc, obs, activate_last=True)
+
+
+def _head(params: TensorDict, h: torch.Tensor) -> torch.Tensor:
+    return F.linear(h, params["head", "weight"], params["head", "bias"])
+
+
+def q_unroll(
+    params: TensorDict,
+    obs: torch.Tensor,
+    carry: tuple[torch.Tensor, torch.Tensor],
+    reset: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """Q-values over a sequence: ``obs [T, B, O]`` -> ``(q [T, B, A], final carry)``.
+
+    Encoder -> LSTM -> linear head. ``reset [T, B]`` zeroes the carry before
+    the marked steps (episode starts), as :func:`rlfunc.core.nets.lstm_unroll`.
+    """
+    if obs.dim() != 3:
+        raise ValueError(f"q_unroll expects time-major obs [T, B, O], got shape {tuple(obs.shape)}.")
+    hs, carry = nets.lstm_unroll(params["lstm"], _encode(params, obs), carry, reset)
+    return _head(params, hs), carry
+
+
+def q_step(
+    params: TensorDict, obs: torch.Tensor, carry: tuple[torch.Tensor, torch.Tensor]
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """One step: ``obs [B, O]`` -> ``(q [B, A], new carry)`` (acting)."""
+    if obs.dim() != 2:
+        raise ValueError(f"q_step expects obs [B, O], got shape {tuple(obs.shape)}.")
+    h, carry = nets.lstm_apply(params["lstm"], _encode(params, obs), carry)
+    return _head(params, h), carry
+
+
+def _start_carry(config: Config, batch: TensorDict, batch_size: int, like: torch.Tensor):
+    if config.initial_state == "stored":
+        if "init_carry" not in batch.keys():
+            raise KeyError(
+                "initial_state='stored' needs batch['init_carry'] (pass the actor carry to SequenceReplay.add)."
+            )
+        ic = batch["init_carry"]
+        return ic["h"][0], ic["c"][0]
+    return nets.lstm_zero_carry(batch_size, config.lstm_size, device=like.device, dtype=like.dtype)
+
+
+def _check_batch(batch: TensorDict) -> tuple[int, int]:
+    if batch.batch_dims != 2:
+        raise ValueError(
+            f"DRQN batches are time-major windows with batch_size [T, B], got {list(batch.batch_size)}."
+        )
+    missing = [k for k in ("obs", "action", "reward", "next_obs", "terminated", "mask") if k not in batch.keys()]
+    if missing:
+        raise KeyError(f"DRQN batch is missing keys {missing}; sample it from SequenceReplay.")
+    return batch.batch_size[0], batch.batch_size[1]
+
+
+def loss(
+    params: TensorDict, target: TensorDict, config: Config, batch: TensorDict
+) -> tuple[torch.Tensor, TensorDict]:
+    """Masked one-step TD loss over a ``[T, B]`` window batch. Returns ``(loss, aux)``.
+
+    Online Q-values ``q_tm1`` come from unrolling ``params`` over ``obs`` from
+    the start state (zeros by default); target values ``q_t`` from unrolling
+    ``target`` over ``obs_0, next_obs_0, ..., next_obs_{T-1}`` from its own
+    start state, so ``q_t[t]`` is the target network's Q at ``o_{t+1}`` after
+    seeing the window up to it. The loss is the mean over valid steps
+    (``mask``) of the Huber (or squared) TD error. ``aux`` holds metrics and
+    the per-step ``td_error [T, B]`` (zero on padding; R2D2 priorities).
+    """
+    steps, batch_size = _check_batch(batch)
+    obs, next_obs = batch["obs"], batch["next_obs"]
+    mask = batch["mask"].bool()
+    a_tm1 = batch["action"].reshape(steps, batch_size).long()
+    r_t = batch["reward"].reshape(steps, batch_size).to(obs.dtype)
+    terminated = batch["terminated"].reshape(steps, batch_size).to(obs.dtype)
+    discount_t = config.gamma * (1.0 - terminated)
+    seq = torch.cat([obs[:1], next_obs], dim=0)  # o_0, o_1, ..., o_T  [T+1, B, O]
+
+    carry = _start_carry(config, batch, batch_size, obs)
+    if config.double_q:
+        q_all, _ = q_unroll(params, seq, carry)
+        q_tm1, q_selector = q_all[:-1], q_all[1:].detach()
+    else:
+        q_tm1, _ = q_unroll(params, obs, carry)
+    with torch.no_grad():
+        target_carry = _start_carry(config, batch, batch_size, obs)
+        q_t = q_unroll(target, seq, target_carry)[0][1:]
+    if config.double_q:
+        td = returns.double_q_learning(q_tm1, a_tm1, r_t, discount_t, q_t, q_selector)
+    else:
+        td = returns.q_learning(q_tm1, a_tm1, r_t, discount_t, q_t)
+    value = returns.sequence_td_loss(td, mask, huber_delta=config.huber_delta)
+    td_masked = torch.where(mask, td.detach(), torch.zeros((), dtype=td.dtype, device=td.device))
+    aux = TensorDict(
+        {
+            "q": returns.masked_mean(returns.select_action_values(q_tm1, a_tm1).detach(), mask),
+            "td_abs": returns.masked_mean(td_masked.abs(), mask),
+            "valid_fraction": mask.to(obs.dtype).mean(),
+            "td_error": td_masked,
+        },
+        batch_size=[],
+    )
+    return value, aux
+
+
+def update(
+    state: TensorDict, batch: TensorDict, noise: TensorDict | None = None
+) -> tuple[TensorDict, TensorDict]:
+    """One DRQN gradient step on a ``[T, B]`` window batch. Pure.
+
+    Adam on the masked TD loss, then ``step += 1`` and the target copied from
+    the new online parameters when ``step % target_period == 0``. ``noise`` is
+    accepted for a uniform ``update`` signature and unused (DRQN's update draws
+    nothing). Returns ``(new_state, metrics)``; metrics are 0-dim tensors.
+    """
+    config: Config = state.get_non_tensor("config")
+    _check_batch(batch)
+    params, target = state["params"], state["target"]
+    grads, (value, aux) = grad_and_value(loss, has_aux=True)(params, target, config, batch)
+    grad_norm = global_norm(grads)
+    params, opt_state = _optimizer(config).step(grads, state["opt"], params)
+    step = state["step"] + 1
+    target = periodic_copy(target, params, step, config.target_period)
+    new_state = TensorDict(
+        {"params": params, "target": target, "opt": opt_state, "step": step}, batch_size=[]
+    )
+    new_state.set_non_tensor("config", config)
+    metrics = TensorDict(
+        {
+            "loss": value.detach(),
+            "q": aux["q"],
+            "td_abs": aux["td_abs"],
+            "valid_fraction": aux["valid_fraction"],
+            "grad_norm": grad_norm.detach(),
+        },
+        batch_size=[],
+    )
+    return new_state, metrics
+
+
+def epsilon(config: Config, step: int | torch.Tensor) -> torch.Tensor:
+    """Exploration rate at env step ``step``: linear ``eps_start -> eps_end`` over
+    ``eps_decay_steps``, then constant (DQN's schedule). Pure; 0-dim tensor."""
+    return linear_schedule(config.eps_start, config.eps_end, config.eps_decay_steps)(step)
+
+
+def draw_act_noise(
+    batch: int, *, generator: torch.Generator | None = None, device: torch.device | str = "cpu"
+) -> torch.Tensor:
+    """Uniform ``[2, batch]`` draws for :func:`act`: row 0 decides, row 1 picks the random action."""
+    return torch.rand((2, batch), generator=generator, device=device)
+
+
+def act(
+    params: TensorDict,
+    obs: torch.Tensor,
+    carry: tuple[torch.Tensor, torch.Tensor],
+    epsilon: float | torch.Tensor,
+    noise: torch.Tensor | None = None,
+    *,
+    reset: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """Epsilon-greedy actions for a batch of envs. Returns ``(action [B] int64, new_carry)``.
+
+    ``obs [B, O]``; ``carry`` the LSTM state ``(h, c)`` before this step;
+    ``reset [B]`` (optional, bool) zeroes the carry of envs whose episode
+    starts at this observation. ``noise [2, B]`` holds U[0, 1) draws
+    (:func:`draw_act_noise`): env ``b`` explores when ``noise[0, b] <
+    epsilon`` and then takes action ``floor(noise[1, b] * A)`` (uniform over
+    all actions, greedy one included, as rlax ``epsilon_greedy``). The carry
+    advances whether or not the env explores.
+    """
+    with torch.no_grad():
+        if reset is not None:
+            start = reset.bool().reshape(-1, 1)
+            carry = (torch.where(start, 0.0, carry[0]), torch.where(start, 0.0, carry[1]))
+        q, carry = q_step(params, obs, carry)
+        batch, num_actions = q.shape
+        if noise is None:
+            noise = torch.rand((2, batch), device=q.device)
+        if tuple(noise.shape) != (2, batch):
+            raise ValueError(f"act: noise must have shape (2, {batch}), got {tuple(noise.shape)}.")
+        greedy = q.argmax(dim=-1)
+        random = torch.clamp((noise[1] * num_actions).long(), max=num_actions - 1)
+        explore = noise[0] < epsilon
+        return torch.where(explore, random, greedy), carry

@@ -1,0 +1,102 @@
+"""Observation wrappers that make fully observed gymnasium tasks partially observed.
+
+* :class:`MaskVelocity` zeroes the velocity entries of a vector observation
+  (CartPole's cart and pole velocities, indices 1 and 3: the "no velocity"
+  POMDP of RL Zoo's ``MaskVelocityWrapper``, where PPO-LSTM solves
+  ``CartPoleNoVel-v1``).
+* :class:`FlickerObservation` blanks the whole observation with probability
+  ``p`` at every step (Hausknecht & Stone 2015, "Flickering Pong": each frame
+  fully revealed or fully obscured with p = 0.5).
+
+Both work on any env with a ``Box`` observation space and are reproducible:
+randomness comes from the env's own seeded ``np_random``.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import gymnasium as gym
+import numpy as np
+
+__all__ = ["MaskVelocity", "FlickerObservation", "VELOCITY_INDICES"]
+
+VELOCITY_INDICES: dict[str, tuple[int, ...]] = {
+    "CartPole": (1, 3),
+    "MountainCar": (1,),
+    "MountainCarContinuous": (1,),
+    "Pendulum": (2,),
+    "Acrobot": (4, 5),
+    "LunarLander": (2, 3, 5),
+}
+"""Velocity entries of classic-control / Box2D observations, by env name
+(RL Zoo ``utils/wrappers.py`` ``MaskVelocityWrapper``; Acrobot: its two
+angular velocities)."""
+
+
+def _env_name(env: gym.Env) -> str | None:
+    spec = env.unwrapped.spec if env.unwrapped is not None else None
+    if spec is None:
+        spec = getattr(env, "spec", None)
+    return None if spec is None else spec.name
+
+
+class MaskVelocity(gym.ObservationWrapper):
+    """Zero the observation entries ``indices`` (default: the env's velocities).
+
+    ``indices=None`` looks the env up in :data:`VELOCITY_INDICES` (CartPole:
+    ``(1, 3)``); any other env needs explicit ``indices``. The observation
+    space is unchanged (0 must lie inside its bounds at those entries).
+    """
+
+    def __init__(self, env: gym.Env, indices: Sequence[int] | None = None) -> None:
+        super().__init__(env)
+        space = env.observation_space
+        if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+            raise ValueError(f"MaskVelocity needs a flat 1-D Box observation space, got {space}.")
+        if indices is None:
+            name = _env_name(env)
+            if name not in VELOCITY_INDICES:
+                raise ValueError(
+                    f"MaskVelocity does not know the velocity entries of {name or 'this env'}; "
+                    f"pass indices=... (known envs: {sorted(VELOCITY_INDICES)})."
+                )
+            indices = VELOCITY_INDICES[name]
+        idx = np.asarray(list(indices), dtype=np.int64)
+        dim = space.shape[0]
+        if idx.size == 0 or idx.min() < -dim or idx.max() >= dim:
+            raise ValueError(f"MaskVelocity indices {idx.tolist()} are out of range for a {dim}-dim observation.")
+        if np.any(space.low[idx] > 0) or np.any(space.high[idx] < 0):
+            raise ValueError(f"MaskVelocity: 0 is outside the observation bounds at indices {idx.tolist()}.")
+        self.indices = tuple(int(i) for i in idx)
+        self._mask = np.ones(dim, dtype=space.dtype)
+        self._mask[idx] = 0
+
+    def observation(self, observation):
+        return (observation * self._mask).astype(self.observation_space.dtype, copy=False)
+
+
+class FlickerObservation(gym.ObservationWrapper):
+    """Replace the whole observation by ``fill`` (0) with probability ``p``.
+
+    Applied to every observation, the first one after ``reset`` included.
+    Draws use the env's ``np_random`` (seeded by ``reset(seed=...)``), so the
+    same seed flickers the same steps. ``p = 0.5`` is Flickering Pong's.
+    """
+
+    def __init__(self, env: gym.Env, p: float = 0.5, fill: float = 0.0) -> None:
+        super().__init__(env)
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"FlickerObservation p must be a probability in [0, 1], got {p}.")
+        space = env.observation_space
+        if not isinstance(space, gym.spaces.Box):
+            raise ValueError(f"FlickerObservation needs a Box observation space, got {space}.")
+        if np.any(space.low > fill) or np.any(space.high < fill):
+            raise ValueError(f"FlickerObservation fill={fill} is outside the observation bounds; pick another fill.")
+        self.p = float(p)
+        self.fill = fill
+
+    def observation(self, observation):
+        if self.np_random.random() < self.p:
+            return np.full_like(observation, self.fill)
+        return observation

@@ -1,0 +1,96 @@
+"""Partial-observability wrappers and the cue-memory task."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import rlfunc.envs  # noqa: F401  (registers rlfunc/CueMemory-v0)
+from rlfunc.envs.memory import CueMemory
+from rlfunc.envs.wrappers import FlickerObservation, MaskVelocity
+
+
+def test_mask_velocity_zeroes_cartpole_velocities():
+    env = MaskVelocity(gym.make("CartPole-v1"))
+    assert env.indices == (1, 3)
+    obs, _ = env.reset(seed=0)
+    for _ in range(5):
+        obs, *_ = env.step(env.action_space.sample())
+        assert obs[1] == 0 and obs[3] == 0 and obs[0] != 0 and obs[2] != 0
+        assert obs.dtype == np.float32 and env.observation_space.contains(obs)
+
+
+def test_mask_velocity_generic_indices_and_errors():
+    env = MaskVelocity(gym.make("Pendulum-v1"))
+    assert env.indices == (2,)
+    obs, _ = env.reset(seed=0)
+    assert obs[2] == 0
+    env = MaskVelocity(gym.make("CartPole-v1"), indices=[0])
+    obs, _ = env.reset(seed=0)
+    assert obs[0] == 0 and obs[2] != 0
+    with pytest.raises(ValueError, match="pass indices"):
+        MaskVelocity(gym.make("rlfunc/CueMemory-v0"))
+    with pytest.raises(ValueError, match="out of range"):
+        MaskVelocity(gym.make("CartPole-v1"), indices=[7])
+
+
+def _flicker_run(seed, steps=400):
+    env = FlickerObservation(gym.make("CartPole-v1"), p=0.5)
+    obs, _ = env.reset(seed=seed)
+    blank = [not obs.any()]
+    for _ in range(steps):
+        obs, _, term, trunc, _ = env.step(0 if len(blank) % 2 else 1)
+        blank.append(not obs.any())
+        if term or trunc:
+            obs, _ = env.reset()
+            blank.append(not obs.any())
+    return np.array(blank)
+
+
+def test_flicker_blanks_with_probability_p_reproducibly():
+    a, b, c = _flicker_run(0), _flicker_run(0), _flicker_run(1)
+    assert np.array_equal(a, b)
+    assert not np.array_equal(a, c)
+    assert 0.4 < a.mean() < 0.6
+    never = FlickerObservation(gym.make("CartPole-v1"), p=0.0)
+    obs, _ = never.reset(seed=0)
+    assert obs.any()
+    with pytest.raises(ValueError, match="probability"):
+        FlickerObservation(gym.make("CartPole-v1"), p=1.5)
+
+
+def test_cue_memory_rewards_recall_after_delay():
+    env = gym.make("rlfunc/CueMemory-v0", delay=3)
+    assert env.action_space.n == 2 and env.observation_space.shape == (3,)
+    for seed in range(6):
+        obs, info = env.reset(seed=seed)
+        cue = info["cue"]
+        assert obs[cue] == 1 and obs.sum() == 1  # cue shown at step 0 only
+        for t in range(3):
+            obs, r, term, trunc, _ = env.step(1 - cue)  # actions before the query are ignored
+            assert r == 0 and not term and not trunc
+            assert obs[:2].sum() == 0 and obs[2] == (1 if t == 2 else 0)  # blank, then the query flag
+        _, r, term, _, info = env.step(cue if seed % 2 else 1 - cue)
+        assert term and r == (1.0 if seed % 2 else -1.0) and info["correct"] == bool(seed % 2)
+
+
+def test_cue_memory_zero_delay_and_cues_are_seeded():
+    env = CueMemory(delay=0, num_cues=3, wrong_reward=0.0)
+    obs, info = env.reset(seed=0)
+    assert obs[info["cue"]] == 1 and obs[-1] == 1
+    _, r, term, _, _ = env.step((info["cue"] + 1) % 3)
+    assert term and r == 0.0
+    cues = [CueMemory().reset(seed=s)[1]["cue"] for s in range(20)]
+    assert cues == [CueMemory().reset(seed=s)[1]["cue"] for s in range(20)] and len(set(cues)) == 2
+    with pytest.raises(ValueError, match="delay"):
+        CueMemory(delay=-1)
+
+
+def test_wrappers_compose_in_a_vector_env():
+    def make():
+        return FlickerObservation(MaskVelocity(gym.make("CartPole-v1")), p=0.5)
+
+    venv = gym.vector.SyncVectorEnv([make, make])
+    obs, _ = venv.reset(seed=3)
+    for _ in range(10):
+        obs, *_ = venv.step(venv.action_space.sample())
+        assert (obs[:, 1] == 0).all() and (obs[:, 3] == 0).all()
