@@ -1,0 +1,132 @@
+"""Checkpoints: atomic, pickle-free, complete enough to continue bit-exactly."""
+
+import json
+import os
+
+import pytest
+import torch
+
+import rlfunc
+from helpers_envs import register
+from rlfunc.runtime.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from rlfunc.runtime.trainer import NonFiniteLossError
+
+TINY = {
+    "agent.hidden_sizes": [16, 16],
+    "agent.num_critics": 3,
+    "agent.updates_per_step": 2,
+    "agent.batch_size": 32,
+    "train.random_steps": 300,
+    "train.eval_every": 1000,
+    "train.eval_episodes": 1,
+    "train.checkpoint_every": 1000,
+    "train.progress": False,
+}
+
+
+def test_save_is_atomic_and_pickle_free(tmp_path):
+    from tensordict import TensorDict
+
+    td = TensorDict({"a": torch.randn(3), "n": {"b": torch.arange(4)}}, [])
+    path = save_checkpoint(tmp_path, "step_000000001", td, {"k": 1})
+    assert (tmp_path / "latest").read_text().strip() == "step_000000001"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "no temporary leftovers"
+    files = [f for _, _, fs in os.walk(path) for f in fs]
+    assert not [f for f in files if f.endswith((".pkl", ".pt", ".pickle"))]
+    loaded, meta = load_checkpoint(tmp_path)
+    assert torch.equal(loaded["a"], td["a"]) and meta["k"] == 1
+
+
+def test_missing_and_corrupt_checkpoints_give_clear_errors(tmp_path):
+    with pytest.raises(CheckpointError, match="No run or checkpoint"):
+        load_checkpoint(tmp_path / "nowhere")
+    with pytest.raises(CheckpointError, match="no complete checkpoint"):
+        load_checkpoint(tmp_path)
+    from tensordict import TensorDict
+
+    path = save_checkpoint(tmp_path, "step_000000002", TensorDict({"a": torch.ones(2)}, []), {})
+    (path / "meta.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match="corrupt"):
+        load_checkpoint(path)
+    (path / "meta.json").write_text(json.dumps({"format_version": 1}))
+    for f in (path / "tensors").iterdir():
+        if f.is_file():
+            f.unlink()
+    with pytest.raises(CheckpointError, match="corrupt"):
+        load_checkpoint(path)
+
+
+def test_resume_continues_exactly(tmp_path):
+    straight = rlfunc.train(None, overrides={**TINY, "train.total_steps": 2000}, run_dir=tmp_path / "straight")
+    first = rlfunc.train(None, overrides={**TINY, "train.total_steps": 1000}, run_dir=tmp_path / "split")
+    assert first.env_steps == 1000
+    resumed = rlfunc.resume(tmp_path / "split", total_steps=2000)
+    assert resumed.env_steps == 2000
+    a, meta_a = load_checkpoint(straight.run_dir)
+    b, meta_b = load_checkpoint(resumed.run_dir)
+    assert meta_a["env_step"] == meta_b["env_step"] == 2000
+    assert meta_a["updates"] == meta_b["updates"]
+    for key in a["state"].keys(True, True):
+        assert torch.equal(a["state"][key], b["state"][key]), key
+    assert torch.equal(a["replay", "storage", "obs"], b["replay", "storage", "obs"])
+    # eval.csv of the resumed run continues the first part
+    steps = [int(line.split(",")[0]) for line in (tmp_path / "split" / "eval.csv").read_text().splitlines()[1:]]
+    assert steps == [1000, 2000]
+
+
+def test_trained_agent_loads_and_evaluates(tmp_path):
+    res = rlfunc.train(None, overrides={**TINY, "train.total_steps": 400}, run_dir=tmp_path / "r")
+    policy = rlfunc.load(res.run_dir)
+    import numpy as np
+
+    a = policy.act(np.zeros(3, dtype=np.float32))
+    assert a.shape == (1,) and -2.0 <= float(a[0]) <= 2.0  # Pendulum's native bounds
+    out = rlfunc.evaluate(res.run_dir, episodes=1)
+    assert np.isfinite(out["mean"]) and len(out["returns"]) == 1
+
+
+def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
+    register()
+    overrides = {
+        **TINY,
+        "env.id": "rlfunc_test/Counting-v0",
+        "env.kwargs": {"term_at": 50, "nan_reward_after": 1500},
+        "train.total_steps": 3000,
+        "train.random_steps": 100,
+        "train.eval_every": 500,
+        "train.checkpoint_every": 500,
+    }
+    with pytest.raises(NonFiniteLossError, match="non-finite"):
+        rlfunc.train(None, overrides=overrides, run_dir=tmp_path / "nan")
+    tensors, meta = load_checkpoint(tmp_path / "nan")
+    assert meta["env_step"] == 1500
+    for v in tensors["state"].values(True, True):
+        if v.is_floating_point():
+            assert torch.isfinite(v).all()
+
+
+def test_crash_saves_progress(tmp_path, monkeypatch):
+    from rlfunc.runtime import learners
+
+    calls = {"n": 0}
+    real = learners.TransitionLearner.learn
+
+    def flaky(self):
+        calls["n"] += 1
+        if calls["n"] == 150:
+            raise KeyboardInterrupt
+        return real(self)
+
+    monkeypatch.setattr(learners.TransitionLearner, "learn", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        rlfunc.train(None, overrides={**TINY, "train.total_steps": 1000}, run_dir=tmp_path / "crash")
+    _, meta = load_checkpoint(tmp_path / "crash")
+    assert meta["env_step"] == 300 + 149
+
+
+def test_existing_run_dir_is_not_overwritten(tmp_path):
+    rlfunc.train(None, overrides={**TINY, "train.total_steps": 300, "train.checkpoint_every": 100}, run_dir=tmp_path / "x")
+    from rlfunc.runtime.config import ConfigError
+
+    with pytest.raises(ConfigError, match="rlfunc resume"):
+        rlfunc.train(None, overrides={**TINY, "train.total_steps": 300}, run_dir=tmp_path / "x")
