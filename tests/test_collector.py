@@ -55,3 +55,22 @@ def test_episode_returns_reported():
     for _ in range(3):
         finished += col.step(np.zeros((1, 1)))[1]
     assert finished == [(0, 6.0, 3)]
+
+
+def test_episode_start_flags():
+    col = Collector(CountingEnv(term_at=2))
+    col.reset(seed=0)
+    starts = []
+    for _ in range(4):
+        starts.append(bool(col.episode_start[0]))
+        col.step(np.zeros((1, 1)))
+    assert starts == [True, False, True, False]
+    envs = gym.vector.SyncVectorEnv([lambda: CountingEnv(term_at=2)])
+    col = Collector(envs)
+    col.reset(seed=0)
+    starts = []
+    for _ in range(6):
+        starts.append(bool(col.episode_start[0]))
+        col.step(np.zeros((1, 1), dtype=np.float32))
+    # step 2 is the autoreset step: its returned obs starts episode 2
+    assert starts == [True, False, False, True, False, False]

@@ -57,6 +57,7 @@ class Collector:
         self._obs: np.ndarray | None = None
         self._pending_reset = False
         self._needs_reset_step = np.zeros(self.num_envs, dtype=bool)
+        self._episode_start = np.ones(self.num_envs, dtype=bool)
         self._ep_return = np.zeros(self.num_envs, dtype=np.float64)
         self._ep_length = np.zeros(self.num_envs, dtype=np.int64)
         self.episodes = 0
@@ -72,7 +73,19 @@ class Collector:
         if self._pending_reset:
             self._pending_reset = False
             self._obs = np.asarray(self.env.reset()[0])[None]
+            self._episode_start[:] = True
         return self._obs
+
+    @property
+    def episode_start(self) -> np.ndarray:
+        """``[num_envs]`` bool: the current observation is the first of an episode.
+
+        Recurrent learners reset their carry there. For a vector env this is
+        the observation returned by the autoreset step.
+        """
+        obs = self.obs  # a pending single-env reset happens here
+        del obs
+        return self._episode_start.copy()
 
     @obs.setter
     def obs(self, value: np.ndarray | None) -> None:
@@ -88,6 +101,7 @@ class Collector:
             obs = np.asarray(obs)[None]
         self.obs = np.asarray(obs)
         self._pending_reset = False
+        self._episode_start[:] = True
         self._needs_reset_step[:] = False
         self._ep_return[:] = 0.0
         self._ep_length[:] = 0
@@ -101,6 +115,7 @@ class Collector:
         if self.vector:
             next_obs, reward, terminated, truncated, _ = self.env.step(actions)
             valid = ~self._needs_reset_step
+            self._episode_start = self._needs_reset_step.copy()
             self._needs_reset_step = np.logical_or(terminated, truncated)
             next_obs = np.asarray(next_obs)
             self.obs = next_obs
@@ -112,6 +127,7 @@ class Collector:
             truncated = np.asarray([trunc])
             valid = np.ones(1, dtype=bool)
             self.obs = next_obs
+            self._episode_start[:] = False
             self._pending_reset = bool(term or trunc)
         reward = np.asarray(reward, dtype=np.float64)
         terminated = np.asarray(terminated, dtype=bool)
@@ -179,6 +195,7 @@ class Collector:
             obs = np.asarray(self.env.reset()[0])[None]
         self.obs = obs
         self._pending_reset = False
+        self._episode_start[:] = True
         self._needs_reset_step[:] = False
         self._ep_return[:] = 0.0
         self._ep_length[:] = 0

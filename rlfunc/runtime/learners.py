@@ -3,8 +3,10 @@
 A learner owns the algorithm state (one TensorDict), its replay buffer and
 its random generator, and exposes what the training loop needs:
 
-* ``explore(obs, env_step)`` -> actions for every env (random before
-  ``train.random_steps``, then the stochastic policy);
+* ``explore(obs, env_step, episode_start)`` -> actions for every env
+  (random before ``train.random_steps``, then the stochastic policy;
+  ``episode_start [num_envs]`` marks observations that begin an episode, where
+  recurrent learners reset their carry);
 * ``observe(rows)`` stores transitions from the collector;
 * ``learn()`` -> metrics (or ``None`` while there is too little data);
 * ``policy()`` -> a deterministic :class:`~rlfunc.runtime.policy.Policy`;
@@ -57,7 +59,7 @@ class TransitionLearner:
             self._update = torch.compile(self.algo.update, fullgraph=True)
 
     # -- acting -------------------------------------------------------------
-    def explore(self, obs: np.ndarray, env_step: int) -> np.ndarray:
+    def explore(self, obs: np.ndarray, env_step: int, episode_start: np.ndarray | None = None) -> np.ndarray:
         n = obs.shape[0]
         if env_step < self.train_cfg.random_steps:
             a = torch.rand((n, self.act_dim), generator=self.generator, device=self.device) * 2.0 - 1.0

@@ -232,7 +232,9 @@ class Trainer:
         metrics = None
         try:
             while self.env_step < cfg.total_steps:
-                actions = self.learner.explore(self.collector.obs, self.env_step)
+                actions = self.learner.explore(
+                    self.collector.obs, self.env_step, episode_start=self.collector.episode_start
+                )
                 rows, finished = self.collector.step(actions)
                 self.learner.observe(rows)
                 recent_returns.extend(r for _, r, _ in finished)
