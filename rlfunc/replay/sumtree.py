@@ -100,6 +100,13 @@ class SumTree:
         """Leaf values at ``indices`` (any shape, int64)."""
         return self._leaves.view(-1)[indices]
 
+    def probabilities(self, indices: torch.Tensor) -> torch.Tensor:
+        """``p_i / total`` at ``indices [S]`` (float64, on ``device``)."""
+        if self._np:
+            i = indices.numpy() if isinstance(indices, torch.Tensor) else np.asarray(indices)
+            return torch.from_numpy(self._leaves_np.reshape(-1)[i] / self._top_np[-1])
+        return self.get(indices) / self.total()
+
     @property
     def leaves(self) -> torch.Tensor:
         """All ``capacity`` leaf values (a view; write through :meth:`update`)."""

@@ -1,0 +1,228 @@
+"""Prioritized replay of fixed-length sequences (R2D2; Kapturowski et al., ICLR 2019).
+
+:class:`PrioritizedSequenceReplay` is :class:`rlfunc.replay.sequence.SequenceReplay`
+-- windows of ``sequence_length = burn_in + length`` steps of one episode,
+starting every ``period`` steps (R2D2: 40 + 80, period 40), the tail of an
+episode zero-padded with ``mask`` False, the actor's recurrent state *before*
+each window's first step stored with it -- plus proportional priorities
+(Schaul et al., ICLR 2016) kept in a :class:`rlfunc.replay.sumtree.SumTree`:
+
+* a window is sampled with probability ``P(i) = p_i^alpha / sum_j p_j^alpha``
+  (``priority_exponent`` alpha, R2D2 0.9), independently with replacement (as
+  Reverb's ``Prioritized`` selector does for Acme's R2D2);
+* each sample carries ``probability`` and the importance weight
+  ``w_i = (N P(i))^-beta / max_batch w`` (``importance_exponent`` beta, R2D2
+  0.6, normalised by the batch max as in Acme's R2D2 learner);
+* :meth:`PrioritizedSequenceReplay.update_priorities` writes the priorities a
+  learner computed for the windows it sampled (``batch["window"][0]``; R2D2's
+  ``0.9 max |td| + 0.1 mean |td|`` from :func:`rlfunc.core.returns.sequence_priorities`);
+* a new window enters with the largest priority seen so far
+  (``initial_priority=None``; Schaul et al.), so it is replayed soon; a fixed
+  ``initial_priority`` (Acme's adders insert with priority 1.0) is an option.
+
+Sampling and priority updates are a constant number of vectorised ops (no
+loop over the batch or the tree depth): sampling 64 windows and updating their
+priorities each take tens of microseconds at 1M stored windows on one CPU
+core (``benchmarks/prioritized_replay.py``). :meth:`state_dict` /
+:meth:`load_state_dict` include the priorities, so a resumed run samples
+exactly as it would have.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from rlfunc.replay.sequence import SequenceReplay
+from rlfunc.replay.sumtree import SumTree
+
+__all__ = ["PrioritizedSequenceReplay", "importance_weights"]
+
+
+def importance_weights(probabilities: torch.Tensor, size: int | torch.Tensor, exponent: float) -> torch.Tensor:
+    """Prioritized-replay importance weights ``(N P(i))^-beta``, normalised by their max.
+
+    ``probabilities [B]`` are the sampling probabilities of the drawn items,
+    ``size`` the number of items ``N`` in the buffer, ``exponent`` beta
+    (``0`` gives all ones). The largest weight in the batch is 1 (Acme's R2D2
+    learner; Schaul et al. 2016 normalise by ``max w`` the same way). Computed
+    in float64, returned as float32.
+    """
+    if probabilities.dim() != 1:
+        raise ValueError(f"importance_weights expects probabilities [B], got shape {tuple(probabilities.shape)}.")
+    if probabilities.device.type == "cpu":  # numpy: ~1 us per op against ~5-20 us for small torch ops
+        p = np.maximum(probabilities.numpy().astype(np.float64), np.finfo(np.float64).tiny)
+        w = (p * float(size)) ** -float(exponent)
+        return torch.from_numpy((w / w.max()).astype(np.float32))
+    p = probabilities.to(torch.float64).clamp(min=torch.finfo(torch.float64).tiny)
+    w = (p * size).pow(-float(exponent))
+    return (w / w.max()).to(torch.float32)
+
+
+class PrioritizedSequenceReplay(SequenceReplay):
+    """Sequence replay with proportional priorities over windows.
+
+    Args:
+        capacity: windows kept (the oldest are overwritten; R2D2/Acme 100k).
+        sequence_length: steps per window, ``burn_in + length`` for R2D2.
+        num_envs: envs of the vector env feeding :meth:`add`.
+        period: steps between window starts (R2D2 40; default: no overlap).
+        priority_exponent: alpha (R2D2 0.9).
+        importance_exponent: beta (R2D2 0.6).
+        initial_priority: priority of a new window; ``None`` (default) uses
+            the largest priority seen so far (1.0 before any update).
+        fanout: sum-tree block size (``None``: automatic).
+        device: where storage, priorities and sampling live.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        sequence_length: int,
+        num_envs: int = 1,
+        *,
+        period: int | None = None,
+        priority_exponent: float = 0.9,
+        importance_exponent: float = 0.6,
+        initial_priority: float | None = None,
+        fanout: int | None = None,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        super().__init__(capacity, sequence_length, num_envs, period=period, device=device)
+        if priority_exponent < 0:
+            raise ValueError(f"priority_exponent must be >= 0, got {priority_exponent}.")
+        if importance_exponent < 0:
+            raise ValueError(f"importance_exponent must be >= 0, got {importance_exponent}.")
+        if initial_priority is not None and not initial_priority > 0:
+            raise ValueError(f"initial_priority must be positive (or None for the max so far), got {initial_priority}.")
+        self.priority_exponent = float(priority_exponent)
+        self.importance_exponent = float(importance_exponent)
+        self.initial_priority = None if initial_priority is None else float(initial_priority)
+        self._tree = SumTree(self.capacity, fanout=fanout, device=self.device)
+        self._max_priority = torch.ones((), dtype=torch.float64, device=self.device)
+        self._max_np = self._max_priority.numpy() if self.device.type == "cpu" else None
+
+    # ------------------------------------------------------------------ info
+    @property
+    def tree(self) -> SumTree:
+        """The sum-tree of ``priority ** priority_exponent`` per storage row."""
+        return self._tree
+
+    @property
+    def max_priority(self) -> torch.Tensor:
+        """Largest priority written so far (0-dim copy, before the exponent)."""
+        return self._max_priority.clone()
+
+    def priorities(self, indices: torch.Tensor) -> torch.Tensor:
+        """Current priorities (before the exponent) of storage rows ``indices``."""
+        leaf = self._tree.get(indices.to(self.device))
+        if self.priority_exponent == 0:
+            return leaf
+        return leaf.pow(1.0 / self.priority_exponent)
+
+    # --------------------------------------------------------------- hooks
+    def _on_insert(self, rows: torch.Tensor) -> None:
+        p = self._max_priority if self.initial_priority is None else torch.tensor(self.initial_priority, dtype=torch.float64)
+        self._tree.update(rows, p.pow(self.priority_exponent))
+
+    def _sample_indices(self, batch_size: int, generator: torch.Generator | None) -> torch.Tensor:
+        return self._tree.sample(batch_size, generator=generator).to(self.device)
+
+    # --------------------------------------------------------------- sample
+    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> TensorDict:
+        """``batch_size`` windows drawn in proportion to ``priority ** alpha``, time-major ``[T, B]``.
+
+        The keys of :meth:`SequenceReplay.sample` (every added key, ``mask``,
+        ``window``, ``episode_start``, ``init_carry``) plus ``probability``
+        (float64) and ``weight`` (float32 importance weights, max 1 over the
+        batch), both constant along T like ``window``. Gathers each stored
+        tensor with one ``index_select`` (several times faster than indexing
+        the storage TensorDict at this batch size).
+        """
+        if self._size == 0 or self._storage is None:
+            raise RuntimeError(
+                "Cannot sample from an empty sequence replay; add steps until at least one window is complete."
+            )
+        T = self.sequence_length
+        shape = (T, batch_size)
+        idx = self._sample_indices(batch_size, generator)
+        data: dict = {
+            k: v.index_select(1, idx) for k, v in self._storage.items(include_nested=True, leaves_only=True)
+        }
+        data["window"] = idx.unsqueeze(0).expand(shape)
+        data["episode_start"] = self._info.get("start").index_select(0, idx).unsqueeze(0).expand(shape)
+        if self._carry is not None:
+            for k, v in self._carry.items(include_nested=True, leaves_only=True):
+                key = ("init_carry", *k) if isinstance(k, tuple) else ("init_carry", k)
+                data[key] = v.index_select(0, idx).unsqueeze(0).expand(*shape, *v.shape[1:])
+        prob = self._tree.probabilities(idx)
+        data["probability"] = prob.unsqueeze(0).expand(shape)
+        data["weight"] = importance_weights(prob, self._size, self.importance_exponent).unsqueeze(0).expand(shape)
+        return TensorDict(data, batch_size=shape, device=self.device)
+
+    # --------------------------------------------------------- priorities
+    def update_priorities(self, indices: torch.Tensor, priorities: torch.Tensor) -> None:
+        """Set the priorities of storage rows ``indices [B]`` (``batch["window"][0]``).
+
+        ``priorities [B]`` are non-negative (R2D2: :func:`rlfunc.core.returns.sequence_priorities`);
+        the tree stores ``priority ** priority_exponent``. A window with priority 0 is never
+        sampled again until it is overwritten. On CPU, negative or non-finite values and
+        rows that hold no window raise; on an accelerator nothing is checked (that would
+        need a host sync).
+        """
+        idx = torch.as_tensor(indices, device=self.device).detach().reshape(-1)
+        p = torch.as_tensor(priorities, device=self.device).detach().reshape(-1)
+        if idx.shape != p.shape:
+            raise ValueError(
+                f"update_priorities got {idx.numel()} indices and {p.numel()} priorities; pass one priority per index."
+            )
+        if idx.numel() == 0:
+            return
+        if self.device.type == "cpu":  # numpy: a few microseconds per call instead of tens
+            i = idx.numpy().astype(np.int64, copy=False)
+            q = p.numpy().astype(np.float64)
+            if not np.isfinite(q).all() or (q < 0).any():
+                raise ValueError(f"Priorities must be finite and non-negative, got {q[:8].tolist()}...")
+            if i.min() < 0 or i.max() >= self._size:
+                raise IndexError(f"update_priorities: indices must be stored rows in [0, {self._size}), got {i[:8].tolist()}...")
+            np.maximum(self._max_np, q.max(), out=self._max_np)
+            self._tree.update(i, q**self.priority_exponent if self.priority_exponent != 1 else q)
+            return
+        p = p.to(torch.float64)
+        self._max_priority.copy_(torch.maximum(self._max_priority, p.max()))
+        self._tree.update(idx.long(), p.pow(self.priority_exponent))
+
+    # ----------------------------------------------------------- checkpoint
+    def state_dict(self) -> TensorDict:
+        """:meth:`SequenceReplay.state_dict` plus the priorities of the stored rows."""
+        td = super().state_dict()
+        n = max(self._size, 1)
+        td["priority_leaves"] = self._tree.leaves[:n].clone().cpu()
+        td["max_priority"] = self._max_priority.clone().cpu()
+        td["priority_exponent"] = torch.tensor(self.priority_exponent, dtype=torch.float64)
+        return td
+
+    def load_state_dict(self, td: TensorDict) -> None:
+        """Restore from :meth:`state_dict`; layout and ``priority_exponent`` must match."""
+        if "priority_leaves" not in td.keys():
+            raise ValueError(
+                "Not a prioritized sequence replay checkpoint (no 'priority_leaves'); "
+                "it was saved by a uniform SequenceReplay."
+            )
+        saved_alpha = float(td["priority_exponent"])
+        if abs(saved_alpha - self.priority_exponent) > 1e-12:
+            raise ValueError(
+                f"Checkpointed replay has priority_exponent={saved_alpha} but this buffer has "
+                f"{self.priority_exponent}; create the buffer with priority_exponent={saved_alpha}."
+            )
+        super().load_state_dict(td)
+        leaves = td["priority_leaves"].to(torch.float64)
+        if leaves.numel() > self.capacity or leaves.numel() < self._size:
+            raise ValueError(
+                f"Corrupt prioritized replay checkpoint: {leaves.numel()} priorities for size {self._size}."
+            )
+        full = torch.zeros(self.capacity, dtype=torch.float64)
+        full[: leaves.numel()] = leaves
+        self._tree.load_state_dict({"leaves": full})
+        self._max_priority.copy_(td["max_priority"].to(dtype=torch.float64).reshape(()))
