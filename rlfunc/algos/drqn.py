@@ -36,6 +36,13 @@ the paper, off by default: ``double_q`` (van Hasselt et al. 2016) and
 ``initial_state="stored"`` (start both unrolls from the actor state stored
 with the window, R2D2's "stored state" without burn-in).
 
+``core="mlp"`` is the memory-less control, *not* DRQN: the LSTM is replaced by
+a fully connected ReLU layer of ``lstm_size`` units (the carry passes through
+unchanged, so the same runtime drives it). With ``sequence_length=1`` it is a
+plain feed-forward DQN (Mnih et al. 2015: one-step Q-learning from uniformly
+replayed transitions, periodic target copy, Huber, epsilon-greedy); the
+runtime registers it as ``dqn``.
+
 ``update(state, batch)`` takes a time-major ``[T, B]`` batch from the sequence
 replay with keys ``obs [T, B, O]``, ``action [T, B]``, ``reward [T, B]``,
 ``next_obs [T, B, O]``, ``terminated [T, B]``, ``mask [T, B]`` (and
@@ -66,6 +73,7 @@ __all__ = [
     "loss",
     "update",
     "act",
+    "greedy_action",
     "draw_act_noise",
     "epsilon",
     "carry_to_td",
@@ -90,6 +98,7 @@ class Config:
     target_period: int = 1_000
     double_q: bool = False
     initial_state: str = "zeros"  # "zeros" (DRQN) or "stored" (the replayed actor state)
+    core: str = "lstm"  # "lstm" (DRQN) or "mlp" (memory-less control: a ReLU layer in its place)
     eps_start: float = 1.0
     eps_end: float = 0.05
     eps_decay_steps: int = 10_000
@@ -117,6 +126,8 @@ class Config:
             raise ValueError(f"gamma must be in (0, 1], got {self.gamma}.")
         if self.target_period < 1:
             raise ValueError(f"target_period must be at least 1 update, got {self.target_period}.")
+        if self.core not in ("lstm", "mlp"):
+            raise ValueError(f"core must be 'lstm' (DRQN) or 'mlp' (feed-forward control), got {self.core!r}.")
         if self.initial_state not in ("zeros", "stored"):
             raise ValueError(f"initial_state must be 'zeros' or 'stored', got {self.initial_state!r}.")
         if self.huber_delta is not None and self.huber_delta <= 0:
@@ -144,12 +155,18 @@ def _space_dims(obs_space, act_space) -> tuple[int, int]:
 def _network_init(config: Config, obs_dim: int, num_actions: int, gen: torch.Generator) -> TensorDict:
     enc = tuple(config.encoder_sizes)
     lstm_in = enc[-1] if enc else obs_dim
+    if config.core == "lstm":
+        core_key = "lstm"
+        core = nets.lstm_init(lstm_in, config.lstm_size, init=config.lstm_init, generator=gen)
+    else:
+        core_key = "fc"
+        core = nets.linear_init(lstm_in, config.lstm_size, init=config.init, generator=gen)
     return TensorDict(
         {
             "encoder": nets.mlp_init((obs_dim, *enc), init=config.init, generator=gen)
             if enc
             else TensorDict({}, batch_size=[]),
-            "lstm": nets.lstm_init(lstm_in, config.lstm_size, init=config.lstm_init, generator=gen),
+            core_key: core,
             "head": nets.linear_init(config.lstm_size, num_actions, init=config.init, generator=gen),
         },
         batch_size=[],
@@ -166,7 +183,8 @@ def init(
     """Initial training state: ``params``, ``target`` (a copy), ``opt`` (Adam), ``step``.
 
     ``params`` holds ``encoder`` (MLP, ReLU after every layer), ``lstm``
-    (``torch.nn.LSTM`` layout) and ``head`` (linear). The static ``config`` is
+    (``torch.nn.LSTM`` layout; ``fc``, a linear layer, for ``core="mlp"``)
+    and ``head`` (linear). The static ``config`` is
     stored as a non-tensor entry.
     """
     obs_dim, num_actions = _space_dims(obs_space, act_space)
@@ -218,6 +236,10 @@ def _head(params: TensorDict, h: torch.Tensor) -> torch.Tensor:
     return F.linear(h, params["head", "weight"], params["head", "bias"])
 
 
+def _fc(params: TensorDict, x: torch.Tensor) -> torch.Tensor:
+    return F.relu(F.linear(x, params["fc", "weight"], params["fc", "bias"]))
+
+
 def q_unroll(
     params: TensorDict,
     obs: torch.Tensor,
@@ -231,6 +253,8 @@ def q_unroll(
     """
     if obs.dim() != 3:
         raise ValueError(f"q_unroll expects time-major obs [T, B, O], got shape {tuple(obs.shape)}.")
+    if "fc" in params.keys():  # core="mlp": memory-less, the carry passes through
+        return _head(params, _fc(params, _encode(params, obs))), carry
     hs, carry = nets.lstm_unroll(params["lstm"], _encode(params, obs), carry, reset)
     return _head(params, hs), carry
 
@@ -241,6 +265,8 @@ def q_step(
     """One step: ``obs [B, O]`` -> ``(q [B, A], new carry)`` (acting)."""
     if obs.dim() != 2:
         raise ValueError(f"q_step expects obs [B, O], got shape {tuple(obs.shape)}.")
+    if "fc" in params.keys():  # core="mlp"
+        return _head(params, _fc(params, _encode(params, obs))), carry
     h, carry = nets.lstm_apply(params["lstm"], _encode(params, obs), carry)
     return _head(params, h), carry
 
@@ -397,3 +423,28 @@ def act(
         random = torch.clamp((noise[1] * num_actions).long(), max=num_actions - 1)
         explore = noise[0] < epsilon
         return torch.where(explore, random, greedy), carry
+
+
+def greedy_action(
+    params: TensorDict,
+    obs: torch.Tensor,
+    carry: tuple[torch.Tensor, torch.Tensor],
+    *,
+    config: Config | None = None,
+    noise: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """Evaluation action: ``obs [B, O]`` -> ``(action [B] int64, new carry)``.
+
+    Greedy (``argmax_a Q``) when ``config.eval_epsilon`` is 0 (the default);
+    otherwise epsilon-greedy with ``eval_epsilon`` (DQN's evaluation used
+    0.05), with ``noise`` as in :func:`act` (drawn from torch's global RNG if
+    not given). The carry advances either way; the caller resets it to
+    :func:`initial_carry` at every episode start
+    (:class:`rlfunc.runtime.policy.Policy` does).
+    """
+    eps = 0.0 if config is None else config.eval_epsilon
+    if eps > 0.0:
+        return act(params, obs, carry, eps, noise)
+    with torch.no_grad():
+        q, carry = q_step(params, obs, carry)
+        return q.argmax(dim=-1), carry

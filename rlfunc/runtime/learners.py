@@ -24,10 +24,11 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from rlfunc.replay.sequence import SequenceReplay
 from rlfunc.replay.uniform import UniformReplay
 from rlfunc.runtime.policy import Policy
 
-__all__ = ["TransitionLearner"]
+__all__ = ["TransitionLearner", "SequenceLearner"]
 
 
 def _generator(device: torch.device, seed: int) -> torch.Generator:
@@ -147,4 +148,134 @@ class TransitionLearner:
         if isinstance(native, gym.spaces.Box):
             meta["action_low"] = native.low.tolist()
             meta["action_high"] = native.high.tolist()
+        return meta
+
+
+class SequenceLearner(TransitionLearner):
+    """Recurrent off-policy learning from replayed windows (DRQN; the ``dqn`` control).
+
+    The algorithm module provides ``init``, ``update``, ``act`` (epsilon-greedy
+    with explicit noise), ``epsilon(config, env_step)``, ``draw_act_noise``,
+    ``initial_carry`` and ``greedy_action`` (:mod:`rlfunc.algos.drqn`).
+
+    * :meth:`explore` keeps one recurrent carry per env, zeroes it where
+      ``episode_start`` is True, and acts epsilon-greedily with the schedule
+      ``epsilon(config, env_step)`` (no separate uniform warm-up: the schedule
+      starts at ``eps_start = 1``);
+    * :meth:`observe` feeds a :class:`~rlfunc.replay.sequence.SequenceReplay`
+      (``agent.buffer_windows`` windows of ``agent.sequence_length`` steps,
+      a new window every ``agent.sequence_period`` steps) with the rows'
+      ``env_id``; the actor's carry before each step goes with it when the
+      algorithm starts unrolls from stored state (``initial_state="stored"``);
+    * :meth:`ready` is True every ``agent.train_every`` env steps once
+      ``agent.learning_starts`` steps were collected; :meth:`learn` samples
+      ``[T, B]`` windows and runs one pure ``update`` (compiled with
+      ``train.compile``).
+
+    The agent section, not ``train``, sets the replay size and the warm-up:
+    ``train.random_steps`` and ``train.replay_size`` are not used.
+    """
+
+    def __init__(self, entry, run_config, obs_space: gym.Space, act_space: gym.Space) -> None:
+        self.entry = entry
+        self.algo = entry.algo
+        self.config = run_config.agent
+        self.train_cfg = run_config.train
+        self.device = torch.device(self.train_cfg.device)
+        self.obs_space, self.act_space = obs_space, act_space
+        self.num_envs = int(run_config.env.num_envs)
+        seed = self.train_cfg.seed
+        self.state = self.algo.init(self.config, obs_space, act_space, seed=seed, device=self.device)
+        self.replay = SequenceReplay(
+            self.config.buffer_windows,
+            self.config.sequence_length,
+            self.num_envs,
+            period=self.config.sequence_period,
+            device=self.device,
+        )
+        self.store_carry = getattr(self.config, "initial_state", "zeros") == "stored"
+        self.generator = _generator(self.device, seed + 1)
+        self.carry = self.algo.initial_carry(self.config, self.num_envs, device=self.device)
+        self._carry_before = self.carry  # the carry each env acted from at the last explore
+        self._env_step = 0
+        self._batch_keys = ["obs", "action", "reward", "next_obs", "terminated", "mask"]
+        if self.store_carry:
+            self._batch_keys.append("init_carry")
+        self._update = self.algo.update
+        if self.train_cfg.compile:
+            self._update = torch.compile(self.algo.update, fullgraph=True)
+
+    # -- acting -------------------------------------------------------------
+    def _epsilon(self, env_step: int) -> torch.Tensor:
+        return self.algo.epsilon(self.config, env_step)
+
+    def explore(self, obs: np.ndarray, env_step: int, episode_start: np.ndarray | None = None) -> np.ndarray:
+        n = obs.shape[0]
+        self._env_step = int(env_step)
+        if n != self.num_envs:
+            raise ValueError(f"explore got observations of {n} envs, the learner was built for {self.num_envs}.")
+        obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+        h, c = self.carry
+        if episode_start is not None:
+            start = torch.as_tensor(np.asarray(episode_start, dtype=bool), device=self.device).reshape(n, 1)
+            h = torch.where(start, 0.0, h)
+            c = torch.where(start, 0.0, c)
+        self._carry_before = (h, c)
+        noise = self.algo.draw_act_noise(n, generator=self.generator, device=self.device)
+        action, self.carry = self.algo.act(self.state["params"], obs_t, (h, c), self._epsilon(env_step), noise)
+        return action.cpu().numpy()
+
+    def observe(self, rows: TensorDict) -> None:
+        n = rows.batch_size[0]
+        if n == 0:
+            return
+        env_ids = rows["env_id"].to(torch.int64)
+        step = TensorDict(
+            {
+                "obs": rows["obs"].float(),
+                "action": rows["action"].to(torch.int64).reshape(n),
+                "reward": rows["reward"].float().reshape(n),
+                "next_obs": rows["next_obs"].float(),
+                "terminated": rows["terminated"].bool().reshape(n),
+                "truncated": rows["truncated"].bool().reshape(n),
+            },
+            batch_size=[n],
+        ).to(self.device)
+        carry = None
+        if self.store_carry:
+            idx = env_ids.to(self.device)
+            carry = TensorDict(
+                {"h": self._carry_before[0][idx], "c": self._carry_before[1][idx]}, batch_size=[n]
+            )
+        self.replay.add(step, carry, env_ids=env_ids.cpu().numpy())
+
+    # -- learning -----------------------------------------------------------
+    def ready(self, env_step: int) -> bool:
+        return (
+            env_step >= self.config.learning_starts
+            and env_step % self.config.train_every == 0
+            and len(self.replay) >= 1
+        )
+
+    def sample_batch(self) -> TensorDict:
+        return self.replay.sample(self.config.batch_size, generator=self.generator).select(*self._batch_keys)
+
+    def learn(self) -> TensorDict:
+        self.state, metrics = self._update(self.state, self.sample_batch())
+        metrics["epsilon"] = self._epsilon(self._env_step)
+        return metrics
+
+    # -- saving -----------------------------------------------------------------
+    def load_state_tensors(self, td: TensorDict) -> None:
+        super().load_state_tensors(td)
+        # The collector starts a new episode in every env after a restore:
+        # close the replay's open episodes (bootstrapping through the cut, as
+        # through a time limit) and start every carry from zeros.
+        self.replay.flush()
+        self.carry = self.algo.initial_carry(self.config, self.num_envs, device=self.device)
+        self._carry_before = self.carry
+
+    def export_meta(self) -> dict[str, Any]:
+        meta = super().export_meta()
+        meta["num_actions"] = int(self.act_space.n) if isinstance(self.act_space, gym.spaces.Discrete) else None
         return meta

@@ -46,6 +46,22 @@ ALGOS: dict[str, AlgoEntry] = {
         config_defaults={"num_critics": 2, "subset_size": 2, "updates_per_step": 1},
         description="SAC (Haarnoja et al. 2018) as REDQ with N=2, M=2, G=1",
     ),
+    "drqn": AlgoEntry(
+        "drqn",
+        "rlfunc.algos.drqn",
+        learner="rlfunc.runtime.learners:SequenceLearner",
+        description="DRQN (Hausknecht & Stone 2015): LSTM Q-network, zero-state 10-step windows, plain max target",
+    ),
+    "dqn": AlgoEntry(
+        "dqn",
+        "rlfunc.algos.drqn",
+        config_defaults={"core": "mlp", "sequence_length": 1},
+        learner="rlfunc.runtime.learners:SequenceLearner",
+        description=(
+            "feed-forward DQN (Mnih et al. 2015) as DRQN's memory-less control: the LSTM replaced by a "
+            "ReLU layer of the same width, one-step windows (uniform transitions)"
+        ),
+    ),
 }
 
 
