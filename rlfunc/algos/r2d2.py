@@ -1,0 +1,641 @@
+"""R2D2: Recurrent Replay Distributed DQN (Kapturowski et al., ICLR 2019).
+
+Pure functions over one TensorDict state, for discrete actions. Reference
+code: Acme's ``agents/jax/r2d2`` (learner, actor, config) and rlax
+(``transformed_n_step_q_learning``, ``signed_hyperbolic``). Faithful by
+default:
+
+* **network**: encoder -> LSTM -> dueling head. The LSTM is fed the encoder
+  features concatenated with the one-hot *previous action* and the *previous
+  reward*, squashed with ``tanh`` as in Acme's ``OAREmbedding``; the head is
+  Acme's ``DuellingMLP`` (value and advantage MLPs with one hidden layer each,
+  ``q = v + a - mean_a a``). ``dueling=False`` gives one MLP for Q.
+  ``action_input`` / ``reward_input`` switch the extra inputs off.
+* **sequences**: replayed windows of ``burn_in + sequence_length`` steps
+  (40 + 80) that start every ``sequence_period`` (40) steps inside one
+  episode, padded and masked at the episode's end, each with the actor's
+  recurrent state *before* its first step
+  (:class:`rlfunc.replay.prioritized.PrioritizedSequenceReplay`, built from
+  :func:`replay_kwargs`);
+* **burn-in**: the online AND the target network are unrolled over the first
+  ``burn_in`` steps from the stored state; those steps get no loss, and the
+  gradient is stopped at the burned-in state (the paper: burn-in only
+  produces a start state). ``burn_in_stop_gradient=False`` is Acme's variant,
+  which back-propagates through the burn-in unroll;
+* **target**: n-step (n = 5) double Q-learning with value rescaling,
+  ``y_t = h(sum_k gamma^k r_{t+k} + gamma^n h^-1(Q'(s_{t+n}, argmax_a Q(s_{t+n}, a))))``,
+  ``h(x) = sign(x)(sqrt(|x|+1) - 1) + 1e-3 x``; termination stops the sum,
+  truncation bootstraps (:func:`rlfunc.core.returns.transformed_n_step_q_learning`);
+* **loss**: ``0.5 * sum_t td_t^2`` over each sequence's valid steps, times
+  the sequence's importance weight, averaged over the batch (Acme's learner:
+  squared error summed over time, no Huber, rewards not clipped);
+* **priorities**: ``0.9 max_t |td_t| + 0.1 mean_t |td_t|`` over valid steps,
+  returned by :func:`loss` in ``aux["priorities"]`` and by :func:`update` in
+  ``metrics["priorities"]`` (``[B]``; every other metric is 0-dim) for
+  :meth:`PrioritizedSequenceReplay.update_priorities`; priority exponent 0.9,
+  importance exponent 0.6 (the replay's);
+* **optimiser and target**: Adam, lr 1e-4 (the paper; Acme's default is
+  1e-3), eps 1e-3, batch 64, gamma 0.997; target network copied every 2,500
+  updates;
+* **acting**: epsilon-greedy with a fixed epsilon per actor,
+  ``eps_i = 0.4^(1 + 7 i / (N - 1))`` (:func:`actor_epsilons`; Ape-X, and
+  Acme's ``np.logspace(1, 8, N, base=0.4)``); evaluation greedy.
+
+Deviations, each a config field: an MLP encoder (``encoder_sizes=(512,)``,
+ReLU) in place of the Atari conv torso, for vector observations (necessary);
+replay capacity and warm-up counted in sequences as Acme does
+(``replay_capacity=100_000``, ``min_replay_size=50_000``), read by the
+runtime. A faithful-size network (LSTM 512) is slow on a 2-core CPU; runs on
+small tasks shrink ``encoder_sizes``, ``lstm_size``, ``head_sizes``,
+``burn_in``, ``sequence_length``, ``sequence_period`` and ``target_period``
+in their config, each named there.
+
+Known consequence of the reference layout: a window that starts at an
+episode's first step spends its burn-in on that episode's first ``burn_in``
+steps, so those steps are never trained on (as in Acme).
+
+Acting and the recurrent state: the agent's carry (:class:`Carry`) is
+``(h, c, prev_action, prev_reward)``, everything it brings from one step to
+the next. :func:`act` takes the previous action and reward explicitly (or
+from the carry when ``None``) and ``reset`` flags for envs whose episode
+starts at this observation; :func:`prepare_carry` applies the same three and
+returns the state *before* the step -- what the replay stores
+(``carry_to_td(prepare_carry(...))``). :func:`greedy_action` threads the
+carry for :class:`rlfunc.runtime.policy.Policy`; a policy that never sees
+rewards keeps ``prev_reward`` at its reset value 0 unless its caller writes
+the reward with :func:`prepare_carry` (or the config turns ``reward_input``
+off).
+
+``update(state, batch)`` takes a ``[burn_in + sequence_length, B]`` batch
+from the replay with keys ``obs``, ``action``, ``reward``, ``next_obs``,
+``terminated``, ``mask``, ``init_carry`` (``h``, ``c``, ``prev_action``,
+``prev_reward``) and optionally ``weight`` (importance weights, constant
+along time). It is pure, has no host syncs and compiles with
+``torch.compile(fullgraph=True)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from tensordict import TensorDict
+from torch.func import grad_and_value
+
+from rlfunc.core import nets
+from rlfunc.core import returns
+from rlfunc.core.optim import Adam, global_norm
+from rlfunc.core.targets import periodic_copy
+
+__all__ = [
+    "Config",
+    "Carry",
+    "init",
+    "initial_carry",
+    "prepare_carry",
+    "carry_to_td",
+    "carry_from_td",
+    "q_unroll",
+    "q_step",
+    "loss",
+    "update",
+    "act",
+    "greedy_action",
+    "draw_act_noise",
+    "actor_epsilons",
+    "replay_kwargs",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """R2D2 hyperparameters; defaults are the paper's / Acme's (module docstring)."""
+
+    # network
+    encoder_sizes: tuple[int, ...] = (512,)  # MLP torso (paper: Atari conv torso with a 512 output)
+    lstm_size: int = 512
+    head_sizes: tuple[int, ...] = (512,)  # hidden layers of each dueling stream (Acme DuellingMLP)
+    dueling: bool = True
+    action_input: bool = True  # one-hot previous action into the LSTM
+    reward_input: bool = True  # tanh(previous reward) into the LSTM (Acme OAREmbedding)
+    # sequences
+    burn_in: int = 40
+    sequence_length: int = 80  # trained steps after the burn-in
+    sequence_period: int = 40
+    initial_state: str = "stored"  # "stored" (R2D2) or "zeros" (Acme use_core_state=False)
+    burn_in_stop_gradient: bool = True  # False: Acme's gradient through the burn-in unroll
+    # learning
+    batch_size: int = 64
+    gamma: float = 0.997
+    n_step: int = 5
+    value_rescaling: bool = True
+    rescale_eps: float = 1e-3
+    lr: float = 1e-4
+    adam_eps: float = 1e-3
+    max_grad_norm: float | None = None
+    target_period: int = 2_500
+    priority_eta: float = 0.9  # 0.9 max + 0.1 mean |td|
+    priority_exponent: float = 0.9
+    importance_exponent: float = 0.6
+    # acting
+    epsilon_base: float = 0.4
+    epsilon_alpha: float = 7.0
+    eval_epsilon: float = 0.0
+    # Read by the training runtime, not by update():
+    replay_capacity: int = 100_000  # sequences (Acme max_replay_size)
+    min_replay_size: int = 50_000  # sequences before learning starts (Acme)
+    samples_per_insert: float = 4.0  # Acme's rate limiter
+    lstm_init: str = "torch_default"
+    init: str = "torch_default"
+
+    def __post_init__(self) -> None:
+        if self.lstm_size < 1:
+            raise ValueError(f"lstm_size must be at least 1, got {self.lstm_size}.")
+        if any(s < 1 for s in self.encoder_sizes) or any(s < 1 for s in self.head_sizes):
+            raise ValueError(
+                f"encoder_sizes and head_sizes must be positive, got {self.encoder_sizes} and {self.head_sizes}."
+            )
+        if self.burn_in < 0:
+            raise ValueError(f"burn_in must be >= 0, got {self.burn_in}.")
+        if self.sequence_length < 1:
+            raise ValueError(f"sequence_length must be at least 1, got {self.sequence_length}.")
+        total = self.burn_in + self.sequence_length
+        if not 1 <= self.sequence_period <= total:
+            raise ValueError(
+                f"sequence_period must be between 1 and burn_in + sequence_length ({total}), got {self.sequence_period}."
+            )
+        if self.initial_state not in ("stored", "zeros"):
+            raise ValueError(f"initial_state must be 'stored' or 'zeros', got {self.initial_state!r}.")
+        if not 0.0 < self.gamma <= 1.0:
+            raise ValueError(f"gamma must be in (0, 1], got {self.gamma}.")
+        if self.n_step < 1:
+            raise ValueError(f"n_step must be at least 1, got {self.n_step}.")
+        if self.rescale_eps < 0:
+            raise ValueError(f"rescale_eps must be >= 0, got {self.rescale_eps}.")
+        if self.target_period < 1:
+            raise ValueError(f"target_period must be at least 1 update, got {self.target_period}.")
+        if not 0.0 <= self.priority_eta <= 1.0:
+            raise ValueError(f"priority_eta must be in [0, 1], got {self.priority_eta}.")
+        if self.priority_exponent < 0 or self.importance_exponent < 0:
+            raise ValueError("priority_exponent and importance_exponent must be >= 0.")
+        if not 0.0 < self.epsilon_base <= 1.0 or not 0.0 <= self.eval_epsilon <= 1.0:
+            raise ValueError("epsilon_base must be in (0, 1] and eval_epsilon in [0, 1].")
+
+
+class Carry(NamedTuple):
+    """What the recurrent agent carries between steps, one row per env.
+
+    ``h``, ``c``: LSTM state ``[B, lstm_size]``; ``prev_action``: the action
+    taken at the previous step ``[B]`` (int64; 0 at an episode start, as
+    Acme's ``ObservationActionRewardWrapper``); ``prev_reward``: the reward
+    received for it ``[B]`` (float; 0 at an episode start).
+    """
+
+    h: torch.Tensor
+    c: torch.Tensor
+    prev_action: torch.Tensor
+    prev_reward: torch.Tensor
+
+
+# ---------------------------------------------------------------- networks
+def _space_dims(obs_space, act_space) -> tuple[int, int]:
+    import gymnasium as gym
+
+    if not isinstance(act_space, gym.spaces.Discrete):
+        raise ValueError(
+            f"R2D2 needs a Discrete action space, got {act_space}; use REDQ or DrQ-v2 for continuous actions."
+        )
+    if int(act_space.n) < 2:
+        raise ValueError(f"R2D2 needs at least 2 actions, got {act_space}.")
+    if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
+        raise ValueError(
+            f"R2D2 (MLP encoder) needs a flat 1-D Box observation space, got {obs_space}; flatten the observation."
+        )
+    return int(obs_space.shape[0]), int(act_space.n)
+
+
+def _network_init(config: Config, obs_dim: int, num_actions: int, gen: torch.Generator) -> TensorDict:
+    enc = tuple(config.encoder_sizes)
+    features = enc[-1] if enc else obs_dim
+    lstm_in = features + num_actions * int(config.action_input) + int(config.reward_input)
+    H, hidden = config.lstm_size, tuple(config.head_sizes)
+    if config.dueling:
+        head = TensorDict(
+            {
+                "value": nets.mlp_init((H, *hidden, 1), init=config.init, generator=gen),
+                "advantage": nets.mlp_init((H, *hidden, num_actions), init=config.init, generator=gen),
+            },
+            batch_size=[],
+        )
+    else:
+        head = TensorDict({"q": nets.mlp_init((H, *hidden, num_actions), init=config.init, generator=gen)}, [])
+    return TensorDict(
+        {
+            "encoder": nets.mlp_init((obs_dim, *enc), init=config.init, generator=gen)
+            if enc
+            else TensorDict({}, batch_size=[]),
+            "lstm": nets.lstm_init(lstm_in, H, init=config.lstm_init, generator=gen),
+            "head": head,
+        },
+        batch_size=[],
+    )
+
+
+def _last_layer(mlp: TensorDict) -> TensorDict:
+    return mlp[str(nets.num_linear_layers(mlp) - 1)]
+
+
+def _num_actions(params: TensorDict) -> int:
+    head = params["head"]
+    out = head["advantage"] if "advantage" in head.keys() else head["q"]
+    return _last_layer(out)["weight"].shape[0]
+
+
+def _embed(params: TensorDict, obs: torch.Tensor, prev_action: torch.Tensor, prev_reward: torch.Tensor) -> torch.Tensor:
+    """LSTM input: ``concat(encoder(obs), one_hot(prev_action), tanh(prev_reward))`` (Acme ``OAREmbedding``).
+
+    Which extras the network takes is read from the LSTM's input width (static
+    shapes; ``init`` guarantees at least 2 actions, so the widths differ).
+    """
+    enc = params["encoder"]
+    x = obs if nets.num_linear_layers(enc) == 0 else nets.mlp_apply(enc, obs, activate_last=True)
+    num_actions = _num_actions(params)
+    extra = params["lstm", "weight_ih"].shape[1] - x.shape[-1]
+    if extra not in (0, 1, num_actions, num_actions + 1):
+        raise ValueError(
+            f"R2D2: the LSTM takes {params['lstm', 'weight_ih'].shape[1]} inputs but the encoder gives "
+            f"{x.shape[-1]} features and there are {num_actions} actions; check the observation size."
+        )
+    parts = [x]
+    if extra in (num_actions, num_actions + 1):
+        parts.append(F.one_hot(prev_action.long(), num_actions).to(x.dtype))
+    if extra in (1, num_actions + 1):
+        parts.append(torch.tanh(prev_reward.to(x.dtype)).unsqueeze(-1))
+    return torch.cat(parts, dim=-1) if len(parts) > 1 else x
+
+
+def _head(params: TensorDict, h: torch.Tensor) -> torch.Tensor:
+    head = params["head"]
+    if "advantage" in head.keys():
+        value = nets.mlp_apply(head["value"], h)
+        advantage = nets.mlp_apply(head["advantage"], h)
+        return value + advantage - advantage.mean(dim=-1, keepdim=True)
+    return nets.mlp_apply(head["q"], h)
+
+
+def q_unroll(
+    params: TensorDict,
+    obs: torch.Tensor,
+    prev_action: torch.Tensor,
+    prev_reward: torch.Tensor,
+    lstm_carry: tuple[torch.Tensor, torch.Tensor],
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """Q-values over a sequence: ``obs [T, B, O]``, ``prev_action, prev_reward [T, B]``.
+
+    ``prev_*[t]`` are the action and reward *before* ``obs[t]``. Returns
+    ``(q [T, B, A], final (h, c))``. No resets inside: replayed windows never
+    cross an episode boundary.
+    """
+    if obs.dim() != 3:
+        raise ValueError(f"q_unroll expects time-major obs [T, B, O], got shape {tuple(obs.shape)}.")
+    if tuple(prev_action.shape) != tuple(obs.shape[:2]) or tuple(prev_reward.shape) != tuple(obs.shape[:2]):
+        raise ValueError(
+            f"q_unroll: prev_action and prev_reward must be [T, B] = {list(obs.shape[:2])}, "
+            f"got {list(prev_action.shape)} and {list(prev_reward.shape)}."
+        )
+    hs, lstm_carry = nets.lstm_unroll(params["lstm"], _embed(params, obs, prev_action, prev_reward), lstm_carry)
+    return _head(params, hs), lstm_carry
+
+
+def q_step(params: TensorDict, obs: torch.Tensor, carry: Carry) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """One step: ``obs [B, O]`` and the carry before it -> ``(q [B, A], new (h, c))``."""
+    if obs.dim() != 2:
+        raise ValueError(f"q_step expects obs [B, O], got shape {tuple(obs.shape)}.")
+    x = _embed(params, obs, carry.prev_action, carry.prev_reward)
+    h, lstm_carry = nets.lstm_apply(params["lstm"], x, (carry.h, carry.c))
+    return _head(params, h), lstm_carry
+
+
+# ------------------------------------------------------------------- state
+def _optimizer(config: Config) -> Adam:
+    return Adam(lr=config.lr, eps=config.adam_eps, max_grad_norm=config.max_grad_norm)
+
+
+def init(
+    config: Config,
+    obs_space,
+    act_space,
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+) -> TensorDict:
+    """Initial training state: ``params``, ``target`` (a copy), ``opt`` (Adam), ``step``.
+
+    ``params`` holds ``encoder`` (MLP, ReLU after every layer), ``lstm``
+    (``torch.nn.LSTM`` layout, input = features + one-hot action + reward),
+    and ``head`` (``value`` and ``advantage`` MLPs, or ``q``). The static
+    ``config`` is stored as a non-tensor entry.
+    """
+    obs_dim, num_actions = _space_dims(obs_space, act_space)
+    gen = torch.Generator(device="cpu").manual_seed(int(seed))
+    params = _network_init(config, obs_dim, num_actions, gen)
+    state = TensorDict(
+        {
+            "params": params,
+            "target": params.clone(),
+            "opt": _optimizer(config).init(params),
+            "step": torch.zeros((), dtype=torch.int64),
+        },
+        batch_size=[],
+    ).to(device)
+    state.set_non_tensor("config", config)
+    return state
+
+
+def initial_carry(config: Config, num_envs: int, device: torch.device | str | None = None) -> Carry:
+    """Zero carry (start of every episode) for ``num_envs`` envs."""
+    h, c = nets.lstm_zero_carry(num_envs, config.lstm_size, device=device)
+    return Carry(
+        h,
+        c,
+        torch.zeros(num_envs, dtype=torch.int64, device=device),
+        torch.zeros(num_envs, dtype=torch.float32, device=device),
+    )
+
+
+def prepare_carry(
+    carry: Carry,
+    prev_action: torch.Tensor | None = None,
+    prev_reward: torch.Tensor | None = None,
+    reset: torch.Tensor | None = None,
+) -> Carry:
+    """The carry *before* this step: the given previous action / reward written in,
+    then everything zeroed for envs whose episode starts now (``reset [B]``).
+
+    This is the recurrent state :func:`act` uses and the one the replay stores
+    with a window's first step (``carry_to_td(prepare_carry(...))``).
+    """
+    h, c, a, r = carry
+    if prev_action is not None:
+        a = torch.as_tensor(prev_action, device=h.device).reshape(a.shape).to(a.dtype)
+    if prev_reward is not None:
+        r = torch.as_tensor(prev_reward, device=h.device).reshape(r.shape).to(r.dtype)
+    if reset is not None:
+        start = torch.as_tensor(reset, device=h.device).bool().reshape(-1)
+        h = torch.where(start.unsqueeze(-1), 0.0, h)
+        c = torch.where(start.unsqueeze(-1), 0.0, c)
+        a = torch.where(start, torch.zeros_like(a), a)
+        r = torch.where(start, torch.zeros_like(r), r)
+    return Carry(h, c, a, r)
+
+
+def carry_to_td(carry: Carry) -> TensorDict:
+    """:class:`Carry` -> ``TensorDict({"h", "c", "prev_action", "prev_reward"}, [B])`` (replay storage)."""
+    return TensorDict(carry._asdict(), batch_size=carry.h.shape[:1])
+
+
+def carry_from_td(td: TensorDict) -> Carry:
+    """Inverse of :func:`carry_to_td`."""
+    return Carry(td["h"], td["c"], td["prev_action"], td["prev_reward"])
+
+
+# -------------------------------------------------------------------- loss
+_BATCH_KEYS = ("obs", "action", "reward", "next_obs", "terminated", "mask")
+
+
+def _check_batch(config: Config, batch: TensorDict) -> tuple[int, int]:
+    if batch.batch_dims != 2:
+        raise ValueError(
+            f"R2D2 batches are time-major sequences with batch_size [T, B], got {list(batch.batch_size)}."
+        )
+    missing = [k for k in _BATCH_KEYS if k not in batch.keys()]
+    if missing:
+        raise KeyError(f"R2D2 batch is missing keys {missing}; sample it from PrioritizedSequenceReplay.")
+    steps = batch.batch_size[0]
+    if steps != config.burn_in + config.sequence_length:
+        raise ValueError(
+            f"R2D2 batch has {steps} steps but burn_in + sequence_length = {config.burn_in} + "
+            f"{config.sequence_length}; build the replay with sequence_length={config.burn_in + config.sequence_length}."
+        )
+    if config.initial_state == "stored" and "init_carry" not in batch.keys():
+        raise KeyError(
+            "R2D2 with initial_state='stored' needs batch['init_carry'] "
+            "(add carry_to_td(prepare_carry(...)) to the replay with each step)."
+        )
+    return steps, batch.batch_size[1]
+
+
+def _start_carry(config: Config, batch: TensorDict, batch_size: int, like: torch.Tensor) -> Carry:
+    if config.initial_state == "stored":
+        ic = batch["init_carry"]
+        return Carry(ic["h"][0], ic["c"][0], ic["prev_action"][0], ic["prev_reward"][0])
+    h, c = nets.lstm_zero_carry(batch_size, config.lstm_size, device=like.device, dtype=like.dtype)
+    zeros = torch.zeros(batch_size, device=like.device)
+    return Carry(h, c, zeros.long(), zeros)
+
+
+def loss(
+    params: TensorDict, target: TensorDict, config: Config, batch: TensorDict
+) -> tuple[torch.Tensor, TensorDict]:
+    """R2D2 loss on a ``[burn_in + sequence_length, B]`` batch. Returns ``(loss, aux)``.
+
+    Both networks are unrolled from the stored state over the burn-in steps
+    (online without gradient unless ``burn_in_stop_gradient=False``), then
+    over the trained steps' inputs ``o_t`` and the next observations, so
+    ``q_t`` is available after every trained step (the true final observation
+    after a truncation). TD errors are transformed n-step double-Q errors on
+    the trained steps; the loss is ``mean_b w_b 0.5 sum_t mask td^2``.
+    ``aux``: ``priorities [B]`` (0.9 max + 0.1 mean |td| over valid trained
+    steps), ``td_error [sequence_length, B]`` (0 on padding), and 0-dim
+    ``q``, ``td_abs``, ``valid_fraction``, ``weight_mean``.
+    """
+    steps, batch_size = _check_batch(config, batch)
+    burn = config.burn_in
+    obs, next_obs = batch["obs"], batch["next_obs"]
+    action = batch["action"].reshape(steps, batch_size).long()
+    reward = batch["reward"].reshape(steps, batch_size).to(obs.dtype)
+    start = _start_carry(config, batch, batch_size, obs)
+    # Network inputs at positions 0..L: o_0, o_1, ..., o_{L-1}, o_L (= next_obs of the last step),
+    # each with the action and reward that came before it.
+    seq = torch.cat([obs[:1], next_obs], dim=0)
+    prev_a = torch.cat([start.prev_action.reshape(1, batch_size).long(), action], dim=0)
+    prev_r = torch.cat([start.prev_reward.reshape(1, batch_size).to(obs.dtype), reward], dim=0)
+    lstm_start = (start.h, start.c)
+
+    online_carry = lstm_start
+    if burn > 0:
+        if config.burn_in_stop_gradient:
+            with torch.no_grad():
+                _, online_carry = q_unroll(params, seq[:burn], prev_a[:burn], prev_r[:burn], lstm_start)
+            online_carry = (online_carry[0].detach(), online_carry[1].detach())
+        else:
+            _, online_carry = q_unroll(params, seq[:burn], prev_a[:burn], prev_r[:burn], lstm_start)
+    q_online, _ = q_unroll(params, seq[burn:], prev_a[burn:], prev_r[burn:], online_carry)  # [T+1, B, A]
+    with torch.no_grad():
+        q_target = q_unroll(target, seq, prev_a, prev_r, lstm_start)[0][burn:]  # burn-in, then the trained part
+
+    q_tm1 = q_online[:-1]
+    a_tm1 = action[burn:]
+    r_t = reward[burn:]
+    discount_t = config.gamma * (1.0 - batch["terminated"][burn:].reshape(-1, batch_size).to(obs.dtype))
+    mask = batch["mask"][burn:].bool()
+    td = returns.transformed_n_step_q_learning(
+        q_tm1,
+        a_tm1,
+        q_target[1:],
+        q_online[1:].detach(),
+        r_t,
+        discount_t,
+        config.n_step,
+        mask=mask,
+        rescale_eps=config.rescale_eps if config.value_rescaling else None,
+    )
+    zero = torch.zeros((), dtype=td.dtype, device=td.device)
+    td_valid = torch.where(mask, td, zero)
+    per_sequence = 0.5 * td_valid.pow(2).sum(dim=0)  # [B]
+    if "weight" in batch.keys():
+        weight = batch["weight"][0].to(td.dtype)
+    else:
+        weight = torch.ones(batch_size, dtype=td.dtype, device=td.device)
+    value = (weight * per_sequence).mean()
+    td_detached = td_valid.detach()
+    aux = TensorDict(
+        {
+            "priorities": returns.sequence_priorities(td_detached, mask, eta=config.priority_eta),
+            "td_error": td_detached,
+            "q": returns.masked_mean(returns.select_action_values(q_tm1, a_tm1).detach(), mask),
+            "td_abs": returns.masked_mean(td_detached.abs(), mask),
+            "valid_fraction": mask.to(obs.dtype).mean(),
+            "weight_mean": weight.mean(),
+        },
+        batch_size=[],
+    )
+    return value, aux
+
+
+def update(
+    state: TensorDict, batch: TensorDict, noise: TensorDict | None = None
+) -> tuple[TensorDict, TensorDict]:
+    """One R2D2 gradient step. Pure. Returns ``(new_state, metrics)``.
+
+    Adam on :func:`loss`, then ``step += 1`` and the target copied from the
+    new online parameters when ``step % target_period == 0``. ``noise`` is
+    accepted for a uniform ``update`` signature and unused. ``metrics``:
+    0-dim ``loss``, ``q``, ``td_abs``, ``valid_fraction``, ``grad_norm``,
+    ``priority_mean``, and ``priorities [B]`` -- the new priorities of the
+    sampled sequences, for ``replay.update_priorities(batch["window"][0],
+    metrics["priorities"])`` (pop it before logging scalars).
+    """
+    config: Config = state.get_non_tensor("config")
+    _check_batch(config, batch)
+    params, target = state["params"], state["target"]
+    grads, (value, aux) = grad_and_value(loss, has_aux=True)(params, target, config, batch)
+    grad_norm = global_norm(grads)
+    params, opt_state = _optimizer(config).step(grads, state["opt"], params)
+    step = state["step"] + 1
+    target = periodic_copy(target, params, step, config.target_period)
+    new_state = TensorDict({"params": params, "target": target, "opt": opt_state, "step": step}, batch_size=[])
+    new_state.set_non_tensor("config", config)
+    metrics = TensorDict(
+        {
+            "loss": value.detach(),
+            "q": aux["q"],
+            "td_abs": aux["td_abs"],
+            "valid_fraction": aux["valid_fraction"],
+            "grad_norm": grad_norm.detach(),
+            "priority_mean": aux["priorities"].mean(),
+            "priorities": aux["priorities"],
+        },
+        batch_size=[],
+    )
+    return new_state, metrics
+
+
+# ------------------------------------------------------------------ acting
+def actor_epsilons(num_actors: int, base: float = 0.4, alpha: float = 7.0) -> torch.Tensor:
+    """Per-actor exploration ``eps_i = base^(1 + alpha i / (N - 1))``, ``i = 0..N-1`` (Ape-X, R2D2).
+
+    ``[N]`` float32, from ``base`` (0.4) down to ``base^(1 + alpha)``
+    (``0.4^8 = 6.6e-4``); one actor gets ``base``. Acme draws its actors'
+    epsilons from the same grid (``np.logspace(1, 8, N, base=0.4)``).
+    """
+    if num_actors < 1:
+        raise ValueError(f"num_actors must be at least 1, got {num_actors}.")
+    if num_actors == 1:
+        return torch.tensor([base], dtype=torch.float32)
+    i = torch.arange(num_actors, dtype=torch.float64)
+    return (base ** (1.0 + alpha * i / (num_actors - 1))).to(torch.float32)
+
+
+def draw_act_noise(
+    batch: int, *, generator: torch.Generator | None = None, device: torch.device | str = "cpu"
+) -> torch.Tensor:
+    """Uniform ``[2, batch]`` draws for :func:`act`: row 0 decides, row 1 picks the random action."""
+    return torch.rand((2, batch), generator=generator, device=device)
+
+
+def act(
+    params: TensorDict,
+    obs: torch.Tensor,
+    prev_action: torch.Tensor | None,
+    prev_reward: torch.Tensor | None,
+    carry: Carry,
+    epsilon: float | torch.Tensor,
+    noise: torch.Tensor | None = None,
+    reset: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Carry]:
+    """Epsilon-greedy actions for a batch of envs. Returns ``(action [B] int64, next carry)``.
+
+    ``obs [B, O]``; ``prev_action``, ``prev_reward [B]``: the action each env
+    took at its previous step and the reward it got (``None``: the carry's);
+    ``carry``: the :class:`Carry` after the previous step; ``reset [B]``
+    (bool, optional): envs whose episode starts at this observation (their
+    LSTM state, previous action and reward are zeroed first; see
+    :func:`prepare_carry`, which gives the state to store in the replay).
+    ``epsilon``: a float or a per-env ``[B]`` tensor (:func:`actor_epsilons`).
+    ``noise [2, B]`` holds U[0, 1) draws (:func:`draw_act_noise`): env ``b``
+    explores when ``noise[0, b] < epsilon`` and then takes action
+    ``floor(noise[1, b] * A)`` (uniform over all actions, rlax
+    ``epsilon_greedy``). The next carry holds the new LSTM state and
+    ``prev_action = action``; its ``prev_reward`` is still this step's input
+    (pass the new reward at the next call).
+    """
+    with torch.no_grad():
+        carry = prepare_carry(carry, prev_action, prev_reward, reset)
+        q, (h, c) = q_step(params, obs, carry)
+        batch, num_actions = q.shape
+        if noise is None:
+            noise = torch.rand((2, batch), device=q.device)
+        if tuple(noise.shape) != (2, batch):
+            raise ValueError(f"act: noise must have shape (2, {batch}), got {tuple(noise.shape)}.")
+        greedy = q.argmax(dim=-1)
+        random = torch.clamp((noise[1] * num_actions).long(), max=num_actions - 1)
+        explore = noise[0] < torch.as_tensor(epsilon, device=q.device)
+        action = torch.where(explore, random, greedy)
+        return action, Carry(h, c, action, carry.prev_reward)
+
+
+def greedy_action(
+    params: TensorDict, obs: torch.Tensor, carry: Carry, *, config: Config | None = None
+) -> tuple[torch.Tensor, Carry]:
+    """Greedy action and next carry (the evaluation policy; what :class:`Policy` calls).
+
+    Uses the carry's previous action and reward; the next carry records the
+    chosen action. ``config`` is accepted for the Policy's calling convention.
+    """
+    with torch.no_grad():
+        q, (h, c) = q_step(params, obs, carry)
+        action = q.argmax(dim=-1)
+        return action, Carry(h, c, action, carry.prev_reward)
+
+
+def replay_kwargs(config: Config) -> dict:
+    """Keyword arguments for :class:`rlfunc.replay.prioritized.PrioritizedSequenceReplay` from ``config``."""
+    return {
+        "capacity": config.replay_capacity,
+        "sequence_length": config.burn_in + config.sequence_length,
+        "period": config.sequence_period,
+        "priority_exponent": config.priority_exponent,
+        "importance_exponent": config.importance_exponent,
+    }
