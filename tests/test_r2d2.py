@@ -429,6 +429,42 @@ def test_learns_on_a_fixed_batch():
     assert float(metrics["loss"]) < 0.5 * float(first["loss"])
 
 
+def test_prioritized_replay_round_trip_writes_priorities_back():
+    """replay.sample -> update -> replay.update_priorities, with the replay built from replay_kwargs."""
+    from rlfunc.replay.prioritized import PrioritizedSequenceReplay
+
+    config = _tiny(replay_capacity=50)
+    rb = PrioritizedSequenceReplay(num_envs=2, **r2d2.replay_kwargs(config))
+    g = torch.Generator().manual_seed(0)
+    carry = r2d2.carry_to_td(r2d2.initial_carry(config, 2))
+    for s in range(30):
+        obs = torch.randn(2, 2, generator=g)
+        end = torch.tensor([s % 11 == 10, s % 8 == 7])
+        rb.add(
+            TensorDict(
+                {
+                    "obs": obs,
+                    "action": torch.randint(3, (2,), generator=g),
+                    "reward": obs[:, 0],
+                    "next_obs": torch.randn(2, 2, generator=g),
+                    "terminated": end,
+                    "truncated": torch.zeros(2, dtype=torch.bool),
+                },
+                [2],
+            ),
+            carry=carry.apply(lambda x: x + 0.1 * s if x.is_floating_point() else x),
+        )
+    state = r2d2.init(config, OBS, ACT, seed=0)
+    batch = rb.sample(config.batch_size, generator=g)
+    before = rb.tree.leaves.clone()
+    state, metrics = r2d2.update(state, batch)
+    rows = batch["window"][0]
+    rb.update_priorities(rows, metrics["priorities"])
+    torch.testing.assert_close(rb.priorities(rows).float(), metrics["priorities"], rtol=1e-6, atol=1e-7)
+    assert not torch.equal(rb.tree.leaves, before)
+    assert torch.isfinite(metrics["loss"]) and 0 < float(metrics["valid_fraction"]) <= 1
+
+
 def test_config_and_batch_errors():
     with pytest.raises(ValueError, match="Discrete action space"):
         r2d2.init(_tiny(), OBS, gym.spaces.Box(-1.0, 1.0, (2,)))
