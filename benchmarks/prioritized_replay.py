@@ -10,9 +10,11 @@ Measures, in microseconds per call with a batch of 64 sequences:
 
 Payloads are tiny (2-step sequences, 1-float observations and LSTM state) so
 1M sequences fit in memory; the costs measured do not depend on the payload
-size except for the gather in ``sample``. Each figure is the minimum and the
-median over rounds of repeated calls (shared machines are noisy; the minimum
-is the least disturbed estimate). Usage::
+size except for the gather in ``sample``. Each figure is reported as the
+minimum and the median wall time over rounds of repeated calls, and the
+median CPU time of this process (on a shared machine wall time includes the
+time spent waiting for a core; CPU time does not). A yardstick -- the cost of
+one tiny torch and numpy op, before and after -- is printed with them. Usage::
 
     python benchmarks/prioritized_replay.py [--sizes 10000 100000 1000000] [--out FILE]
 """
@@ -50,16 +52,22 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def _time_us(fn, reps: int, rounds: int) -> tuple[float, float]:
+def _time_us(fn, reps: int, rounds: int) -> tuple[float, float, float]:
+    """``(wall min, wall median, CPU-time median)`` in microseconds per call.
+
+    CPU time (``time.process_time``) counts only the time this process ran,
+    so it stays meaningful when other processes share the cores.
+    """
     for _ in range(max(3, reps // 10)):
         fn()
-    per_call = []
+    wall, cpu = [], []
     for _ in range(rounds):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         for _ in range(reps):
             fn()
-        per_call.append((time.perf_counter() - start) / reps * 1e6)
-    return min(per_call), statistics.median(per_call)
+        wall.append((time.perf_counter() - start) / reps * 1e6)
+        cpu.append((time.process_time() - start_cpu) / reps * 1e6)
+    return min(wall), statistics.median(wall), statistics.median(cpu)
 
 
 def fill(size: int, num_envs: int = 4096, device: str = "cpu") -> PrioritizedSequenceReplay:
@@ -86,6 +94,18 @@ def fill(size: int, num_envs: int = 4096, device: str = "cpu") -> PrioritizedSeq
     return rb
 
 
+def calibration(reps: int = 200, rounds: int = 15) -> dict:
+    """Cost of one tiny torch op and one tiny numpy op right now: a yardstick for a shared machine."""
+    import numpy as np
+
+    t = torch.rand(64)
+    a = np.random.rand(64)
+    return {
+        "torch_add_64_us_min": round(_time_us(lambda: t + t, reps, rounds)[0], 2),
+        "numpy_add_64_us_min": round(_time_us(lambda: a + a, reps, rounds)[0], 2),
+    }
+
+
 def run(sizes=(10_000, 100_000, 1_000_000), batch: int = 64, reps: int = 200, rounds: int = 15, device: str = "cpu"):
     rows = []
     for size in sizes:
@@ -101,15 +121,17 @@ def run(sizes=(10_000, 100_000, 1_000_000), batch: int = 64, reps: int = 200, ro
             ("sample", lambda: rb.sample(batch, generator=g)),
             ("update", lambda: rb.update_priorities(idx, prio)),
         ):
-            best, median = _time_us(fn, reps, rounds)
+            best, median, cpu = _time_us(fn, reps, rounds)
             row[name + "_us_min"] = round(best, 1)
             row[name + "_us_median"] = round(median, 1)
+            row[name + "_cpu_us_median"] = round(cpu, 1)
         rows.append(row)
         print(
-            f"{size:>9,d} sequences (F={row['fanout']}, {row['blocks']} blocks): "
-            f"tree sample {row['tree_sample_us_min']:.0f} us (median {row['tree_sample_us_median']:.0f}), "
-            f"replay sample {row['sample_us_min']:.0f} us (median {row['sample_us_median']:.0f}), "
-            f"update {row['update_us_min']:.0f} us (median {row['update_us_median']:.0f})",
+            f"{size:>9,d} sequences (F={row['fanout']}, {row['blocks']} blocks), us per call, "
+            f"wall min / wall median / CPU median: "
+            f"tree sample {row['tree_sample_us_min']:.0f} / {row['tree_sample_us_median']:.0f} / {row['tree_sample_cpu_us_median']:.0f}, "
+            f"replay sample {row['sample_us_min']:.0f} / {row['sample_us_median']:.0f} / {row['sample_cpu_us_median']:.0f}, "
+            f"update {row['update_us_min']:.0f} / {row['update_us_median']:.0f} / {row['update_cpu_us_median']:.0f}",
             flush=True,
         )
         del rb
@@ -133,11 +155,17 @@ def main(argv=None) -> None:
         load = float("nan")
     print(f"prioritized replay on {_cpu_model()} ({os.cpu_count()} cores), threads={args.threads}, "
           f"device={args.device}, load average {load:.2f}", flush=True)
+    cal_before = calibration()
     rows = run(args.sizes, args.batch, args.reps, args.rounds, args.device)
+    cal_after = calibration()
+    print(f"yardstick (min): torch add of 64 floats {cal_before['torch_add_64_us_min']:.1f} / "
+          f"{cal_after['torch_add_64_us_min']:.1f} us, numpy {cal_before['numpy_add_64_us_min']:.1f} / "
+          f"{cal_after['numpy_add_64_us_min']:.1f} us (before / after)", flush=True)
     if args.out is not None:
         result = {
             "benchmark": "prioritized_replay",
             "rows": rows,
+            "calibration": {"before": cal_before, "after": cal_after},
             "machine": {
                 "cpu": _cpu_model(),
                 "cores": os.cpu_count(),

@@ -21,9 +21,13 @@ each window's first step stored with it -- plus proportional priorities
   ``initial_priority`` (Acme's adders insert with priority 1.0) is an option.
 
 Sampling and priority updates are a constant number of vectorised ops (no
-loop over the batch or the tree depth): sampling 64 windows and updating their
-priorities each take tens of microseconds at 1M stored windows on one CPU
-core (``benchmarks/prioritized_replay.py``). :meth:`state_dict` /
+loop over the batch or the tree depth), so their cost hardly grows with the
+buffer: on the 2-core development machine under heavy load (load average ~7),
+drawing 64 windows from 1M took ~0.1-0.2 ms, writing their priorities back
+~0.15-0.2 ms, and a whole ``sample`` (draw, gather of every key, stored
+state, weights) ~0.5-0.7 ms, against a yardstick of ~1.5 us for one tiny
+torch op (``benchmarks/prioritized_replay.py``; results in
+``benchmarks/results/prioritized_replay.json``). :meth:`state_dict` /
 :meth:`load_state_dict` include the priorities, so a resumed run samples
 exactly as it would have.
 """
@@ -52,7 +56,7 @@ def importance_weights(probabilities: torch.Tensor, size: int | torch.Tensor, ex
     if probabilities.dim() != 1:
         raise ValueError(f"importance_weights expects probabilities [B], got shape {tuple(probabilities.shape)}.")
     if probabilities.device.type == "cpu":  # numpy: ~1 us per op against ~5-20 us for small torch ops
-        p = np.maximum(probabilities.numpy().astype(np.float64), np.finfo(np.float64).tiny)
+        p = np.maximum(probabilities.numpy(), np.finfo(np.float64).tiny, dtype=np.float64)
         w = (p * float(size)) ** -float(exponent)
         return torch.from_numpy((w / w.max()).astype(np.float32))
     p = probabilities.to(torch.float64).clamp(min=torch.finfo(torch.float64).tiny)
@@ -147,19 +151,33 @@ class PrioritizedSequenceReplay(SequenceReplay):
         T = self.sequence_length
         shape = (T, batch_size)
         idx = self._sample_indices(batch_size, generator)
-        data: dict = {
-            k: v.index_select(1, idx) for k, v in self._storage.items(include_nested=True, leaves_only=True)
-        }
-        data["window"] = idx.unsqueeze(0).expand(shape)
-        data["episode_start"] = self._info.get("start").index_select(0, idx).unsqueeze(0).expand(shape)
-        if self._carry is not None:
-            for k, v in self._carry.items(include_nested=True, leaves_only=True):
-                key = ("init_carry", *k) if isinstance(k, tuple) else ("init_carry", k)
-                data[key] = v.index_select(0, idx).unsqueeze(0).expand(*shape, *v.shape[1:])
+        step_leaves, window_leaves = self._leaves()
+        data: dict = {k: v.index_select(1, idx) for k, v in step_leaves}
+        data["window"] = idx.expand(shape)  # expand prepends the time dim: a stride-0 view
+        for k, v in window_leaves:
+            x = v.index_select(0, idx)
+            data[k] = x.expand(T, *x.shape)
         prob = self._tree.probabilities(idx)
-        data["probability"] = prob.unsqueeze(0).expand(shape)
-        data["weight"] = importance_weights(prob, self._size, self.importance_exponent).unsqueeze(0).expand(shape)
+        data["probability"] = prob.expand(shape)
+        data["weight"] = importance_weights(prob, self._size, self.importance_exponent).expand(shape)
         return TensorDict(data, batch_size=shape, device=self.device)
+
+    def _leaves(self) -> tuple[list, list]:
+        """``(key, tensor)`` pairs of the storage ``[T, C]`` and of per-window data ``[C]``.
+
+        Cached: rows are written into these same tensors in place; the cache is
+        rebuilt when the storage is (re)allocated, e.g. by :meth:`load_state_dict`.
+        """
+        tag = (id(self._storage), id(self._carry), id(self._info))
+        if getattr(self, "_leaves_tag", None) != tag:
+            step = list(self._storage.items(include_nested=True, leaves_only=True))
+            window = [("episode_start", self._info.get("start"))]
+            if self._carry is not None:
+                for k, v in self._carry.items(include_nested=True, leaves_only=True):
+                    window.append((("init_carry", *k) if isinstance(k, tuple) else ("init_carry", k), v))
+            self._leaves_cache = (step, window)
+            self._leaves_tag = tag
+        return self._leaves_cache
 
     # --------------------------------------------------------- priorities
     def update_priorities(self, indices: torch.Tensor, priorities: torch.Tensor) -> None:
