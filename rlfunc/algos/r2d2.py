@@ -41,14 +41,21 @@ default:
   ``eps_i = 0.4^(1 + 7 i / (N - 1))`` (:func:`actor_epsilons`; Ape-X, and
   Acme's ``np.logspace(1, 8, N, base=0.4)``); evaluation greedy.
 
-Deviations, each a config field: an MLP encoder (``encoder_sizes=(512,)``,
+Deviations, each a named option: an MLP encoder (``encoder_sizes=(512,)``,
 ReLU) in place of the Atari conv torso, for vector observations (necessary);
 replay capacity and warm-up counted in sequences as Acme does
 (``replay_capacity=100_000``, ``min_replay_size=50_000``), read by the
-runtime. A faithful-size network (LSTM 512) is slow on a 2-core CPU; runs on
-small tasks shrink ``encoder_sizes``, ``lstm_size``, ``head_sizes``,
-``burn_in``, ``sequence_length``, ``sequence_period`` and ``target_period``
-in their config, each named there.
+runtime; new sequences enter the replay with the largest priority seen so far
+(Schaul et al. 2016; the paper's Ape-X actors compute initial priorities
+themselves, Acme's adders insert at a constant 1.0, which is
+``PrioritizedSequenceReplay(initial_priority=1.0)``); each trained step's TD
+error bootstraps from the next observation stored with it, so all
+``sequence_length`` steps are trained (Acme bootstraps from the window's own
+observations and trains ``trace_length - 1`` of them). A faithful-size
+network (LSTM 512) is slow on a 2-core CPU; runs on small tasks shrink
+``encoder_sizes``, ``lstm_size``, ``head_sizes``, ``burn_in``,
+``sequence_length``, ``sequence_period`` and ``target_period`` in their
+config, each named there.
 
 Known consequence of the reference layout: a window that starts at an
 episode's first step spends its burn-in on that episode's first ``burn_in``
