@@ -1,6 +1,5 @@
 """Prioritized sequence replay: priorities and importance weights, sequence layout, stored state, checkpoints."""
 
-import numpy as np
 import pytest
 import torch
 from tensordict import TensorDict
