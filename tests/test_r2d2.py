@@ -387,6 +387,8 @@ def test_act_is_epsilon_greedy_per_env_and_resets_the_carry():
     a_pol2, _ = r2d2.greedy_action(params, obs, pc, config=config)
     a_act2, _ = r2d2.act(params, obs, None, None, pc, 0.0, noise)
     assert torch.equal(a_pol2, a_act2)
+    a_eval, _ = r2d2.greedy_action(params, obs, pc, config=_tiny(eval_epsilon=1.0), noise=noise)
+    assert a_eval.tolist() == [0, 1, 1, 2, 0]  # eval_epsilon > 0: epsilon-greedy from the given noise
     td = r2d2.carry_to_td(pc)
     assert td.batch_size == (5,) and all(torch.equal(x, y) for x, y in zip(r2d2.carry_from_td(td), pc))
 

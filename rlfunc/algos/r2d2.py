@@ -624,13 +624,24 @@ def act(
 
 
 def greedy_action(
-    params: TensorDict, obs: torch.Tensor, carry: Carry, *, config: Config | None = None
+    params: TensorDict,
+    obs: torch.Tensor,
+    carry: Carry,
+    *,
+    config: Config | None = None,
+    noise: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Carry]:
-    """Greedy action and next carry (the evaluation policy; what :class:`Policy` calls).
+    """Evaluation action and next carry (what :class:`rlfunc.runtime.policy.Policy` calls).
 
-    Uses the carry's previous action and reward; the next carry records the
-    chosen action. ``config`` is accepted for the Policy's calling convention.
+    Greedy when ``config.eval_epsilon`` is 0 (the default, as Acme's
+    ``evaluation_epsilon``); otherwise epsilon-greedy with it, ``noise`` as in
+    :func:`act`. Uses the carry's previous action and reward; the next carry
+    records the chosen action. The caller resets the carry to
+    :func:`initial_carry` at every episode start (the Policy does).
     """
+    eps = 0.0 if config is None else config.eval_epsilon
+    if eps > 0.0:
+        return act(params, obs, None, None, carry, eps, noise)
     with torch.no_grad():
         q, (h, c) = q_step(params, obs, carry)
         action = q.argmax(dim=-1)
