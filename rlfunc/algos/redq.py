@@ -28,8 +28,14 @@ the whole environment step is one (compilable) function.
 
 Options beyond the paper, each off by default: ``critic_layer_norm`` (RLPD's
 LayerNorm critics), ``alpha_loss="alpha"`` (RLPD's ``alpha * (H - target)``),
-``backup_entropy=False`` (RLPD on sparse tasks), ``ensemble_mode`` (how the
-ensemble is evaluated; all modes compute the same numbers).
+``backup_entropy=False`` (RLPD on sparse tasks), ``actor_after_critics``
+(RLPD's order: the actor and temperature step use the critics after all ``G``
+critic steps), ``critic_loss_reduction="mean"`` (RLPD's ``((qs - y)**2).mean()``
+over critics and rows instead of REDQ's sum over critics), ``tanh_epsilon=None``
+(the exact tanh log-determinant of RLPD's TFP ``Tanh`` bijector instead of
+REDQ's ``log(1 - a^2 + 1e-6)``), ``ensemble_mode`` (how the ensemble is
+evaluated; all modes compute the same numbers). :mod:`rlfunc.algos.rlpd`
+turns the RLPD ones on.
 
 Randomness is explicit: ``update(state, batch, noise)`` takes the standard
 normal and uniform draws it needs (:func:`draw_noise`). Without ``noise`` it
@@ -92,6 +98,9 @@ class Config:
     layer_norm_eps: float = 1e-5
     init: str = "xavier_uniform"
     ensemble_mode: str = "loop"
+    actor_after_critics: bool = False  # True: RLPD's order (actor sees the critics after all G steps)
+    critic_loss_reduction: str = "sum"  # "sum" over critics (REDQ) or "mean" (RLPD)
+    tanh_epsilon: float | None = 1e-6  # None: exact tanh log-det (RLPD / TFP)
 
     def __post_init__(self) -> None:
         if self.num_critics < 1:
@@ -104,6 +113,12 @@ class Config:
             raise ValueError(f"updates_per_step must be at least 1, got {self.updates_per_step}.")
         if self.alpha_loss not in ("log_alpha", "alpha"):
             raise ValueError(f"alpha_loss must be 'log_alpha' or 'alpha', got {self.alpha_loss!r}.")
+        if self.critic_loss_reduction not in ("sum", "mean"):
+            raise ValueError(
+                f"critic_loss_reduction must be 'sum' or 'mean', got {self.critic_loss_reduction!r}."
+            )
+        if self.tanh_epsilon is not None and self.tanh_epsilon < 0:
+            raise ValueError(f"tanh_epsilon must be >= 0 or None (exact), got {self.tanh_epsilon}.")
         if self.ensemble_mode not in nets.ENSEMBLE_MODES:
             raise ValueError(f"ensemble_mode must be one of {nets.ENSEMBLE_MODES}, got {self.ensemble_mode!r}.")
         if not 0.0 < self.gamma <= 1.0:
@@ -256,7 +271,14 @@ def _contiguous(grads: TensorDict) -> TensorDict:
 
 def _sample(config: Config, actor: TensorDict, obs: torch.Tensor, noise: torch.Tensor):
     mean, log_std = actor_apply(actor, obs)
-    return tanh_gaussian(mean, log_std, noise, log_std_min=config.log_std_min, log_std_max=config.log_std_max)
+    return tanh_gaussian(
+        mean,
+        log_std,
+        noise,
+        log_std_min=config.log_std_min,
+        log_std_max=config.log_std_max,
+        epsilon=config.tanh_epsilon,
+    )
 
 
 def _q_values(config: Config, critic: TensorDict, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
@@ -297,10 +319,13 @@ def critic_loss(
 ) -> tuple[torch.Tensor, TensorDict]:
     """Sum over critics of each critic's MSE to the shared target ``y [B]``.
 
+    With ``config.critic_loss_reduction == "mean"`` the mean over critics
+    instead (RLPD: ``((qs - target_q) ** 2).mean()``; ``1/N`` of REDQ's loss).
     Returns ``(loss, aux)`` with ``aux["q"]`` the mean prediction.
     """
     q = _q_values(config, critic, obs, action)  # [N, B]
-    loss = (q - y.unsqueeze(0)).pow(2).mean(dim=1).sum()
+    per_critic = (q - y.unsqueeze(0)).pow(2).mean(dim=1)
+    loss = per_critic.sum() if config.critic_loss_reduction == "sum" else per_critic.mean()
     return loss, TensorDict({"q": q.mean().detach()}, batch_size=[])
 
 
@@ -347,8 +372,10 @@ def update(state: TensorDict, batch: TensorDict, noise: TensorDict | None = None
     ``action [G, B, A]``, ``reward [G, B]``, ``next_obs [G, B, O]``,
     ``terminated [G, B]``. Runs ``G`` critic updates (each with its own target
     subset and a polyak step), then one actor and one temperature update on
-    mini-batch ``G - 1``. Returns ``(new_state, metrics)``; metrics are 0-dim
-    tensors (no host sync).
+    mini-batch ``G - 1``: with the critics as they were before the last critic
+    optimizer step (REDQ) or, with ``config.actor_after_critics``, after it
+    (RLPD). Returns ``(new_state, metrics)``; metrics are 0-dim tensors (no
+    host sync).
     """
     config: Config = state.get_non_tensor("config")
     if batch.batch_dims != 2:
@@ -381,9 +408,9 @@ def update(state: TensorDict, batch: TensorDict, noise: TensorDict | None = None
         # CPU ``torch._fused_adam_`` (core.optim.Adam) ignores the grad's
         # strides and would read them in the wrong order.
         grads = _contiguous(grads)
-        if g == updates - 1:
+        if g == updates - 1 and not config.actor_after_critics:
             # Policy and temperature on the last mini-batch, with the critics
-            # before this step's optimizer update (official code order).
+            # before this step's optimizer update (official REDQ code order).
             actor_grads, (a_loss, a_aux) = grad_and_value(actor_loss, has_aux=True)(
                 actor, config, critic.detach(), alpha, mini["obs"], noise["action"]
             )
@@ -392,6 +419,12 @@ def update(state: TensorDict, batch: TensorDict, noise: TensorDict | None = None
         q_losses.append(loss.detach())
         q_means.append(aux["q"])
 
+    if config.actor_after_critics:
+        # RLPD (ikostrikov/rlpd ``SACLearner.update``): after the G critic
+        # steps, one actor step on the last mini-batch with the updated critics.
+        actor_grads, (a_loss, a_aux) = grad_and_value(actor_loss, has_aux=True)(
+            actor, config, critic.detach(), alpha, batch[updates - 1]["obs"], noise["action"]
+        )
     actor, actor_opt_state = _actor_opt(config).step(_contiguous(actor_grads), state["opt", "actor"], actor)
     log_prob = a_aux["log_prob"]
     la_td = TensorDict({"log_alpha": log_alpha}, batch_size=[])
@@ -455,5 +488,7 @@ def act(
         config = config or Config()
         if noise is None:
             noise = torch.randn_like(mean)
-        action, _ = tanh_gaussian(mean, log_std, noise, log_std_min=config.log_std_min, log_std_max=config.log_std_max)
+        action, _ = tanh_gaussian(
+            mean, log_std, noise, log_std_min=config.log_std_min, log_std_max=config.log_std_max
+        )
         return action

@@ -9,6 +9,7 @@ import torch
 __all__ = ["tanh_gaussian", "tanh_gaussian_mode", "clipped_normal_sample"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
+_LOG_2 = math.log(2.0)
 
 
 def tanh_gaussian(
@@ -18,15 +19,19 @@ def tanh_gaussian(
     *,
     log_std_min: float = -20.0,
     log_std_max: float = 2.0,
-    epsilon: float = 1e-6,
+    epsilon: float | None = 1e-6,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Reparameterised tanh-Gaussian sample and its log-probability.
 
     ``u = mean + exp(clamp(log_std)) * noise``, ``a = tanh(u)``,
     ``log pi(a) = sum_i [log N(u_i; mean_i, std_i) - log(1 - a_i^2 + epsilon)]``.
     This is the official REDQ ``TanhGaussianPolicy`` (log-std clamped to
-    [-20, 2], ``ACTION_BOUND_EPSILON = 1e-6``). Shapes: ``mean``, ``log_std``,
-    ``noise`` ``[..., A]``; returns ``action [..., A]`` and ``log_prob [...]``.
+    [-20, 2], ``ACTION_BOUND_EPSILON = 1e-6``). ``epsilon=None`` uses the exact
+    log-determinant ``log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u))``
+    instead (TensorFlow Probability's ``Tanh`` bijector, used by the official
+    RLPD code), which stays finite and exact for saturated actions. Shapes:
+    ``mean``, ``log_std``, ``noise`` ``[..., A]``; returns ``action [..., A]``
+    and ``log_prob [...]``.
     """
     if mean.shape != log_std.shape or mean.shape != noise.shape:
         raise ValueError(
@@ -38,7 +43,11 @@ def tanh_gaussian(
     pre_tanh = mean + std * noise
     action = torch.tanh(pre_tanh)
     normal_log_prob = -0.5 * noise.pow(2) - log_std - 0.5 * _LOG_2PI
-    log_prob = (normal_log_prob - torch.log(1.0 - action.pow(2) + epsilon)).sum(-1)
+    if epsilon is None:
+        log_det = 2.0 * (_LOG_2 - pre_tanh - torch.nn.functional.softplus(-2.0 * pre_tanh))
+    else:
+        log_det = torch.log(1.0 - action.pow(2) + epsilon)
+    log_prob = (normal_log_prob - log_det).sum(-1)
     return action, log_prob
 
 
