@@ -1,0 +1,534 @@
+"""Offline (prior) datasets and the offline/online mini-batch mixer (RLPD).
+
+Two on-disk formats are read, both from local disk (nothing is downloaded):
+
+* **npz** -- a plain ``numpy.savez`` file with the D4RL keys
+  ``observations [N, *obs]``, ``actions [N, A]``, ``rewards [N]``,
+  ``next_observations [N, *obs]``, ``terminals [N]`` and optionally
+  ``timeouts [N]``. Optional metadata keys written by ``rlfunc dataset
+  collect``: ``env_id``, ``action_low``, ``action_high``, ``policy``,
+  ``noise``. Read
+  with ``allow_pickle=False``.
+* **minari** -- a Minari (>= 0.5) dataset directory: the folder holding
+  ``metadata.json`` and the data file (``.../<name>-v0/data``) or its parent.
+  Needs the optional extra ``pip install -e '.[minari]'``.
+
+Conventions (the official RLPD code's, ``rlpd/data/d4rl_datasets.py``):
+
+* actions are stored in the **env's own action bounds** (as D4RL and Minari
+  record them); loading checks them against those bounds, rescales them to
+  the ``[-1, 1]`` the policies use and clips them into ``(-1 + 1e-5, 1 - 1e-5)``,
+  the open interval where the tanh policy's log-probability is finite;
+* ``timeouts`` are not ``terminals``: only ``terminals`` stop the bootstrap;
+  a time-limit cut bootstraps from ``next_observations`` like any other row;
+* rows are transitions; episodes need not be contiguous.
+
+Every check runs when the dataset is loaded, before any training, and its
+error (:class:`DatasetError`) names the key, the row and what to change:
+missing file, missing key (with the closest present one), wrong shape or
+dtype against the env's spaces, NaN/inf values, actions outside the env's
+bounds, a dataset recorded for another env.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+__all__ = [
+    "DatasetError",
+    "DatasetNotFoundError",
+    "OfflineDataset",
+    "MixedSampler",
+    "load_dataset",
+    "read_npz",
+    "read_minari",
+    "validate_arrays",
+    "write_npz",
+    "dataset_checksum",
+    "detect_format",
+    "describe",
+    "REQUIRED_KEYS",
+    "ACTION_CLIP_EPS",
+]
+
+REQUIRED_KEYS = ("observations", "actions", "rewards", "next_observations", "terminals")
+OPTIONAL_KEYS = ("timeouts",)
+METADATA_KEYS = ("env_id", "action_low", "action_high", "policy", "noise")
+ACTION_CLIP_EPS = 1e-5
+"""Dataset actions are clipped to ``(-1 + eps, 1 - eps)`` after rescaling (official RLPD ``clip_to_eps``)."""
+
+_BOUND_TOL = 1e-3  # relative to the action range: float rounding of stored actions
+
+
+class DatasetError(ValueError):
+    """A prior dataset cannot be used with this env; the message says what to change."""
+
+
+class DatasetNotFoundError(DatasetError, FileNotFoundError):
+    """The dataset path does not exist."""
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def detect_format(path: str | Path, fmt: str = "auto") -> str:
+    """``"npz"`` or ``"minari"`` for ``path`` (``fmt="auto"`` looks at the path)."""
+    path = Path(path)
+    if fmt not in ("auto", "npz", "minari"):
+        raise DatasetError(f"Unknown dataset format {fmt!r}; use 'npz', 'minari' or 'auto'.")
+    if not path.exists():
+        raise DatasetNotFoundError(
+            f"Dataset {str(path)!r} does not exist; make one with `rlfunc dataset collect ... --out {path}` "
+            "or fix data.path."
+        )
+    if fmt != "auto":
+        return fmt
+    if path.is_file():
+        if path.suffix == ".npz":
+            return "npz"
+        raise DatasetError(
+            f"Cannot tell the format of {str(path)!r}: expected a .npz file or a Minari dataset directory; "
+            "set data.format."
+        )
+    if _minari_data_dir(path) is not None:
+        return "minari"
+    raise DatasetError(
+        f"{str(path)!r} is a directory but not a Minari dataset (no metadata.json in it or in its data/ folder)."
+    )
+
+
+def read_npz(path: str | Path) -> dict[str, np.ndarray]:
+    """Raw arrays of a D4RL-style ``.npz`` (no pickle); missing file -> :class:`DatasetNotFoundError`."""
+    path = Path(path)
+    if not path.is_file():
+        raise DatasetNotFoundError(
+            f"Dataset file {str(path)!r} does not exist; make one with `rlfunc dataset collect --out {path}`."
+        )
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            return {k: f[k] for k in f.files}
+    except ValueError as exc:
+        if "pickle" in str(exc).lower():
+            raise DatasetError(
+                f"Dataset {str(path)!r} stores Python objects (pickled arrays); save plain numeric arrays."
+            ) from None
+        raise DatasetError(f"Dataset {str(path)!r} is not a readable .npz file: {exc}") from None
+    except Exception as exc:  # zipfile.BadZipFile, OSError, EOFError for damaged files
+        raise DatasetError(f"Dataset {str(path)!r} is not a readable .npz file ({type(exc).__name__}: {exc}).") from None
+
+
+def _minari_data_dir(path: Path) -> Path | None:
+    for candidate in (path, path / "data"):
+        if (candidate / "metadata.json").is_file():
+            return candidate
+    return None
+
+
+def read_minari(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Transitions of a local Minari dataset directory, in the npz keys, plus its spaces.
+
+    Each episode's ``observations [T+1]`` give ``observations = obs[:-1]`` and
+    ``next_observations = obs[1:]``; ``terminations`` become ``terminals`` and
+    ``truncations`` become ``timeouts``. Returns ``(arrays, info)`` with
+    ``info["action_space"]``, ``info["observation_space"]``, ``info["env_id"]``.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise DatasetNotFoundError(f"Minari dataset {str(path)!r} does not exist; check data.path.")
+    data_dir = _minari_data_dir(path)
+    if data_dir is None:
+        raise DatasetError(f"{str(path)!r} is not a Minari dataset directory (no metadata.json in it or in data/).")
+    try:
+        import minari
+    except ImportError:
+        raise DatasetError(
+            "Reading Minari datasets needs the optional extra: pip install -e '.[minari]' "
+            "(or convert the dataset to .npz)."
+        ) from None
+    try:
+        ds = minari.MinariDataset(str(data_dir))
+    except Exception as exc:
+        raise DatasetError(f"Minari could not open {str(data_dir)!r} ({type(exc).__name__}: {exc}).") from None
+    obs, acts, rews, nxt, terms, timeouts = [], [], [], [], [], []
+    for ep in ds.iterate_episodes():
+        o = ep.observations
+        if not isinstance(o, np.ndarray):
+            raise DatasetError(
+                f"Minari dataset {str(data_dir)!r} has structured (dict/tuple) observations; "
+                "rlfunc's RLPD needs flat Box observations."
+            )
+        t = len(ep.actions)
+        if len(o) != t + 1:
+            raise DatasetError(
+                f"Minari episode {ep.id} has {len(o)} observations for {t} actions; expected {t + 1}."
+            )
+        obs.append(o[:-1])
+        nxt.append(o[1:])
+        acts.append(np.asarray(ep.actions))
+        rews.append(np.asarray(ep.rewards))
+        terms.append(np.asarray(ep.terminations))
+        timeouts.append(np.asarray(ep.truncations))
+    if not obs:
+        raise DatasetError(f"Minari dataset {str(data_dir)!r} holds no episodes.")
+    arrays = {
+        "observations": np.concatenate(obs),
+        "actions": np.concatenate(acts),
+        "rewards": np.concatenate(rews),
+        "next_observations": np.concatenate(nxt),
+        "terminals": np.concatenate(terms),
+        "timeouts": np.concatenate(timeouts),
+    }
+    env_id = None
+    spec = getattr(ds, "env_spec", None)
+    if spec is not None:
+        env_id = spec.id
+    info = {"action_space": ds.action_space, "observation_space": ds.observation_space, "env_id": env_id}
+    return arrays, info
+
+
+def write_npz(path: str | Path, arrays: dict[str, np.ndarray]) -> Path:
+    """Write a D4RL-style ``.npz`` atomically (temporary name, then rename)."""
+    path = Path(path)
+    if path.suffix != ".npz":
+        raise DatasetError(f"Dataset output must end in .npz, got {str(path)!r}.")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.npz")
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+    return path
+
+
+def dataset_checksum(path: str | Path) -> str:
+    """SHA-256 of a dataset file, or of every file (names and bytes) under a directory."""
+    path = Path(path)
+    h = hashlib.sha256()
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    for f in files:
+        if path.is_dir():
+            h.update(str(f.relative_to(path)).encode() + b"\0")
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _is_real(a: np.ndarray) -> bool:
+    return a.dtype.kind in "fiu" or a.dtype == np.bool_
+
+
+def _first_bad_row(mask: np.ndarray) -> int:
+    flat = mask.reshape(mask.shape[0], -1).any(axis=1)
+    return int(np.flatnonzero(flat)[0])
+
+
+def validate_arrays(
+    arrays: dict[str, np.ndarray],
+    obs_space,
+    act_space,
+    *,
+    source: str = "dataset",
+    env_id: str | None = None,
+) -> int:
+    """Check raw D4RL-style arrays against the env's (native) spaces; returns the row count.
+
+    ``act_space`` is the env's own action ``Box`` (before rlfunc rescales it to
+    ``[-1, 1]``). Raises :class:`DatasetError` with one sentence per problem.
+    """
+    present = list(arrays)
+    missing = [k for k in REQUIRED_KEYS if k not in arrays]
+    if missing:
+        hints = []
+        for k in missing:
+            close = difflib.get_close_matches(k, present, n=1, cutoff=0.6)
+            hints.append(f"{k!r}" + (f" (found {close[0]!r})" if close else ""))
+        raise DatasetError(
+            f"{source} is missing key(s) {', '.join(hints)}; a dataset needs {', '.join(REQUIRED_KEYS)} "
+            f"(and optionally timeouts). It has: {', '.join(sorted(present))}."
+        )
+    if env_id is not None and "env_id" in arrays:
+        recorded = str(arrays["env_id"])
+        if recorded and recorded != env_id:
+            raise DatasetError(
+                f"{source} was recorded in {recorded!r}, but the run's env is {env_id!r}; "
+                "use a dataset of the same env (or set env.id accordingly)."
+            )
+    n = None
+    for k in REQUIRED_KEYS + tuple(k for k in OPTIONAL_KEYS if k in arrays):
+        a = arrays[k]
+        if not isinstance(a, np.ndarray) or a.ndim == 0:
+            raise DatasetError(f"{source}: {k!r} must be an array with one row per transition, got a scalar.")
+        if not _is_real(a):
+            raise DatasetError(f"{source}: {k!r} has dtype {a.dtype}; it must hold real numbers (float, int or bool).")
+        if n is None:
+            n = a.shape[0]
+        elif a.shape[0] != n:
+            raise DatasetError(
+                f"{source}: {k!r} has {a.shape[0]} rows but observations has {n}; every key needs one row per transition."
+            )
+    if not n:
+        raise DatasetError(f"{source} holds no transitions.")
+    obs_shape = tuple(obs_space.shape)
+    for k in ("observations", "next_observations"):
+        if tuple(arrays[k].shape[1:]) != obs_shape:
+            raise DatasetError(
+                f"{source}: {k!r} rows have shape {tuple(arrays[k].shape[1:])}, but the env's observations have "
+                f"shape {obs_shape}; the dataset belongs to another env or observation wrapper."
+            )
+    act_shape = tuple(act_space.shape)
+    if tuple(arrays["actions"].shape[1:]) != act_shape:
+        raise DatasetError(
+            f"{source}: 'actions' rows have shape {tuple(arrays['actions'].shape[1:])}, but the env's actions have "
+            f"shape {act_shape}; the dataset belongs to another env."
+        )
+    for k in ("rewards", "terminals", "timeouts"):
+        if k in arrays:
+            a = arrays[k]
+            if not (a.ndim == 1 or (a.ndim == 2 and a.shape[1] == 1)):
+                raise DatasetError(f"{source}: {k!r} must have shape [N] (or [N, 1]), got {tuple(a.shape)}.")
+    for k in ("observations", "actions", "rewards", "next_observations"):
+        a = arrays[k]
+        if a.dtype.kind == "f":
+            bad = ~np.isfinite(a)
+            if bad.any():
+                row = _first_bad_row(bad)
+                raise DatasetError(
+                    f"{source}: {k!r} holds {int(bad.sum())} NaN/inf value(s) (first in row {row}); "
+                    "clean or drop those transitions."
+                )
+    for k in ("terminals", "timeouts"):
+        if k in arrays:
+            a = arrays[k]
+            if a.dtype != np.bool_ and not np.isin(a, (0, 1)).all():
+                raise DatasetError(f"{source}: {k!r} must be booleans or 0/1, found other values.")
+    low = np.asarray(act_space.low, dtype=np.float64)
+    high = np.asarray(act_space.high, dtype=np.float64)
+    for key, want in (("action_low", low), ("action_high", high)):
+        if key in arrays:
+            got = np.asarray(arrays[key], dtype=np.float64).reshape(want.shape) if np.size(arrays[key]) == want.size else None
+            if got is None or not np.allclose(got, want, rtol=1e-5, atol=1e-6):
+                raise DatasetError(
+                    f"{source} was recorded with action bounds {key}={np.asarray(arrays[key]).tolist()}, but the env's "
+                    f"are {want.tolist()}; actions are stored in the env's own bounds, so use a dataset of this env."
+                )
+    tol = _BOUND_TOL * (high - low)
+    acts = arrays["actions"].astype(np.float64)
+    outside = (acts < low - tol) | (acts > high + tol)
+    if outside.any():
+        row = _first_bad_row(outside)
+        raise DatasetError(
+            f"{source}: {int(outside.any(axis=-1).sum())} action(s) lie outside the env's bounds "
+            f"[{low.tolist()}, {high.tolist()}] (first in row {row}: {arrays['actions'][row].tolist()}); "
+            "datasets store actions in the env's own bounds (not rescaled)."
+        )
+    olow = np.asarray(getattr(obs_space, "low", -np.inf), dtype=np.float64)
+    ohigh = np.asarray(getattr(obs_space, "high", np.inf), dtype=np.float64)
+    span = np.where(np.isfinite(ohigh - olow), ohigh - olow, 1.0)
+    otol = _BOUND_TOL * span
+    for k in ("observations", "next_observations"):
+        a = arrays[k].astype(np.float64)
+        outside = (a < olow - otol) | (a > ohigh + otol)
+        if outside.any():
+            row = _first_bad_row(outside)
+            raise DatasetError(
+                f"{source}: {k!r} row {row} lies outside the env's observation bounds; "
+                "the dataset belongs to another env or observation wrapper."
+            )
+    return int(n)
+
+
+# --------------------------------------------------------------------------- the dataset
+
+
+@dataclasses.dataclass
+class OfflineDataset:
+    """Prior transitions on tensor storage: ``rows [N]`` with the replay's keys.
+
+    ``rows``: ``obs``, ``action`` (in ``[-1, 1]``, clipped), ``reward``,
+    ``next_obs``, ``terminated`` (float 0/1), the keys and dtypes of
+    :class:`~rlfunc.replay.uniform.UniformReplay` rows in the runtime.
+    """
+
+    rows: TensorDict
+    path: str = ""
+    format: str = "npz"
+    checksum: str = ""
+
+    def __len__(self) -> int:
+        return int(self.rows.batch_size[0])
+
+    @property
+    def device(self) -> torch.device:
+        return self.rows.device
+
+    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> TensorDict:
+        """``batch_size`` rows uniformly with replacement (official ``Dataset.sample``)."""
+        idx = torch.randint(len(self), (batch_size,), generator=generator, device=self.rows.device)
+        return self.rows[idx]
+
+    @classmethod
+    def from_arrays(
+        cls,
+        arrays: dict[str, np.ndarray],
+        obs_space,
+        act_space,
+        *,
+        source: str = "dataset",
+        env_id: str | None = None,
+        clip_eps: float = ACTION_CLIP_EPS,
+        device: torch.device | str = "cpu",
+        path: str = "",
+        fmt: str = "npz",
+        checksum: str = "",
+    ) -> "OfflineDataset":
+        """Validate raw arrays (:func:`validate_arrays`) and convert them to training rows."""
+        n = validate_arrays(arrays, obs_space, act_space, source=source, env_id=env_id)
+        low = np.asarray(act_space.low, dtype=np.float64)
+        high = np.asarray(act_space.high, dtype=np.float64)
+        acts = arrays["actions"].astype(np.float64)
+        acts = 2.0 * (acts - low) / (high - low) - 1.0  # env bounds -> [-1, 1] (identity for [-1, 1] envs)
+        lim = 1.0 - clip_eps
+        acts = np.clip(acts, -lim, lim)
+        terminals = np.asarray(arrays["terminals"]).reshape(n).astype(bool)
+        rows = TensorDict(
+            {
+                "obs": torch.as_tensor(np.asarray(arrays["observations"], dtype=np.float32)),
+                "action": torch.as_tensor(acts.astype(np.float32)),
+                "reward": torch.as_tensor(np.asarray(arrays["rewards"], dtype=np.float32).reshape(n)),
+                "next_obs": torch.as_tensor(np.asarray(arrays["next_observations"], dtype=np.float32)),
+                "terminated": torch.as_tensor(terminals.astype(np.float32)),
+            },
+            batch_size=[n],
+        ).to(device)
+        return cls(rows=rows, path=path, format=fmt, checksum=checksum)
+
+
+def load_dataset(
+    path: str | Path,
+    obs_space,
+    act_space,
+    *,
+    fmt: str = "auto",
+    env_id: str | None = None,
+    clip_eps: float = ACTION_CLIP_EPS,
+    device: torch.device | str = "cpu",
+) -> OfflineDataset:
+    """Load and validate a prior dataset for an env with these (native) spaces.
+
+    ``act_space`` is the env's own action ``Box``; actions come back rescaled
+    to ``[-1, 1]`` and clipped to ``(-1 + clip_eps, 1 - clip_eps)``. ``env_id``
+    (optional) is checked against the id the dataset recorded, if any.
+    """
+    path = Path(path)
+    fmt = detect_format(path, fmt)
+    source = f"Dataset {str(path)!r}"
+    if fmt == "npz":
+        arrays = read_npz(path)
+    else:
+        arrays, info = read_minari(path)
+        _check_minari_spaces(info, obs_space, act_space, source)
+        if env_id is not None and info.get("env_id") and info["env_id"] != env_id:
+            raise DatasetError(
+                f"{source} was recorded in {info['env_id']!r}, but the run's env is {env_id!r}; "
+                "use a dataset of the same env."
+            )
+    return OfflineDataset.from_arrays(
+        arrays,
+        obs_space,
+        act_space,
+        source=source,
+        env_id=env_id,
+        clip_eps=clip_eps,
+        device=device,
+        path=str(path),
+        fmt=fmt,
+        checksum=dataset_checksum(path),
+    )
+
+
+def _check_minari_spaces(info: dict[str, Any], obs_space, act_space, source: str) -> None:
+    a = info.get("action_space")
+    if a is not None and hasattr(a, "low"):
+        if tuple(a.shape) != tuple(act_space.shape) or not (
+            np.allclose(a.low, act_space.low) and np.allclose(a.high, act_space.high)
+        ):
+            raise DatasetError(
+                f"{source} has action space {a}, but the env's is {act_space}; use a dataset of this env."
+            )
+    o = info.get("observation_space")
+    if o is not None and hasattr(o, "shape") and o.shape is not None and tuple(o.shape) != tuple(obs_space.shape):
+        raise DatasetError(
+            f"{source} has observation space {o}, but the env's is {obs_space}; use a dataset of this env."
+        )
+
+
+# --------------------------------------------------------------------------- the mixer
+
+
+class MixedSampler:
+    """Mini-batches of exactly ``round(B * ratio)`` prior rows and the rest online.
+
+    RLPD's "symmetric sampling" (``offline_ratio = 0.5``): every mini-batch of
+    ``B`` rows holds ``k = round(B * ratio)`` rows drawn uniformly from the
+    prior ``dataset`` and ``B - k`` drawn uniformly from the ``online``
+    replay, so prior data is never copied into the online buffer. One call
+    draws a whole environment step's ``[G, B]`` batch: ``G * k`` prior and
+    ``G * (B - k)`` online rows at once; mini-batch ``g`` is its ``k`` prior
+    rows followed by its ``B - k`` online rows (the order of rows inside a
+    mini-batch changes nothing: every loss averages over rows). The official
+    code interleaves one combined ``G * B`` batch (``combine``: rows ``0::2``
+    prior) and slices it into ``G`` contiguous mini-batches, which gives each
+    mini-batch the same ``B/2 + B/2`` split.
+    """
+
+    def __init__(self, dataset: OfflineDataset, online, ratio: float = 0.5) -> None:
+        if not 0.0 <= ratio <= 1.0:
+            raise ValueError(f"offline ratio must be in [0, 1], got {ratio}.")
+        self.dataset = dataset
+        self.online = online
+        self.ratio = float(ratio)
+
+    def offline_rows(self, batch_size: int) -> int:
+        """Prior rows per mini-batch of ``batch_size``: ``round(batch_size * ratio)``."""
+        return int(round(batch_size * self.ratio))
+
+    def ready(self) -> bool:
+        """True once both sources can supply their share."""
+        return self.ratio == 1.0 or len(self.online) >= 1
+
+    def sample(self, updates: int, batch_size: int, generator: torch.Generator | None = None) -> TensorDict:
+        """A ``[updates, batch_size]`` batch; rows ``[:, :k]`` prior, ``[:, k:]`` online."""
+        k = self.offline_rows(batch_size)
+        parts = []
+        if k > 0:
+            parts.append(self.dataset.sample(updates * k, generator=generator).reshape(updates, k))
+        if k < batch_size:
+            online = self.online.sample(updates * (batch_size - k), generator=generator)
+            parts.append(online.reshape(updates, batch_size - k))
+        if len(parts) == 1:
+            return parts[0]
+        return torch.cat(parts, dim=1)
+
+
+def describe(dataset: OfflineDataset) -> dict[str, Any]:
+    """JSON-safe summary of a dataset (for checkpoint meta and logs)."""
+    rows = dataset.rows
+    return {
+        "path": dataset.path,
+        "format": dataset.format,
+        "sha256": dataset.checksum,
+        "transitions": len(dataset),
+        "terminals": int(rows["terminated"].sum()),
+        "reward_mean": float(rows["reward"].mean()),
+    }
