@@ -6,6 +6,7 @@ A run config has four sections::
     env:   {id, num_envs, kwargs, wrappers}
     train: {total_steps, random_steps, replay_size, eval_every, ...}
     agent: {...}               # the algorithm's Config fields (paper defaults)
+    data:  {path, format, offline_ratio, pretrain_steps}   # prior data (RLPD only)
 
 Every key is checked against the dataclasses below (and the algorithm's
 ``Config``) before anything is built: an unknown key names the closest valid
@@ -27,6 +28,7 @@ __all__ = [
     "ConfigError",
     "EnvSection",
     "TrainSection",
+    "DataSection",
     "RunConfig",
     "load_config",
     "parse_overrides",
@@ -87,11 +89,37 @@ class TrainSection:
 
 
 @dataclasses.dataclass(frozen=True)
+class DataSection:
+    """Prior (offline) data for algorithms that learn from it (RLPD).
+
+    ``path``: a D4RL-style ``.npz`` or a local Minari dataset directory
+    (:mod:`rlfunc.replay.offline`); ``format``: ``auto``, ``npz`` or
+    ``minari``; ``offline_ratio``: the share of every mini-batch drawn from
+    the prior data (RLPD: 0.5); ``pretrain_steps``: updates on prior data
+    only before the first env step's update (RLPD: 0, off).
+    """
+
+    path: str | None = None
+    format: str = "auto"
+    offline_ratio: float = 0.5
+    pretrain_steps: int = 0
+
+    def __post_init__(self) -> None:
+        if self.format not in ("auto", "npz", "minari"):
+            raise ConfigError(f"data.format must be 'auto', 'npz' or 'minari', got {self.format!r}.")
+        if not 0.0 <= self.offline_ratio <= 1.0:
+            raise ConfigError(f"data.offline_ratio must be in [0, 1], got {self.offline_ratio}.")
+        if self.pretrain_steps < 0:
+            raise ConfigError(f"data.pretrain_steps must be >= 0, got {self.pretrain_steps}.")
+
+
+@dataclasses.dataclass(frozen=True)
 class RunConfig:
     algo: str
     env: EnvSection
     train: TrainSection
     agent: Any  # the algorithm's Config instance
+    data: DataSection = DataSection()
 
 
 DEFAULT_CONFIG: dict[str, Any] = {
@@ -248,7 +276,7 @@ def build_config(raw: dict[str, Any]) -> RunConfig:
     """Validate a raw mapping into a :class:`RunConfig` (raises :class:`ConfigError`)."""
     from rlfunc.runtime.registry import ALGOS, get_algo
 
-    top = ["algo", "env", "train", "agent"]
+    top = ["algo", "env", "train", "agent", "data"]
     for key in raw:
         if key not in top:
             raise ConfigError(f"Unknown config key {key!r}" + _close(str(key), top))
@@ -264,13 +292,22 @@ def build_config(raw: dict[str, Any]) -> RunConfig:
         raise ConfigError(f"Section 'agent' must be a mapping, got {agent_raw!r}.")
     agent_values.update(agent_raw)
     agent = _build_dataclass(entry.config_cls, agent_values, "agent")
+    data = _build_dataclass(DataSection, raw.get("data") or {}, "data")
+    uses_data = getattr(entry, "uses_data", False)
+    if data.path and not uses_data:
+        raise ConfigError(f"data.path is set, but algo {algo_name!r} does not learn from prior data; use algo rlpd.")
+    if uses_data and not data.path and data.offline_ratio > 0:
+        raise ConfigError(
+            f"algo {algo_name!r} needs prior data: set data.path=FILE.npz (make one with `rlfunc dataset collect`), "
+            "or data.offline_ratio=0 to train online only."
+        )
     from rlfunc.envs import check_env_id
 
     try:
         check_env_id(env.id)
     except ValueError as exc:
         raise ConfigError(f"env.id: {exc}") from None
-    return RunConfig(algo=algo_name, env=env, train=train, agent=agent)
+    return RunConfig(algo=algo_name, env=env, train=train, agent=agent, data=data)
 
 
 def to_dict(config: RunConfig) -> dict[str, Any]:
@@ -287,4 +324,7 @@ def to_dict(config: RunConfig) -> dict[str, Any]:
             return {k: plain(v) for k, v in x.items()}
         return x
 
-    return {"algo": config.algo, "env": plain(config.env), "train": plain(config.train), "agent": plain(config.agent)}
+    out = {"algo": config.algo, "env": plain(config.env), "train": plain(config.train), "agent": plain(config.agent)}
+    if config.data != DataSection():
+        out["data"] = plain(config.data)
+    return out

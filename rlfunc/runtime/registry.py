@@ -22,6 +22,7 @@ class AlgoEntry:
     config_defaults: dict = dataclasses.field(default_factory=dict)
     learner: str = "rlfunc.runtime.learners:TransitionLearner"
     description: str = ""
+    uses_data: bool = False  # learns from prior data (the run config's ``data`` section)
 
     @property
     def algo(self):
@@ -45,6 +46,16 @@ ALGOS: dict[str, AlgoEntry] = {
         "rlfunc.algos.redq",
         config_defaults={"num_critics": 2, "subset_size": 2, "updates_per_step": 1},
         description="SAC (Haarnoja et al. 2018) as REDQ with N=2, M=2, G=1",
+    ),
+    "rlpd": AlgoEntry(
+        "rlpd",
+        "rlfunc.algos.rlpd",
+        learner="rlfunc.runtime.learners:PriorDataLearner",
+        uses_data=True,
+        description=(
+            "RLPD (Ball et al. 2023): SAC with 10 LayerNorm critics, M=2 target subset, UTD 20, "
+            "every mini-batch half prior data"
+        ),
     ),
     "drqn": AlgoEntry(
         "drqn",
