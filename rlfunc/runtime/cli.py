@@ -1,4 +1,4 @@
-"""``rlfunc`` command line: train, eval, resume, plot."""
+"""``rlfunc`` command line: train, eval, resume, plot, dataset collect."""
 
 from __future__ import annotations
 
@@ -31,6 +31,18 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("run_dirs", nargs="+")
     pl.add_argument("--out", default="curves.png")
     pl.add_argument("--title", default=None)
+
+    d = sub.add_parser("dataset", help="make prior data for RLPD (no download needed)")
+    dsub = d.add_subparsers(dest="dataset_command", required=True)
+    dc = dsub.add_parser("collect", help="run a trained agent (or a random policy) and write a D4RL-style .npz")
+    dc.add_argument("--checkpoint", default=None, metavar="RUN_OR_CKPT", help="run directory or checkpoint of a trained agent")
+    dc.add_argument("--env", default=None, help="gymnasium id (default: the checkpoint's env)")
+    dc.add_argument("--steps", type=int, required=True, help="transitions to collect")
+    dc.add_argument("--noise", type=float, default=0.0, help="Gaussian action noise std in [-1, 1] units")
+    dc.add_argument("--policy", choices=["checkpoint", "random"], default=None,
+                    help="'random': uniform actions (default: checkpoint if given)")
+    dc.add_argument("--seed", type=int, default=0)
+    dc.add_argument("--out", required=True, help="output .npz file")
     return p
 
 
@@ -59,6 +71,24 @@ def main(argv: list[str] | None = None) -> int:
             from rlfunc.runtime.plot import plot_runs
 
             print(f"wrote {plot_runs(args.run_dirs, args.out, args.title)}")
+        elif args.command == "dataset":
+            from rlfunc.runtime.dataset import collect
+
+            policy = args.policy or ("checkpoint" if args.checkpoint else "random")
+            out = collect(
+                args.out,
+                checkpoint=args.checkpoint,
+                env_id=args.env,
+                steps=args.steps,
+                noise=args.noise,
+                policy=policy,
+                seed=args.seed,
+            )
+            ret = "n/a" if out["mean_return"] is None else f"{out['mean_return']:.2f}"
+            print(
+                f"wrote {out['path']}: {out['transitions']} transitions of {out['env_id']} "
+                f"({out['episodes']} complete episodes, mean return {ret}, policy {out['policy']})"
+            )
     except (ConfigError, CheckpointError, NonFiniteLossError, FileNotFoundError, ValueError) as exc:
         print(f"rlfunc: error: {exc}", file=sys.stderr)
         return 2
