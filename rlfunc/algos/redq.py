@@ -264,11 +264,6 @@ def actor_apply(actor: TensorDict, obs: torch.Tensor) -> tuple[torch.Tensor, tor
     return mean, log_std
 
 
-def _contiguous(grads: TensorDict) -> TensorDict:
-    """Dense row-major grads (no copy for leaves that already are), as the fused Adam kernel expects."""
-    return grads.apply(lambda g: g.contiguous())
-
-
 def _sample(config: Config, actor: TensorDict, obs: torch.Tensor, noise: torch.Tensor):
     mean, log_std = actor_apply(actor, obs)
     return tanh_gaussian(
@@ -404,10 +399,6 @@ def update(state: TensorDict, batch: TensorDict, noise: TensorDict | None = None
             config, actor, target_critic, alpha, mini, noise["next_action"][g], noise["subset"][g]
         )
         grads, (loss, aux) = critic_grad(critic, config, mini["obs"], mini["action"], y)
-        # The "bmm"/"vmap" modes give transposed (non-contiguous) weight grads;
-        # CPU ``torch._fused_adam_`` (core.optim.Adam) ignores the grad's
-        # strides and would read them in the wrong order.
-        grads = _contiguous(grads)
         if g == updates - 1 and not config.actor_after_critics:
             # Policy and temperature on the last mini-batch, with the critics
             # before this step's optimizer update (official REDQ code order).
@@ -425,7 +416,7 @@ def update(state: TensorDict, batch: TensorDict, noise: TensorDict | None = None
         actor_grads, (a_loss, a_aux) = grad_and_value(actor_loss, has_aux=True)(
             actor, config, critic.detach(), alpha, batch[updates - 1]["obs"], noise["action"]
         )
-    actor, actor_opt_state = _actor_opt(config).step(_contiguous(actor_grads), state["opt", "actor"], actor)
+    actor, actor_opt_state = _actor_opt(config).step(actor_grads, state["opt", "actor"], actor)
     log_prob = a_aux["log_prob"]
     la_td = TensorDict({"log_alpha": log_alpha}, batch_size=[])
     if config.auto_alpha:

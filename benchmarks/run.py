@@ -1,0 +1,539 @@
+"""rlfunc benchmarks: one CLI, one subcommand per kind of measurement.
+
+    python benchmarks/run.py update --algo redq [--device cpu|cuda] [--threads 1 2]
+                                    [--repeats R] [--quick] [--no-compile] [--out PATH]
+
+``update`` measures learner throughput (critic updates per second) of the
+functional update against the imperative baseline of ``benchmarks/baselines``,
+in the same process, on pre-sampled batches and noise (no replay, no env).
+
+Adding things:
+
+* a subcommand: write ``configure(parser)`` and ``run(args) -> int`` and
+  register them with ``@subcommand(name, help, configure)`` on ``run`` (``learn``, ``replay``,
+  ``peers``, ``report`` are planned);
+* an algorithm for ``update``: write ``fn(args) -> result dict`` (same JSON
+  shape as :func:`update_redq`) and add it to ``UPDATE_ALGOS``. The helpers
+  :func:`time_interleaved`, :func:`matmul_ceiling`, :func:`machine_info`,
+  :func:`write_json` and :func:`print_table` are shared.
+
+The machines here are noisy (see shared/MACHINE-FACTS.md): every number is the
+median of several timed windows, and the variants are interleaved (each
+repeat runs every variant once, in a rotated order) so that load changes hit
+all of them alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+RESULTS_DIR = ROOT / "benchmarks" / "results"
+
+# --------------------------------------------------------------------------- registry
+
+SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {}
+
+
+def subcommand(name: str, help: str, configure: Callable[[argparse.ArgumentParser], None]):
+    """Register the decorated ``run(args) -> int`` as subcommand ``name``; ``configure`` adds its options."""
+
+    def register(run: Callable[[argparse.Namespace], int]):
+        SUBCOMMANDS[name] = (help, configure, run)
+        return run
+
+    return register
+
+
+# --------------------------------------------------------------------------- shared helpers
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info(device: torch.device, allocator_tuned: bool) -> dict:
+    import tensordict
+
+    info = {
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "torch": torch.__version__,
+        "tensordict": tensordict.__version__,
+        "python": platform.python_version(),
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "allocator_tuned": bool(allocator_tuned),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        "loadavg_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+    }
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    return info
+
+
+def matmul_ceiling(device: torch.device, *, size: int | None = None, windows: int = 3, min_time: float = 0.3) -> float:
+    """Best-of-``windows`` float32 square-matmul GFLOP/s at the current thread count."""
+    size = size or (4096 if device.type == "cuda" else 1024)
+    a = torch.randn(size, size, device=device)
+    b = torch.randn(size, size, device=device)
+    out = torch.empty(size, size, device=device)
+    for _ in range(2):
+        torch.matmul(a, b, out=out)
+    sync(device)
+    flops = 2.0 * size**3
+    t0 = time.perf_counter()
+    torch.matmul(a, b, out=out)
+    sync(device)
+    one = max(time.perf_counter() - t0, 1e-6)
+    iters = max(1, int(min_time / one))
+    best = 0.0
+    for _ in range(windows):
+        sync(device)
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            torch.matmul(a, b, out=out)
+        sync(device)
+        best = max(best, flops * iters / (time.perf_counter() - t0) / 1e9)
+    return best
+
+
+def time_interleaved(
+    runners: dict[str, Callable[[], None]],
+    *,
+    repeats: int,
+    steps: dict[str, int],
+    device: torch.device,
+) -> dict[str, list[float]]:
+    """Seconds per call of each runner: ``repeats`` windows each, interleaved.
+
+    Repeat ``r`` runs every runner for one window of ``steps[name]`` calls,
+    starting at a rotated position, so no variant always runs first or last.
+    """
+    names = list(runners)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(repeats):
+        for j in range(len(names)):
+            name = names[(r + j) % len(names)]
+            fn, k = runners[name], steps[name]
+            sync(device)
+            t0 = time.perf_counter()
+            for _ in range(k):
+                fn()
+            sync(device)
+            times[name].append((time.perf_counter() - t0) / k)
+    return times
+
+
+def _dynamo_graph_count() -> int:
+    """Graphs dynamo has compiled so far in this process (to detect recompiles while timing)."""
+    try:
+        from torch._dynamo.utils import counters
+
+        return int(counters["stats"]["unique_graphs"])
+    except Exception:  # noqa: BLE001 -- private API; a missing counter only loses this check
+        return -1
+
+
+def write_json(path: Path, obj: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def print_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> None:
+    """``columns``: (header, key, format spec); missing values print as '-'."""
+    cells = [[h for h, _, _ in columns]]
+    for row in rows:
+        line = []
+        for _, key, fmt in columns:
+            v = row.get(key)
+            line.append("-" if v is None else format(v, fmt) if fmt else str(v))
+        cells.append(line)
+    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+    numeric = [bool(fmt) for _, _, fmt in columns]
+    for i, r in enumerate(cells):
+        print("  ".join(c.rjust(w) if numeric[j] else c.ljust(w) for j, (c, w) in enumerate(zip(r, widths))))
+        if i == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+# --------------------------------------------------------------------------- update: REDQ
+
+
+def redq_flops(obs: int, act: int, hidden: tuple[int, ...], critics: int, subset: int, batch: int, utd: int) -> dict:
+    """Analytic matmul FLOPs of one REDQ critic update (multiply-add = 2 FLOPs).
+
+    With ``lin(i, o) = 2 B i o`` (one Linear of a B-row batch), critic layer
+    sizes ``c = (O + A, H..., 1)`` and policy ``p = (O, H..., 2A)`` (mean and
+    log-std heads counted as one layer of width 2A):
+
+    * ``Fq = sum lin(c)`` one critic forward, ``Fpi = sum lin(p)`` one policy forward;
+    * critics, every update: N forwards, N weight-grad passes (``Fq``) and N
+      input-grad passes for every layer but the first (``Fq - lin(O+A, H1)``):
+      ``N (3 Fq - lin(O+A, H1))``;
+    * target, every update: policy forward on next_obs ``Fpi`` + M target
+      critics ``M Fq`` (only the subset is evaluated);
+    * actor + temperature, once per env step, amortised over G: policy forward
+      ``Fpi``, N critics forward ``N Fq``, N critic input-grad passes (all
+      layers: the gradient reaches the action; critics frozen, no weight grads)
+      ``N Fq``, policy weight grads ``Fpi`` and input grads but the first
+      layer ``Fpi - lin(O, H1)``: ``3 Fpi - lin(O, H1) + 2 N Fq``.
+
+    Elementwise work, the Adam steps and polyak are not counted (memory-bound).
+    The count equals ``torch.utils.flop_counter.FlopCounterMode``'s for both the
+    baseline and the functional update (``tests/test_benchmarks_smoke.py``).
+    """
+
+    def lin(i: int, o: int) -> float:
+        return 2.0 * batch * i * o
+
+    c = (obs + act, *hidden, 1)
+    p = (obs, *hidden, 2 * act)
+    fq = sum(lin(c[i], c[i + 1]) for i in range(len(c) - 1))
+    fpi = sum(lin(p[i], p[i + 1]) for i in range(len(p) - 1))
+    critic = critics * (3 * fq - lin(c[0], c[1]))
+    target = fpi + subset * fq
+    actor = 3 * fpi - lin(p[0], p[1]) + 2 * critics * fq
+    per_update = critic + target + actor / utd
+    return {
+        "per_critic_update": per_update,
+        "critic_fwd_bwd": critic,
+        "target": target,
+        "actor_per_env_step": actor,
+        "note": "matmul FLOPs only; see redq_flops() in benchmarks/run.py",
+    }
+
+
+def _redq_problem(args: argparse.Namespace, device: torch.device):
+    import gymnasium as gym
+    import numpy as np
+    from tensordict import TensorDict
+
+    from rlfunc.algos import redq
+
+    obs_dim, act_dim = args.obs_dim, args.act_dim
+    G, B = args.utd, args.batch
+    obs_space = gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32)
+    act_space = gym.spaces.Box(-1.0, 1.0, (act_dim,), np.float32)
+    gen = torch.Generator().manual_seed(0)
+    batch = TensorDict(
+        {
+            "obs": torch.randn(G, B, obs_dim, generator=gen),
+            "action": torch.rand(G, B, act_dim, generator=gen) * 2 - 1,
+            "reward": torch.randn(G, B, generator=gen),
+            "next_obs": torch.randn(G, B, obs_dim, generator=gen),
+            "terminated": (torch.rand(G, B, generator=gen) < 0.01).float(),
+        },
+        batch_size=[G, B],
+    ).to(device)
+
+    def config(mode: str):
+        return redq.Config(
+            num_critics=args.critics,
+            subset_size=min(args.subset, args.critics),
+            updates_per_step=G,
+            hidden_sizes=tuple(args.hidden),
+            batch_size=B,
+            ensemble_mode=mode,
+        )
+
+    noise = redq.draw_noise(config("loop"), G, B, act_dim, generator=gen).to(device)
+    return redq, config, obs_space, act_space, batch, noise
+
+
+def update_redq(args: argparse.Namespace) -> dict:
+    from benchmarks.baselines.redq import ImperativeREDQ
+
+    device = torch.device(args.device)
+    redq, config, obs_space, act_space, batch, noise = _redq_problem(args, device)
+    G = args.utd
+    flops = redq_flops(args.obs_dim, args.act_dim, tuple(args.hidden), args.critics, min(args.subset, args.critics), args.batch, G)
+
+    # Every variant starts from the same initial parameters and threads its own state.
+    state0 = redq.init(config("loop"), obs_space, act_space, seed=0, device=device)
+    runners: dict[str, Callable[[], None]] = {}
+    notes: dict[str, dict] = {}
+
+    agent = ImperativeREDQ.from_functional_state(state0)
+    runners["imperative"] = lambda: agent.update(batch, noise)
+    notes["imperative"] = {"impl": "benchmarks/baselines/redq.py: N nn.Modules, N+2 torch.optim.Adam, Python loops"}
+
+    def functional_runner(fn, mode: str):
+        holder = {"state": redq.init(config(mode), obs_space, act_space, seed=0, device=device)}
+
+        def step() -> None:
+            holder["state"], _ = fn(holder["state"], batch, noise)
+
+        return step
+
+    eager_modes = ("loop", "bmm", "vmap")
+    for mode in eager_modes:
+        runners[f"functional-eager-{mode}"] = functional_runner(redq.update, mode)
+        notes[f"functional-eager-{mode}"] = {"ensemble_mode": mode}
+
+    threads_list = list(args.threads)
+    torch.set_num_threads(threads_list[0])
+
+    # Warm up every eager variant and time a couple of steps to size the windows
+    # and to pick the ensemble mode the compiled variant uses.
+    warm: dict[str, float] = {}
+    for name, fn in runners.items():
+        fn()
+        sync(device)
+        t0 = time.perf_counter()
+        for _ in range(args.warmup):
+            fn()
+        sync(device)
+        warm[name] = (time.perf_counter() - t0) / max(args.warmup, 1)
+        print(f"  warm-up {name}: {warm[name] * 1e3:.1f} ms/env step", flush=True)
+
+    # torch.compile: dynamo guards on the thread count (inductor bakes it into
+    # its C++ kernels), so the update is compiled once per thread count; each
+    # compile is timed separately and excluded from the throughput.
+    compile_info: dict | None = None
+    compiled_step: Callable[[], None] | None = None
+    if not args.no_compile:
+        best_mode = min(eager_modes, key=lambda m: warm[f"functional-eager-{m}"])
+        compiled_step = functional_runner(torch.compile(redq.update, fullgraph=True), best_mode)
+        compile_info = {
+            "ensemble_mode": best_mode,
+            "chosen_because": "fastest eager ensemble mode in the warm-up",
+            "compile_s": {},
+            "error": None,
+            "note": "recompiled per thread count (dynamo guards on num_threads)",
+        }
+
+    def compile_at(threads: int) -> None:
+        """Compile (or recompile) at the current thread count; record time or error."""
+        nonlocal compiled_step
+        assert compile_info is not None and compiled_step is not None
+        print(
+            f"  compiling redq.update (fullgraph=True, ensemble_mode={compile_info['ensemble_mode']}, "
+            f"G={G} unrolled critic updates, threads={threads}); this can take minutes on a 2-core CPU ...",
+            flush=True,
+        )
+        t0 = time.perf_counter()
+        try:
+            compiled_step()  # compiles and runs one env step
+            sync(device)
+            first = time.perf_counter() - t0
+            second = float("inf")
+            for _ in range(2):
+                t1 = time.perf_counter()
+                compiled_step()
+                sync(device)
+                second = min(second, time.perf_counter() - t1)
+            compile_s = max(first - second, 0.0)
+            compile_info["compile_s"][str(threads)] = compile_s
+            warm["functional-compiled"] = second
+            runners["functional-compiled"] = compiled_step
+            print(f"  compiled in {compile_s:.1f} s; {second * 1e3:.1f} ms/env step", flush=True)
+            if compile_s > 300:
+                compile_info["slow"] = (
+                    f"compiling the {G}-step unrolled update took {compile_s:.0f} s here (threads={threads}); "
+                    "measured anyway, compile time excluded from throughput"
+                )
+        except Exception as exc:  # noqa: BLE001 -- recorded in the results, the rest still runs
+            compile_info["compile_s"][str(threads)] = time.perf_counter() - t0
+            lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+            compile_info["error"] = f"{type(exc).__name__}: {' '.join(lines[:2])}"[:600]
+            runners.pop("functional-compiled", None)
+            compiled_step = None
+            print(f"  compile FAILED: {compile_info['error']}", flush=True)
+
+    rows: list[dict] = []
+    ceilings: dict[int, float] = {}
+    for threads in threads_list:
+        torch.set_num_threads(threads)
+        if compiled_step is not None:
+            compile_at(threads)
+        for fn in runners.values():  # settle at this thread count
+            fn()
+        # Windows of about --window-s seconds each (at least one env step).
+        steps = {n: max(1, int(round(args.window_s / max(warm[n], 1e-6)))) for n in runners}
+        ceilings[threads] = matmul_ceiling(device, windows=2 if args.quick else 3, min_time=0.1 if args.quick else 0.3)
+        print(f"threads={threads}: matmul ceiling {ceilings[threads]:.1f} GFLOP/s; timing {len(runners)} variants "
+              f"x {args.repeats} interleaved windows ...", flush=True)
+        graphs_before = _dynamo_graph_count()
+        times = time_interleaved(runners, repeats=args.repeats, steps=steps, device=device)
+        recompiled = _dynamo_graph_count() != graphs_before
+        base = statistics.median(times["imperative"])
+        for name, ts in times.items():
+            med = statistics.median(ts)
+            ups = G / med
+            row = {
+                "variant": name,
+                "updates_per_s": ups,
+                "ratio_vs_imperative": base / med,
+                "flop_efficiency": flops["per_critic_update"] * ups / (ceilings[threads] * 1e9),
+                "threads": threads,
+                "device": device.type,
+                "torch": torch.__version__,
+                "ms_per_env_step": med * 1e3,
+                "ms_per_env_step_windows": [t * 1e3 for t in ts],
+                "env_steps_per_window": steps[name],
+                "matmul_gflops_ceiling": ceilings[threads],
+            }
+            row.update(notes.get(name, {}))
+            if name == "functional-compiled":
+                row["ensemble_mode"] = compile_info["ensemble_mode"]
+                row["compile_s"] = compile_info["compile_s"].get(str(threads))
+                row["recompiled_during_timing"] = recompiled
+            rows.append(row)
+        if compile_info is not None and compile_info["error"]:
+            rows.append(
+                {
+                    "variant": "functional-compiled",
+                    "updates_per_s": None,
+                    "ratio_vs_imperative": None,
+                    "flop_efficiency": None,
+                    "threads": threads,
+                    "device": device.type,
+                    "torch": torch.__version__,
+                    "ms_per_env_step": None,
+                    "ensemble_mode": compile_info["ensemble_mode"],
+                    "error": compile_info["error"],
+                }
+            )
+
+    return {
+        "benchmark": "update",
+        "algo": "redq",
+        "problem": {
+            "critics": args.critics,
+            "subset": min(args.subset, args.critics),
+            "utd": G,
+            "batch": args.batch,
+            "hidden": list(args.hidden),
+            "obs_dim": args.obs_dim,
+            "act_dim": args.act_dim,
+            "work_per_env_step": f"{G} x (target + N-critic fwd/bwd + Adam + polyak), 1 x (actor + temperature)",
+            "data": "pre-sampled batch [G, B] and noise (rlfunc.algos.redq.draw_noise); no replay sampling",
+        },
+        "flops": flops,
+        "matmul_gflops_ceiling": {str(k): v for k, v in ceilings.items()},
+        "compile": compile_info,
+        "timing": {"repeats": args.repeats, "window_s": args.window_s, "statistic": "median of windows", "interleaved": True},
+        "variants": rows,
+    }
+
+
+UPDATE_ALGOS: dict[str, Callable[[argparse.Namespace], dict]] = {"redq": update_redq}
+
+
+def _configure_update(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--algo", choices=sorted(UPDATE_ALGOS), default="redq")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="torch intra-op thread counts to measure")
+    p.add_argument("--repeats", type=int, default=None, help="timed windows per variant (default 7; 2 with --quick)")
+    p.add_argument("--window-s", type=float, default=None, help="target seconds per timed window (default 1.0; 0.05 --quick)")
+    p.add_argument("--warmup", type=int, default=None, help="timed warm-up env steps per variant (default 2; 1 --quick)")
+    p.add_argument("--quick", action="store_true", help="few short windows: a smoke test, not a measurement")
+    p.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant")
+    p.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/results/update_<algo>.json)")
+    p.add_argument("--note", default=None, help="free text stored in the JSON (e.g. 'shared machine')")
+    # problem size overrides (defaults: REDQ paper, HalfCheetah shapes)
+    p.add_argument("--critics", type=int, default=10)
+    p.add_argument("--subset", type=int, default=2)
+    p.add_argument("--utd", type=int, default=20, help="critic updates per env step (G)")
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--hidden", type=int, nargs="+", default=[256, 256])
+    p.add_argument("--obs-dim", type=int, default=17)
+    p.add_argument("--act-dim", type=int, default=6)
+
+
+@subcommand("update", "learner throughput: functional update vs the imperative baseline", _configure_update)
+def run_update(args: argparse.Namespace) -> int:
+    from rlfunc.runtime.perf import tune_allocator
+
+    allocator_tuned = tune_allocator()
+    if args.repeats is None:
+        args.repeats = 2 if args.quick else 7
+    if args.window_s is None:
+        args.window_s = 0.05 if args.quick else 1.0
+    if args.warmup is None:
+        args.warmup = 1 if args.quick else 2
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("--device cuda: no CUDA device is available here.", file=sys.stderr)
+        return 2
+    device = torch.device(args.device)
+    torch.set_num_threads(args.threads[0])
+    print(f"update --algo {args.algo} on {cpu_model()} ({os.cpu_count()} cores), device={args.device}, "
+          f"threads={args.threads}, allocator_tuned={allocator_tuned}", flush=True)
+    result = UPDATE_ALGOS[args.algo](args)
+    result["machine"] = machine_info(device, allocator_tuned)
+    if args.quick:
+        result["quick"] = True
+    if args.note:
+        result["note"] = args.note
+    out = args.out or RESULTS_DIR / f"update_{args.algo}.json"
+    ordered = {"machine": result.pop("machine"), "variants": result.pop("variants"), **result}
+    write_json(out, ordered)
+    print()
+    print_table(
+        ordered["variants"],
+        [
+            ("threads", "threads", "d"),
+            ("variant", "variant", ""),
+            ("ms/env step", "ms_per_env_step", ".1f"),
+            ("critic upd/s", "updates_per_s", ".1f"),
+            ("vs imperative", "ratio_vs_imperative", ".2f"),
+            ("FLOP eff.", "flop_efficiency", ".1%"),
+        ],
+    )
+    comp = ordered.get("compile")
+    if comp:
+        times_ = ", ".join(f"{t} thread(s): {c:.0f} s" for t, c in comp["compile_s"].items())
+        if comp.get("error"):
+            print(f"\nfunctional-compiled: compile FAILED ({times_}): {comp['error']}")
+        else:
+            print(f"\nfunctional-compiled: ensemble_mode={comp['ensemble_mode']}, compile time {times_} (excluded)")
+    print(f"\nwrote {out}")
+    return 0
+
+
+# --------------------------------------------------------------------------- main
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="benchmarks/run.py", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (help_, configure, _run) in SUBCOMMANDS.items():
+        configure(sub.add_parser(name, help=help_, description=help_))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return SUBCOMMANDS[args.command][2](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""Smoke test of ``benchmarks/run.py update``: tiny problem, no compile, JSON fields present."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+torch.set_num_threads(1)
+
+VARIANTS = {"imperative", "functional-eager-loop", "functional-eager-bmm", "functional-eager-vmap"}
+
+
+def test_update_redq_quick(tmp_path):
+    out = tmp_path / "update_redq.json"
+    cmd = [
+        sys.executable, str(ROOT / "benchmarks" / "run.py"), "update", "--algo", "redq",
+        "--quick", "--no-compile", "--threads", "1",
+        "--hidden", "32", "--critics", "2", "--utd", "4", "--batch", "32", "--out", str(out),
+    ]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "imperative" in proc.stdout
+
+    data = json.loads(out.read_text())
+    machine = data["machine"]
+    for key in ("cpu", "cores", "torch", "tensordict", "python", "date", "allocator_tuned"):
+        assert key in machine, key
+    assert machine["torch"] == torch.__version__
+    assert isinstance(machine["allocator_tuned"], bool)
+
+    rows = data["variants"]
+    assert {r["variant"] for r in rows} == VARIANTS
+    for r in rows:
+        for key in ("variant", "updates_per_s", "ratio_vs_imperative", "flop_efficiency", "threads", "device",
+                    "torch", "ms_per_env_step"):
+            assert key in r, (r["variant"], key)
+        assert r["threads"] == 1 and r["device"] == "cpu"
+        assert r["updates_per_s"] > 0 and r["ms_per_env_step"] > 0
+        assert abs(r["updates_per_s"] - 4 / (r["ms_per_env_step"] / 1e3)) < 1e-6 * r["updates_per_s"]
+        assert 0 < r["flop_efficiency"] < 1.5
+    imp = next(r for r in rows if r["variant"] == "imperative")
+    assert imp["ratio_vs_imperative"] == 1.0
+    assert data["flops"]["per_critic_update"] > 0
+
+
+def test_redq_flop_count_matches_flop_counter():
+    """The analytic FLOP count equals PyTorch's FlopCounterMode for baseline and functional update."""
+    import argparse
+    import importlib.util
+
+    from torch.utils.flop_counter import FlopCounterMode
+
+    spec = importlib.util.spec_from_file_location("_bench_run", ROOT / "benchmarks" / "run.py")
+    run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run)
+    from benchmarks.baselines.redq import ImperativeREDQ
+
+    G = 3
+    args = argparse.Namespace(obs_dim=5, act_dim=2, utd=G, batch=8, critics=3, subset=2, hidden=[16, 16])
+    redq, config, obs_space, act_space, batch, noise = run._redq_problem(args, torch.device("cpu"))
+    expected = run.redq_flops(5, 2, (16, 16), 3, 2, 8, G)["per_critic_update"] * G
+    state = redq.init(config("bmm"), obs_space, act_space)
+    agent = ImperativeREDQ.from_functional_state(state)
+    with FlopCounterMode(display=False) as fc:
+        agent.update(batch, noise)
+    assert fc.get_total_flops() == expected
+    with FlopCounterMode(display=False) as fc:
+        redq.update(state, batch, noise)
+    assert fc.get_total_flops() == expected
