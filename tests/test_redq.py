@@ -173,14 +173,16 @@ def test_act_deterministic_and_bounded():
 
 
 @pytest.mark.compile
-def test_update_compiles_fullgraph_and_matches_eager():
-    """torch.compile(fullgraph=True) over the whole env-step update (G=2: compile is slow on CPU)."""
+@pytest.mark.parametrize("mode", ["full", "step"])
+def test_update_compiles_fullgraph_and_matches_eager(mode):
+    """torch.compile(fullgraph=True) over the whole env-step update ("full", G=2:
+    compile is slow on CPU) and over its critic/policy steps ("step")."""
     cfg = _tiny(updates_per_step=2)
     st = redq.init(cfg, *_spaces())
     batch = _batch(2, 4)
     noise = redq.draw_noise(cfg, 2, 4, ACT, generator=torch.Generator().manual_seed(0))
     eager_state, eager_metrics = redq.update(st, batch, noise)
-    compiled = torch.compile(redq.update, fullgraph=True)
+    compiled = redq.make_update(mode)
     comp_state, comp_metrics = compiled(st, batch, noise)
     comp_state2, _ = compiled(comp_state, batch, noise)  # second call: no recompilation error
     eager_state2, _ = redq.update(eager_state, batch, noise)

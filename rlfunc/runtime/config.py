@@ -71,6 +71,7 @@ class TrainSection:
     seed: int = 0
     device: str = "cpu"
     compile: bool = False
+    compile_mode: str = "step"  # "step" (per critic/policy step) or "full" (whole update)
     threads: int = 0  # 0: leave torch's default
     run_dir: str = "runs"
     progress: bool = True
@@ -82,6 +83,8 @@ class TrainSection:
                 raise ConfigError(f"train.{name} must be a positive integer, got {getattr(self, name)}.")
         if self.random_steps < 0:
             raise ConfigError(f"train.random_steps must be >= 0, got {self.random_steps}.")
+        if self.compile_mode not in ("step", "full"):
+            raise ConfigError(f"train.compile_mode must be 'step' or 'full', got {self.compile_mode!r}.")
         if self.threads < 0:
             raise ConfigError(f"train.threads must be >= 0 (0 keeps torch's default), got {self.threads}.")
         if not (self.device == "cpu" or self.device.startswith("cuda") or self.device == "mps"):
