@@ -321,13 +321,14 @@ def update_redq(args: argparse.Namespace) -> dict:
     compiled_step: Callable[[], None] | None = None
     if not args.no_compile:
         best_mode = min(eager_modes, key=lambda m: warm[f"functional-eager-{m}"])
-        compiled_step = functional_runner(torch.compile(redq.update, fullgraph=True), best_mode)
+        compiled_step = functional_runner(redq.make_update(args.compile_mode), best_mode)
         compile_info = {
             "ensemble_mode": best_mode,
             "chosen_because": "fastest eager ensemble mode in the warm-up",
             "compile_s": {},
             "error": None,
             "note": "recompiled per thread count (dynamo guards on num_threads)",
+            "compile_mode": args.compile_mode,
         }
 
     def compile_at(threads: int) -> None:
@@ -335,8 +336,8 @@ def update_redq(args: argparse.Namespace) -> dict:
         nonlocal compiled_step
         assert compile_info is not None and compiled_step is not None
         print(
-            f"  compiling redq.update (fullgraph=True, ensemble_mode={compile_info['ensemble_mode']}, "
-            f"G={G} unrolled critic updates, threads={threads}); this can take minutes on a 2-core CPU ...",
+            f"  compiling redq.update (mode={args.compile_mode}, fullgraph=True, ensemble_mode={compile_info['ensemble_mode']}, "
+            f"G={G}, threads={threads}); this can take minutes on a 2-core CPU ...",
             flush=True,
         )
         t0 = time.perf_counter()
@@ -404,6 +405,7 @@ def update_redq(args: argparse.Namespace) -> dict:
             row.update(notes.get(name, {}))
             if name == "functional-compiled":
                 row["ensemble_mode"] = compile_info["ensemble_mode"]
+                row["compile_mode"] = compile_info["compile_mode"]
                 row["compile_s"] = compile_info["compile_s"].get(str(threads))
                 row["recompiled_during_timing"] = recompiled
             rows.append(row)
@@ -457,6 +459,8 @@ def _configure_update(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=int, default=None, help="timed warm-up env steps per variant (default 2; 1 --quick)")
     p.add_argument("--quick", action="store_true", help="few short windows: a smoke test, not a measurement")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant")
+    p.add_argument("--compile-mode", choices=("step", "full"), default="step",
+                   help="REDQ: compile per critic/policy step (default) or the whole G-step update (minutes to compile)")
     p.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/results/update_<algo>.json)")
     p.add_argument("--note", default=None, help="free text stored in the JSON (e.g. 'shared machine')")
     # problem size overrides (defaults: REDQ paper, HalfCheetah shapes)
