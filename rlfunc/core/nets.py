@@ -440,3 +440,115 @@ def lstm_unroll(
         h, c = _lstm_cell(gates_x[t], h, c, w_hh)
         outs.append(h)
     return torch.stack(outs, dim=0), (h, c)
+
+
+# --------------------------------------------------------------------------
+# Convolutional encoder (DrQ-v2, Yarats et al. 2021; facebookresearch/drqv2
+# ``Encoder``): ``x / 255 - 0.5``, then 3x3 convolutions (32 channels; stride 2
+# for the first, 1 for the other three), ReLU after each, flattened. Layer
+# ``i`` lives at ``params[str(i)]`` with ``weight [out, in, k, k]`` and
+# ``bias [out]`` (the ``nn.Conv2d`` layout). Strides are static: they are an
+# argument of :func:`conv_encoder_apply`, not data.
+# --------------------------------------------------------------------------
+
+__all__ += ["conv_init", "conv_encoder_init", "conv_encoder_apply", "conv_encoder_output_shape"]
+
+RELU_GAIN = math.sqrt(2.0)  # nn.init.calculate_gain("relu")
+
+
+def conv_init(
+    in_channels: int,
+    out_channels: int,
+    kernel: int = 3,
+    *,
+    init: str = "orthogonal",
+    gain: float = RELU_GAIN,
+    generator: torch.Generator | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> TensorDict:
+    """One ``Conv2d`` layer: ``weight [out, in, k, k]``, zero ``bias [out]``.
+
+    ``init="orthogonal"`` (DrQ-v2's ``utils.weight_init``: orthogonal on the
+    weight viewed as ``[out, in * k * k]``, ReLU gain sqrt(2)) or
+    ``"torch_default"`` (``nn.Conv2d``'s own init).
+    """
+    fan_in = in_channels * kernel * kernel
+    if init == "orthogonal":
+        flat = linear_init(fan_in, out_channels, init="orthogonal", gain=gain, generator=generator, device=device, dtype=dtype)
+        weight = flat["weight"].reshape(out_channels, in_channels, kernel, kernel)
+        bias = flat["bias"]
+    elif init == "torch_default":
+        flat = linear_init(fan_in, out_channels, init="torch_default", generator=generator, device=device, dtype=dtype)
+        weight = flat["weight"].reshape(out_channels, in_channels, kernel, kernel)
+        bias = flat["bias"]
+    else:
+        raise ValueError(f"Unknown conv init {init!r}; use 'orthogonal' or 'torch_default'.")
+    return TensorDict({"weight": weight.contiguous(), "bias": bias}, batch_size=[])
+
+
+def conv_encoder_output_shape(
+    in_shape: Sequence[int], channels: Sequence[int] = (32, 32, 32, 32), strides: Sequence[int] = (2, 1, 1, 1), kernel: int = 3
+) -> tuple[int, int, int]:
+    """``(C, H, W)`` of the encoder's last feature map for input ``(C, H, W)``.
+
+    84x84 with the DrQ-v2 layers gives ``(32, 35, 35)``: 39200 features.
+    """
+    if len(channels) != len(strides) or len(channels) < 1:
+        raise ValueError(
+            f"conv encoder: channels and strides need one entry per layer, got {list(channels)} and {list(strides)}."
+        )
+    _, h, w = in_shape
+    for s in strides:
+        h = (h - kernel) // s + 1
+        w = (w - kernel) // s + 1
+        if h < 1 or w < 1:
+            raise ValueError(f"conv encoder: input {tuple(in_shape)} is too small for {len(strides)} {kernel}x{kernel} layers.")
+    return int(channels[-1]), int(h), int(w)
+
+
+def conv_encoder_init(
+    in_channels: int,
+    channels: Sequence[int] = (32, 32, 32, 32),
+    *,
+    kernel: int = 3,
+    init: str = "orthogonal",
+    generator: torch.Generator | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> TensorDict:
+    """Parameters of the conv encoder (layer ``i`` at ``str(i)``); defaults are DrQ-v2's."""
+    layers = {}
+    c_in = in_channels
+    for i, c_out in enumerate(channels):
+        layers[str(i)] = conv_init(c_in, c_out, kernel, init=init, generator=generator, device=device, dtype=dtype)
+        c_in = c_out
+    return TensorDict(layers, batch_size=[])
+
+
+def conv_encoder_apply(
+    params: Mapping,
+    obs: torch.Tensor,
+    *,
+    strides: Sequence[int] = (2, 1, 1, 1),
+    normalize: bool = True,
+) -> torch.Tensor:
+    """Encode images ``obs [B, C, H, W]`` (0..255, any dtype) -> features ``[B, D]``.
+
+    ``normalize=True`` applies DrQ-v2's ``obs / 255 - 0.5`` first. ReLU after
+    every convolution, then flatten (``h.view(B, -1)``).
+    """
+    if obs.dim() != 4:
+        raise ValueError(f"conv_encoder_apply: obs must be [B, C, H, W], got shape {tuple(obs.shape)}.")
+    keys = _top_keys(params)
+    n = 0
+    while str(n) in keys:
+        n += 1
+    if n != len(strides):
+        raise ValueError(f"conv_encoder_apply: {n} conv layers but {len(strides)} strides {list(strides)}.")
+    h = obs.to(params["0", "weight"].dtype)
+    if normalize:
+        h = h / 255.0 - 0.5
+    for i in range(n):
+        h = torch.relu(F.conv2d(h, params[str(i), "weight"], params[str(i), "bias"], stride=int(strides[i])))
+    return h.reshape(h.shape[0], -1)

@@ -1,0 +1,441 @@
+"""DrQ-v2: continuous control from pixels (Yarats et al., "Mastering Visual
+Continuous Control: Improved Data-Augmented Reinforcement Learning", 2021).
+
+Pure functions over one TensorDict state; the defaults of :class:`Config`
+are those of the official code (facebookresearch/drqv2, ``drqv2.py`` and
+``cfgs/config.yaml`` with ``cfgs/task/easy.yaml``):
+
+* observations: ``[3 * frames, 84, 84]`` uint8 (3 stacked RGB frames);
+* encoder ``x / 255 - 0.5`` -> conv 32 3x3 stride 2 -> three conv 32 3x3
+  stride 1, ReLU after each, flattened (35x35x32 = 39200 features at 84x84);
+* actor: own trunk ``Linear(repr, 50) -> LayerNorm -> Tanh``, then MLP
+  1024-1024 (ReLU) -> ``tanh`` mean; policy ``Normal(mean, sigma(step))``
+  clamped to (-1, 1) with a straight-through gradient
+  (:func:`rlfunc.core.dists.clipped_normal_sample`);
+* critic: own trunk of the same shape, twin Q heads 1024-1024 on
+  ``concat(trunk(h), action)``; one target critic (trunk and heads),
+  polyak ``tau = 0.01``; **no target encoder and no target actor**;
+* augmentation: replicate-pad 4 and a random integer shift per sample
+  (:func:`rlfunc.core.augment.random_shift`), drawn *independently* for
+  ``obs`` and ``next_obs``;
+* critic update: ``next_obs`` is encoded by the *online* encoder without
+  gradient; ``y = r_n + discount_n * min(Q'_1, Q'_2)(h', a')`` with ``a' =
+  clamp(mu(h') + clip(sigma eps, -0.3, 0.3))``; the ``n = 3``-step reward
+  ``r_n`` and ``discount_n = gamma^n`` (0 after a termination) come from the
+  replay (:class:`rlfunc.replay.pixels.PixelReplay`); loss ``MSE(Q1, y) +
+  MSE(Q2, y)``; one Adam step for the encoder and one for the critic (the
+  encoder learns from the critic only);
+* actor update (after the critic step, with the *updated* critic): the
+  actor sees the *detached* features of the augmented ``obs``; ``a =
+  clamp(mu(h) + clip(sigma eps, -0.3, 0.3))`` (the official
+  ``dist.sample(clip=stddev_clip)``), loss ``-min(Q1, Q2)(h, a)`` (DDPG, no
+  entropy term); Adam 1e-4 for encoder, critic and actor;
+* exploration sigma ``linear(1.0, 0.1, 100_000)`` over *agent* steps
+  (:func:`stddev`; 500k for the paper's medium tasks); acting noise is
+  unclipped (:func:`act`); the first 2000 agent steps act uniformly at
+  random and one update runs every 2 agent steps (runtime:
+  :class:`rlfunc.runtime.learners.PixelLearner`);
+* init: orthogonal (Linear, gain 1; conv, ReLU gain), zero bias.
+
+The agent step that the sigma schedule reads is ``state["agent_step"]``: the
+caller (the learner) writes it before each update; :func:`update` never
+advances it (``state["step"]`` counts updates). Frames and agent steps are
+distinct: one agent step is ``action_repeat`` env frames.
+
+Randomness is explicit: ``update(state, batch, noise)`` takes the shifts and
+the standard-normal draws it needs (:func:`draw_noise`, drawn on the device).
+Without ``noise`` it draws them from torch's global generator, which is fine
+eagerly but differs between eager and compiled code.
+
+Options beyond the paper (sizes of the encoder, trunk and heads) exist so
+that tests and CPU benchmarks can run small versions; every default is the
+paper's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+from tensordict import TensorDict
+from torch.func import grad_and_value
+
+from rlfunc.core import nets
+from rlfunc.core.augment import draw_shift, random_shift
+from rlfunc.core.dists import clipped_normal_sample
+from rlfunc.core.optim import Adam
+from rlfunc.core.targets import polyak
+
+__all__ = [
+    "Config",
+    "init",
+    "draw_noise",
+    "stddev",
+    "encode",
+    "actor_apply",
+    "critic_apply",
+    "compute_target",
+    "critic_loss",
+    "actor_loss",
+    "update",
+    "act",
+]
+
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """DrQ-v2 hyperparameters; defaults are the official code's (easy DMC tasks)."""
+
+    lr: float = 1e-4
+    batch_size: int = 256
+    gamma: float = 0.99
+    nstep: int = 3
+    tau: float = 0.01
+    update_every: int = 2  # agent steps per update
+    feature_dim: int = 50
+    hidden_dim: int = 1024
+    encoder_channels: tuple[int, ...] = (32, 32, 32, 32)
+    encoder_strides: tuple[int, ...] = (2, 1, 1, 1)
+    pad: int = 4
+    stddev_init: float = 1.0
+    stddev_final: float = 0.1
+    stddev_duration: int = 100_000  # agent steps; 500_000 for medium tasks
+    stddev_clip: float = 0.3
+    frame_stack: int = 3
+
+    def __post_init__(self) -> None:
+        if self.nstep < 1:
+            raise ValueError(f"nstep must be at least 1, got {self.nstep}.")
+        if self.update_every < 1:
+            raise ValueError(f"update_every must be at least 1, got {self.update_every}.")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {self.batch_size}.")
+        if not 0.0 < self.gamma <= 1.0:
+            raise ValueError(f"gamma must be in (0, 1], got {self.gamma}.")
+        if not 0.0 < self.tau <= 1.0:
+            raise ValueError(f"tau must be in (0, 1], got {self.tau}.")
+        if self.lr <= 0:
+            raise ValueError(f"lr must be positive, got {self.lr}.")
+        if len(self.encoder_channels) != len(self.encoder_strides) or not self.encoder_channels:
+            raise ValueError(
+                f"encoder_channels and encoder_strides need one entry per conv layer, got "
+                f"{list(self.encoder_channels)} and {list(self.encoder_strides)}."
+            )
+        if self.pad < 0:
+            raise ValueError(f"pad must be >= 0, got {self.pad}.")
+        if self.stddev_duration < 1:
+            raise ValueError(f"stddev_duration must be at least 1 agent step, got {self.stddev_duration}.")
+        if self.stddev_clip <= 0:
+            raise ValueError(f"stddev_clip must be positive, got {self.stddev_clip}.")
+        if self.frame_stack < 1:
+            raise ValueError(f"frame_stack must be at least 1, got {self.frame_stack}.")
+
+
+def stddev(config: Config, step: torch.Tensor | int) -> torch.Tensor:
+    """Exploration sigma at agent step ``step``: the official ``utils.schedule``
+    ``linear(init, final, duration)``: ``(1 - mix) init + mix final`` with
+    ``mix = clip(step / duration, 0, 1)``. A pure function of a (tensor) step.
+    """
+    step = torch.as_tensor(step)
+    mix = torch.clamp(step.to(torch.float32) / float(config.stddev_duration), 0.0, 1.0)
+    return (1.0 - mix) * config.stddev_init + mix * config.stddev_final
+
+
+def _check_spaces(obs_space, act_space) -> tuple[tuple[int, int, int], int]:
+    import gymnasium as gym
+
+    if not isinstance(act_space, gym.spaces.Box) or len(act_space.shape) != 1:
+        raise ValueError(f"DrQ-v2 needs a continuous 1-D Box action space, got {act_space}.")
+    if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 3:
+        raise ValueError(
+            f"DrQ-v2 needs image observations [C, H, W] (e.g. 9x84x84 stacked RGB frames), got {obs_space}; "
+            "use a pixel env (dmc/... ids, or the 'pixels' wrapper) or REDQ for vector observations."
+        )
+    return tuple(int(s) for s in obs_space.shape), int(act_space.shape[0])
+
+
+def _trunk_init(in_dim: int, feature_dim: int, gen: torch.Generator) -> TensorDict:
+    """``Linear(in, feature) -> LayerNorm -> Tanh`` as an MLP with one layer and ``norm0``."""
+    trunk = nets.mlp_init((in_dim, feature_dim), init="orthogonal", generator=gen)
+    trunk["norm0"] = TensorDict(
+        {"weight": torch.ones(feature_dim), "bias": torch.zeros(feature_dim)}, batch_size=[]
+    )
+    return trunk
+
+
+def _trunk_apply(trunk: TensorDict, h: torch.Tensor) -> torch.Tensor:
+    return nets.mlp_apply(trunk, h, activation="tanh", activate_last=True)
+
+
+def init(
+    config: Config,
+    obs_space,
+    act_space,
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+) -> TensorDict:
+    """Initial training state for an image observation space and a Box action space.
+
+    ``params``: ``encoder`` (conv layers), ``actor`` (``trunk``, ``policy``),
+    ``critic`` (``trunk``, ``q`` stacked ``[2]``); ``target``: ``critic``;
+    ``opt``: one Adam state each for encoder, critic and actor; ``step``
+    (updates done) and ``agent_step`` (what the sigma schedule reads).
+    """
+    obs_shape, act_dim = _check_spaces(obs_space, act_space)
+    gen = torch.Generator(device="cpu").manual_seed(int(seed))
+    encoder = nets.conv_encoder_init(obs_shape[0], config.encoder_channels, generator=gen)
+    c, h, w = nets.conv_encoder_output_shape(obs_shape, config.encoder_channels, config.encoder_strides)
+    repr_dim = c * h * w
+    f, hd = config.feature_dim, config.hidden_dim
+    actor = TensorDict(
+        {
+            "trunk": _trunk_init(repr_dim, f, gen),
+            "policy": nets.mlp_init((f, hd, hd, act_dim), init="orthogonal", generator=gen),
+        },
+        batch_size=[],
+    )
+    critic = TensorDict(
+        {
+            "trunk": _trunk_init(repr_dim, f, gen),
+            "q": nets.ensemble_init(2, lambda: nets.mlp_init((f + act_dim, hd, hd, 1), init="orthogonal", generator=gen)),
+        },
+        batch_size=[],
+    )
+    opt = Adam(lr=config.lr)
+    state = TensorDict(
+        {
+            "params": TensorDict({"encoder": encoder, "actor": actor, "critic": critic}, batch_size=[]),
+            "target": TensorDict({"critic": critic.clone()}, batch_size=[]),
+            "opt": TensorDict(
+                {"encoder": opt.init(encoder), "critic": opt.init(critic), "actor": opt.init(actor)}, batch_size=[]
+            ),
+            "step": torch.zeros((), dtype=torch.int64),
+            "agent_step": torch.zeros((), dtype=torch.int64),
+        },
+        batch_size=[],
+    ).to(device)
+    state.set_non_tensor("config", config)
+    return state
+
+
+def draw_noise(
+    config: Config,
+    batch_size: int,
+    act_dim: int,
+    *,
+    generator: torch.Generator | None = None,
+    device: torch.device | str = "cpu",
+) -> TensorDict:
+    """Every random draw one :func:`update` needs: ``shift_obs [B, 2]`` and
+    ``shift_next_obs [B, 2]`` (independent integer offsets in ``[0, 2 pad]``),
+    ``next_action [B, A]`` and ``action [B, A]`` (standard normal)."""
+    return TensorDict(
+        {
+            "shift_obs": draw_shift(batch_size, config.pad, generator=generator, device=device),
+            "shift_next_obs": draw_shift(batch_size, config.pad, generator=generator, device=device),
+            "next_action": torch.randn((batch_size, act_dim), generator=generator, device=device),
+            "action": torch.randn((batch_size, act_dim), generator=generator, device=device),
+        },
+        batch_size=[],
+        device=device,
+    )
+
+
+def encode(config: Config, encoder: TensorDict, obs: torch.Tensor) -> torch.Tensor:
+    """Conv features ``[B, repr]`` of images ``obs [B, C, H, W]`` (0..255)."""
+    return nets.conv_encoder_apply(encoder, obs, strides=config.encoder_strides)
+
+
+def actor_apply(actor: TensorDict, h: torch.Tensor) -> torch.Tensor:
+    """Policy mean ``tanh(policy(trunk(h)))`` in (-1, 1), ``[B, A]``."""
+    return torch.tanh(nets.mlp_apply(actor["policy"], _trunk_apply(actor["trunk"], h)))
+
+
+def critic_apply(critic: TensorDict, h: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+    """Twin Q-values ``[2, B]`` of features ``h [B, repr]`` and ``action [B, A]``."""
+    x = torch.cat([_trunk_apply(critic["trunk"], h), action], dim=-1)
+    return nets.ensemble_apply(critic["q"], x, mode="loop").squeeze(-1)
+
+
+def compute_target(
+    config: Config,
+    actor: TensorDict,
+    target_critic: TensorDict,
+    next_h: torch.Tensor,
+    reward: torch.Tensor,
+    discount: torch.Tensor,
+    std: torch.Tensor,
+    noise: torch.Tensor,
+) -> torch.Tensor:
+    """``y [B] = reward + discount * min(Q'_1, Q'_2)(next_h, a')`` without gradient.
+
+    ``a'`` is the online actor's mean plus ``clip(std * noise, -stddev_clip,
+    stddev_clip)``, clamped to (-1, 1). ``discount`` is ``gamma^n`` (0 where
+    the window ended in a termination), as the replay returns it.
+    """
+    with torch.no_grad():
+        mean = actor_apply(actor, next_h)
+        next_action = clipped_normal_sample(mean, std, noise, clip=config.stddev_clip)
+        q = critic_apply(target_critic, next_h, next_action).min(dim=0).values
+        return reward + discount * q
+
+
+def critic_loss(
+    params: TensorDict, config: Config, obs: torch.Tensor, action: torch.Tensor, y: torch.Tensor
+) -> tuple[torch.Tensor, TensorDict]:
+    """``MSE(Q1, y) + MSE(Q2, y)``; ``params`` holds ``encoder`` and ``critic``.
+
+    ``obs`` are augmented images: the gradient reaches the encoder through
+    this loss only. ``aux["h"]`` are the (detached) features the actor uses.
+    """
+    h = encode(config, params["encoder"], obs)
+    q = critic_apply(params["critic"], h, action)  # [2, B]
+    loss = (q - y.unsqueeze(0)).pow(2).mean(dim=1).sum()
+    aux = TensorDict({"h": h.detach(), "q1": q[0].mean().detach(), "q2": q[1].mean().detach()}, batch_size=[])
+    return loss, aux
+
+
+def actor_loss(
+    actor: TensorDict,
+    config: Config,
+    critic: TensorDict,
+    h: torch.Tensor,
+    std: torch.Tensor,
+    noise: torch.Tensor,
+) -> tuple[torch.Tensor, TensorDict]:
+    """``-mean_b min(Q1, Q2)(h, a)`` with ``a = clamp(mu(h) + clip(std * noise, 0.3))``.
+
+    ``h`` are detached features (the encoder gets no actor gradient) and
+    ``critic`` is passed as data (no critic gradient is used). ``aux``:
+    the Normal log-probability of the action and the policy entropy (the
+    official metrics ``actor_logprob`` and ``actor_ent``).
+    """
+    mean = actor_apply(actor, h)
+    action = clipped_normal_sample(mean, std, noise, clip=config.stddev_clip)
+    q = critic_apply(critic, h, action).min(dim=0).values
+    loss = -q.mean()
+    with torch.no_grad():
+        log_std = torch.log(std) * torch.ones_like(mean)
+        log_prob = (-0.5 * ((action - mean) / std).pow(2) - log_std - 0.5 * _LOG_2PI).sum(-1)
+        entropy = (0.5 + 0.5 * _LOG_2PI + log_std).sum(-1)
+    return loss, TensorDict({"log_prob": log_prob.mean(), "entropy": entropy.mean()}, batch_size=[])
+
+
+def _check_batch(batch: TensorDict) -> None:
+    if batch.batch_dims != 1:
+        raise ValueError(f"batch must have batch_size [B], got {list(batch.batch_size)}.")
+    for key in ("obs", "action", "reward", "discount", "next_obs"):
+        if key not in batch.keys():
+            raise ValueError(
+                f"batch is missing {key!r}; DrQ-v2 needs obs, action, reward, discount (gamma^n, 0 after a "
+                "termination) and next_obs, as PixelReplay.sample returns them."
+            )
+    if batch["obs"].dim() != 4:
+        raise ValueError(f"batch['obs'] must be images [B, C, H, W], got shape {tuple(batch['obs'].shape)}.")
+
+
+def update(state: TensorDict, batch: TensorDict, noise: TensorDict | None = None) -> tuple[TensorDict, TensorDict]:
+    """One DrQ-v2 update (the official ``DrQV2Agent.update``). Pure.
+
+    ``batch`` (batch size ``[B]``): ``obs [B, C, H, W]`` and ``next_obs``
+    (uint8 or float, 0..255), ``action [B, A]``, ``reward [B]`` (n-step
+    discounted sum), ``discount [B]`` (``gamma^n``, 0 after a termination).
+    Order: augment obs and next_obs (independent shifts); encode next_obs with
+    the online encoder (no gradient); target; critic + encoder step; actor
+    step on the detached obs features against the updated critic; polyak
+    target critic. Returns ``(new_state, metrics)`` with 0-dim tensor metrics.
+    """
+    config: Config = state.get_non_tensor("config")
+    _check_batch(batch)
+    b = batch.batch_size[0]
+    act_dim = batch["action"].shape[-1]
+    if noise is None:
+        noise = draw_noise(config, b, act_dim, device=batch["obs"].device)
+    params = state["params"]
+    encoder, actor, critic = params["encoder"], params["actor"], params["critic"]
+    std = stddev(config, state["agent_step"])
+    opt = Adam(lr=config.lr)
+
+    obs = random_shift(batch["obs"].float(), config.pad, noise["shift_obs"])
+    next_obs = random_shift(batch["next_obs"].float(), config.pad, noise["shift_next_obs"])
+    with torch.no_grad():
+        next_h = encode(config, encoder, next_obs)
+    y = compute_target(
+        config,
+        actor,
+        state["target", "critic"],
+        next_h,
+        batch["reward"].float(),
+        batch["discount"].float(),
+        std,
+        noise["next_action"],
+    )
+
+    ec = TensorDict({"encoder": encoder, "critic": critic}, batch_size=[])
+    grads, (c_loss, c_aux) = grad_and_value(critic_loss, has_aux=True)(ec, config, obs, batch["action"].float(), y)
+    critic, critic_opt = opt.step(grads["critic"], state["opt", "critic"], critic)
+    encoder, encoder_opt = opt.step(grads["encoder"], state["opt", "encoder"], encoder)
+
+    a_grads, (a_loss, a_aux) = grad_and_value(actor_loss, has_aux=True)(
+        actor, config, critic.detach(), c_aux["h"], std, noise["action"]
+    )
+    actor, actor_opt = opt.step(a_grads, state["opt", "actor"], actor)
+    target_critic = polyak(state["target", "critic"], critic, config.tau)
+
+    new_state = TensorDict(
+        {
+            "params": TensorDict({"encoder": encoder, "actor": actor, "critic": critic}, batch_size=[]),
+            "target": TensorDict({"critic": target_critic}, batch_size=[]),
+            "opt": TensorDict({"encoder": encoder_opt, "critic": critic_opt, "actor": actor_opt}, batch_size=[]),
+            "step": state["step"] + 1,
+            "agent_step": state["agent_step"],
+        },
+        batch_size=[],
+    )
+    new_state.set_non_tensor("config", config)
+    metrics = TensorDict(
+        {
+            "critic_loss": c_loss.detach(),
+            "critic_q1": c_aux["q1"],
+            "critic_q2": c_aux["q2"],
+            "critic_target_q": y.mean(),
+            "actor_loss": a_loss.detach(),
+            "actor_logprob": a_aux["log_prob"],
+            "actor_ent": a_aux["entropy"],
+            "stddev": std,
+        },
+        batch_size=[],
+    )
+    return new_state, metrics
+
+
+def act(
+    params: TensorDict,
+    obs: torch.Tensor,
+    noise: torch.Tensor | None = None,
+    *,
+    deterministic: bool = False,
+    config: Config | None = None,
+    step: torch.Tensor | int = 0,
+) -> torch.Tensor:
+    """Action in ``[-1, 1]`` for images ``obs [B, C, H, W]`` (0..255).
+
+    ``deterministic=True``: the policy mean (evaluation, the official
+    ``dist.mean``). Otherwise ``clamp(mean + sigma(step) * noise)`` with
+    *unclipped* noise (the official ``dist.sample(clip=None)``), ``noise``
+    standard normal ``[B, A]`` (drawn from the global generator if omitted).
+    """
+    config = config or Config()
+    with torch.no_grad():
+        if obs.dim() == 3:
+            return act(params, obs.unsqueeze(0), None if noise is None else noise.unsqueeze(0),
+                       deterministic=deterministic, config=config, step=step)[0]
+        mean = actor_apply(params["actor"], encode(config, params["encoder"], obs))
+        if deterministic:
+            return mean
+        if noise is None:
+            noise = torch.randn_like(mean)
+        return clipped_normal_sample(mean, stddev(config, step), noise, clip=None)
