@@ -114,6 +114,7 @@ class SequenceReplay:
         self._cursor = 0
         self._size = 0
         self._added = 0
+        self._windows_added = 0
 
     # ------------------------------------------------------------------ info
     def __len__(self) -> int:
@@ -129,6 +130,11 @@ class SequenceReplay:
     def steps_added(self) -> int:
         """Total env steps passed to :meth:`add` (all envs)."""
         return self._added
+
+    @property
+    def windows_added(self) -> int:
+        """Total windows written since creation (overwritten ones included): a rate limiter's insert count."""
+        return self._windows_added
 
     @property
     def stores_carry(self) -> bool:
@@ -281,6 +287,7 @@ class SequenceReplay:
         )
         self._cursor = (self._cursor + k) % C
         self._size = min(self._size + k, C)
+        self._windows_added += k
         self._on_insert(rows)
 
     # --------------------------------------------------------------- hooks
@@ -328,6 +335,7 @@ class SequenceReplay:
                 "cursor": torch.tensor(self._cursor),
                 "size": torch.tensor(self._size),
                 "added": torch.tensor(self._added),
+                "windows_added": torch.tensor(self._windows_added),
                 "ep_len": torch.as_tensor(self._ep_len.copy()),
                 "covered": torch.as_tensor(self._covered.copy()),
             },
@@ -358,6 +366,7 @@ class SequenceReplay:
         self._cursor = int(td["cursor"])
         self._size = int(td["size"])
         self._added = int(td["added"])
+        self._windows_added = int(td["windows_added"]) if "windows_added" in td.keys() else self._size
         self._ep_len = td["ep_len"].cpu().numpy().astype(np.int64).copy()
         self._covered = td["covered"].cpu().numpy().astype(np.int64).copy()
         if "storage" in td.keys():

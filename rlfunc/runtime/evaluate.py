@@ -17,6 +17,7 @@ def run_episodes(policy, env, episodes: int, seed: int) -> list[float]:
     if episodes < 1:
         raise ValueError(f"episodes must be at least 1, got {episodes}.")
     returns = []
+    observe_reward = getattr(policy, "observe_reward", None)
     for i in range(episodes):
         obs, _ = env.reset(seed=int(seed) + i)
         policy.reset(1)
@@ -24,6 +25,8 @@ def run_episodes(policy, env, episodes: int, seed: int) -> list[float]:
         while not done:
             action = policy.act_normalized(np.asarray(obs))
             obs, reward, terminated, truncated, _ = env.step(action)
+            if observe_reward is not None:  # recurrent agents that take the previous reward (R2D2)
+                observe_reward(reward)
             total += float(reward)
             done = bool(terminated or truncated)
         returns.append(total)

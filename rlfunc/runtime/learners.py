@@ -28,7 +28,7 @@ from rlfunc.replay.sequence import SequenceReplay
 from rlfunc.replay.uniform import UniformReplay
 from rlfunc.runtime.policy import Policy
 
-__all__ = ["TransitionLearner", "SequenceLearner", "PriorDataLearner"]
+__all__ = ["TransitionLearner", "SequenceLearner", "R2D2Learner", "PriorDataLearner"]
 
 
 def _generator(device: torch.device, seed: int) -> torch.Generator:
@@ -156,7 +156,12 @@ class SequenceLearner(TransitionLearner):
 
     The algorithm module provides ``init``, ``update``, ``act`` (epsilon-greedy
     with explicit noise), ``epsilon(config, env_step)``, ``draw_act_noise``,
-    ``initial_carry`` and ``greedy_action`` (:mod:`rlfunc.algos.drqn`).
+    ``initial_carry``, ``carry_to_td`` and ``greedy_action``
+    (:mod:`rlfunc.algos.drqn`). Subclasses change the replay
+    (:meth:`_make_replay`), the carry and the acting call
+    (:meth:`_carry_before_step`, :meth:`_act`), the exploration rate
+    (:meth:`_epsilon`) and when and how to learn (:meth:`ready`, :meth:`learn`):
+    :class:`R2D2Learner`.
 
     * :meth:`explore` keeps one recurrent carry per env, zeroes it where
       ``episode_start`` is True, and acts epsilon-greedily with the schedule
@@ -186,13 +191,7 @@ class SequenceLearner(TransitionLearner):
         self.num_envs = int(run_config.env.num_envs)
         seed = self.train_cfg.seed
         self.state = self.algo.init(self.config, obs_space, act_space, seed=seed, device=self.device)
-        self.replay = SequenceReplay(
-            self.config.buffer_windows,
-            self.config.sequence_length,
-            self.num_envs,
-            period=self.config.sequence_period,
-            device=self.device,
-        )
+        self.replay = self._make_replay()
         self.store_carry = getattr(self.config, "initial_state", "zeros") == "stored"
         self.generator = _generator(self.device, seed + 1)
         self.carry = self.algo.initial_carry(self.config, self.num_envs, device=self.device)
@@ -205,9 +204,29 @@ class SequenceLearner(TransitionLearner):
         if self.train_cfg.compile:
             self._update = torch.compile(self.algo.update, fullgraph=True)
 
+    def _make_replay(self) -> SequenceReplay:
+        return SequenceReplay(
+            self.config.buffer_windows,
+            self.config.sequence_length,
+            self.num_envs,
+            period=self.config.sequence_period,
+            device=self.device,
+        )
+
     # -- acting -------------------------------------------------------------
     def _epsilon(self, env_step: int) -> torch.Tensor:
         return self.algo.epsilon(self.config, env_step)
+
+    def _carry_before_step(self, start: torch.Tensor | None):
+        """The carry each env acts from: the last one, zeroed where ``start [n]`` (bool) is True."""
+        h, c = self.carry
+        if start is not None:
+            h = torch.where(start.reshape(-1, 1), 0.0, h)
+            c = torch.where(start.reshape(-1, 1), 0.0, c)
+        return (h, c)
+
+    def _act(self, obs: torch.Tensor, carry, epsilon: torch.Tensor, noise: torch.Tensor):
+        return self.algo.act(self.state["params"], obs, carry, epsilon, noise)
 
     def explore(self, obs: np.ndarray, env_step: int, episode_start: np.ndarray | None = None) -> np.ndarray:
         n = obs.shape[0]
@@ -215,14 +234,12 @@ class SequenceLearner(TransitionLearner):
         if n != self.num_envs:
             raise ValueError(f"explore got observations of {n} envs, the learner was built for {self.num_envs}.")
         obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
-        h, c = self.carry
+        start = None
         if episode_start is not None:
-            start = torch.as_tensor(np.asarray(episode_start, dtype=bool), device=self.device).reshape(n, 1)
-            h = torch.where(start, 0.0, h)
-            c = torch.where(start, 0.0, c)
-        self._carry_before = (h, c)
+            start = torch.as_tensor(np.asarray(episode_start, dtype=bool), device=self.device).reshape(n)
+        self._carry_before = self._carry_before_step(start)
         noise = self.algo.draw_act_noise(n, generator=self.generator, device=self.device)
-        action, self.carry = self.algo.act(self.state["params"], obs_t, (h, c), self._epsilon(env_step), noise)
+        action, self.carry = self._act(obs_t, self._carry_before, self._epsilon(env_step), noise)
         return action.cpu().numpy()
 
     def observe(self, rows: TensorDict) -> None:
@@ -243,10 +260,7 @@ class SequenceLearner(TransitionLearner):
         ).to(self.device)
         carry = None
         if self.store_carry:
-            idx = env_ids.to(self.device)
-            carry = TensorDict(
-                {"h": self._carry_before[0][idx], "c": self._carry_before[1][idx]}, batch_size=[n]
-            )
+            carry = self.algo.carry_to_td(self._carry_before)[env_ids.to(self.device)]
         self.replay.add(step, carry, env_ids=env_ids.cpu().numpy())
 
     # -- learning -----------------------------------------------------------
@@ -279,6 +293,105 @@ class SequenceLearner(TransitionLearner):
         meta = super().export_meta()
         meta["num_actions"] = int(self.act_space.n) if isinstance(self.act_space, gym.spaces.Discrete) else None
         return meta
+
+
+class R2D2Learner(SequenceLearner):
+    """R2D2 (:mod:`rlfunc.algos.r2d2`): :class:`SequenceLearner` with prioritized
+    windows, stored state with the previous action and reward, and one fixed
+    epsilon per actor.
+
+    * **actors**: every env of the vector env is one actor with its own
+      ``eps_i = epsilon_base^(1 + epsilon_alpha i / (N - 1))``
+      (:func:`rlfunc.algos.r2d2.actor_epsilons`; Ape-X / R2D2). Inference is
+      batched centrally, SEED-RL style: one ``act`` call per vector step
+      computes the Q-values of all ``N`` actors with the learner's current
+      parameters (no parameter lag, unlike the paper's distributed actors);
+    * **carry**: :class:`rlfunc.algos.r2d2.Carry` ``(h, c, prev_action,
+      prev_reward)`` per env, zeroed at episode starts
+      (:func:`~rlfunc.algos.r2d2.prepare_carry`); :meth:`observe` writes each
+      env's reward into it for the next step. The carry an env acted from is
+      stored with each step, so every window keeps the state *before* its
+      first step;
+    * **replay**: :class:`~rlfunc.replay.prioritized.PrioritizedSequenceReplay`
+      from :func:`~rlfunc.algos.r2d2.replay_kwargs` (``replay_capacity``
+      windows of ``burn_in + sequence_length`` steps every
+      ``sequence_period``; priority exponent 0.9, importance exponent 0.6);
+      after each update the new priorities (``metrics["priorities"]``) are
+      written back for the sampled windows and removed from the metrics;
+    * **when to learn** (Acme's ``SampleToInsertRatio`` rate limiter, without
+      blocking the actors): once ``min_replay_size`` windows are stored, an
+      update runs at an env step when ``(updates + 1) * batch_size <=
+      samples_per_insert * (windows_inserted - min_replay_size) +
+      batch_size``, at most one update per env step (so ``samples_per_insert``
+      above ``batch_size * sequence_period`` caps at one update per step).
+
+    The agent section sets replay size, warm-up and rate (``replay_capacity``,
+    ``min_replay_size``, ``samples_per_insert``); ``train.random_steps`` and
+    ``train.replay_size`` are not used.
+    """
+
+    def __init__(self, entry, run_config, obs_space: gym.Space, act_space: gym.Space) -> None:
+        super().__init__(entry, run_config, obs_space, act_space)
+        self._epsilons = self.algo.actor_epsilons(
+            self.num_envs, self.config.epsilon_base, self.config.epsilon_alpha
+        ).to(self.device)
+        self._batch_keys.append("weight")
+        self._updates = 0  # = int(state["step"]), kept on the host (no device sync per env step)
+
+    def _make_replay(self) -> SequenceReplay:
+        from rlfunc.replay.prioritized import PrioritizedSequenceReplay
+
+        return PrioritizedSequenceReplay(
+            num_envs=self.num_envs, device=self.device, **self.algo.replay_kwargs(self.config)
+        )
+
+    # -- acting -------------------------------------------------------------
+    def _epsilon(self, env_step: int) -> torch.Tensor:
+        return self._epsilons
+
+    @property
+    def epsilons(self) -> torch.Tensor:
+        """``[num_envs]`` exploration rate of each actor (fixed for the whole run)."""
+        return self._epsilons.clone()
+
+    def _carry_before_step(self, start: torch.Tensor | None):
+        return self.algo.prepare_carry(self.carry, reset=start)
+
+    def _act(self, obs: torch.Tensor, carry, epsilon: torch.Tensor, noise: torch.Tensor):
+        return self.algo.act(self.state["params"], obs, None, None, carry, epsilon, noise)
+
+    def observe(self, rows: TensorDict) -> None:
+        super().observe(rows)
+        n = rows.batch_size[0]
+        if n == 0:
+            return
+        # The reward each env just got is the network's "previous reward" input at its next step.
+        idx = rows["env_id"].to(torch.int64).to(self.device)
+        prev_reward = self.carry.prev_reward.clone()
+        prev_reward[idx] = rows["reward"].float().reshape(n).to(self.device)
+        self.carry = self.carry._replace(prev_reward=prev_reward)
+
+    # -- learning -----------------------------------------------------------
+    def ready(self, env_step: int) -> bool:
+        cfg = self.config
+        if len(self.replay) < max(cfg.min_replay_size, 1):
+            return False
+        allowed = cfg.samples_per_insert * (self.replay.windows_added - cfg.min_replay_size) + cfg.batch_size
+        return (self._updates + 1) * cfg.batch_size <= allowed
+
+    def learn(self) -> TensorDict:
+        sample = self.replay.sample(self.config.batch_size, generator=self.generator)
+        self.state, metrics = self._update(self.state, sample.select(*self._batch_keys))
+        self._updates += 1
+        priorities = metrics.pop("priorities")
+        self.replay.update_priorities(sample["window"][0], priorities)
+        metrics["replay_windows"] = torch.tensor(float(len(self.replay)))
+        return metrics
+
+    # -- saving -----------------------------------------------------------------
+    def load_state_tensors(self, td: TensorDict) -> None:
+        super().load_state_tensors(td)
+        self._updates = int(self.state["step"])
 
 
 class PriorDataLearner(TransitionLearner):

@@ -46,6 +46,22 @@ class Policy:
         init_carry = getattr(self.entry.algo, "initial_carry", None)
         self._carry = None if init_carry is None else init_carry(self.config, num_envs, device=self.device)
 
+    def observe_reward(self, reward) -> None:
+        """Give a recurrent policy the reward its last action earned (one per env).
+
+        Agents whose network takes the previous reward as an input (R2D2's
+        ``reward_input``; algorithm modules with ``prepare_carry``) write it into
+        their carry, so evaluation feeds the network what training fed it.
+        :func:`rlfunc.runtime.evaluate.run_episodes` calls this after every
+        step; a caller that never does leaves the previous reward at 0. A no-op
+        for every other policy.
+        """
+        prepare = getattr(self.entry.algo, "prepare_carry", None)
+        if prepare is None or self._carry is None:
+            return
+        r = torch.as_tensor(np.asarray(reward, dtype=np.float32), device=self.device).reshape(-1)
+        self._carry = prepare(self._carry, prev_reward=r)
+
     def act_normalized(self, obs: np.ndarray) -> np.ndarray:
         """Deterministic action in the training env's (rescaled) action space."""
         obs = np.asarray(obs)

@@ -63,6 +63,15 @@ ALGOS: dict[str, AlgoEntry] = {
         learner="rlfunc.runtime.learners:SequenceLearner",
         description="DRQN (Hausknecht & Stone 2015): LSTM Q-network, zero-state 10-step windows, plain max target",
     ),
+    "r2d2": AlgoEntry(
+        "r2d2",
+        "rlfunc.algos.r2d2",
+        learner="rlfunc.runtime.learners:R2D2Learner",
+        description=(
+            "R2D2 (Kapturowski et al. 2019): prioritized sequence replay with stored state and burn-in, "
+            "n-step double Q with value rescaling, one epsilon per actor"
+        ),
+    ),
     "dqn": AlgoEntry(
         "dqn",
         "rlfunc.algos.drqn",
