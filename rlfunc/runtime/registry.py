@@ -82,6 +82,15 @@ ALGOS: dict[str, AlgoEntry] = {
             "ReLU layer of the same width, one-step windows (uniform transitions)"
         ),
     ),
+    "drqv2": AlgoEntry(
+        "drqv2",
+        "rlfunc.algos.drqv2",
+        learner="rlfunc.runtime.learners:PixelLearner",
+        description=(
+            "DrQ-v2 (Yarats et al. 2021): pixels, conv encoder trained by the critic, random shifts, "
+            "DDPG with twin critics, 3-step returns, scheduled exploration noise"
+        ),
+    ),
 }
 
 

@@ -6,6 +6,8 @@
         config.yaml       the resolved config (every default written out)
         metrics.csv       training metrics every ``train.log_every`` env steps
         eval.csv          deterministic evaluation every ``train.eval_every`` steps
+                          (``step`` counts agent steps; with an action-repeated env
+                          both files also log ``frames`` = steps x action repeat)
         checkpoints/      step_*/ (atomic, no pickle) and ``latest``
 
 ``resume(run_dir)`` continues from the latest checkpoint with the same state,
@@ -24,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 import yaml
@@ -136,6 +139,15 @@ def _make_envs(config: RunConfig):
     return env, eval_env, native_space
 
 
+def _frames_per_step(env) -> int:
+    """Env frames per agent step: the ``action_repeat`` of a pixel env or wrapper, else 1."""
+    try:
+        sub = env.envs[0] if isinstance(env, gym.vector.VectorEnv) else env
+        return max(1, int(sub.get_wrapper_attr("action_repeat")))
+    except (AttributeError, TypeError, ValueError, IndexError):
+        return 1
+
+
 class Trainer:
     """Holds one run's imperative state; :meth:`run` trains to ``total_steps``."""
 
@@ -152,6 +164,7 @@ class Trainer:
         obs_space, act_space = env_spaces(self.env)
         self.learner = self.entry.make_learner(config, obs_space, act_space)
         self.learner.native_action_space = native_space
+        self.frames_per_step = _frames_per_step(self.env)
         self.collector = Collector(self.env, seed=config.train.seed)
         self.env_step = 0
         self.updates = 0
@@ -204,6 +217,7 @@ class Trainer:
         self._eval_log.write(
             {
                 "step": self.env_step,
+                **self._frames(),
                 "time_s": round(time.monotonic() - self._t0 + self._prior_wall, 3),
                 "mean_return": mean,
                 "std_return": float(np.std(returns)),
@@ -284,6 +298,10 @@ class Trainer:
             wall_s=time.monotonic() - self._t0,
         )
 
+    def _frames(self) -> dict[str, int]:
+        """``{"frames": env frames}`` for action-repeated envs (agent steps stay in ``step``)."""
+        return {"frames": self.env_step * self.frames_per_step} if self.frames_per_step != 1 else {}
+
     def _check_finite(self, metrics) -> None:
         values = [v for v in metrics.values(True, True) if v.is_floating_point()]
         if not bool(torch.stack([torch.isfinite(v).all() for v in values]).all()):
@@ -296,6 +314,7 @@ class Trainer:
     def _log(self, metrics, steps_per_s: float, recent_returns: list[float]) -> None:
         row: dict[str, Any] = {
             "step": self.env_step,
+            **self._frames(),
             "updates": self.updates,
             "time_s": round(time.monotonic() - self._t0 + self._prior_wall, 3),
             "steps_per_s": round(steps_per_s, 3),
