@@ -523,6 +523,368 @@ def run_update(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- update: DRQN
+
+
+def drqn_flops(obs: int, encoder: tuple[int, ...], lstm: int, actions: int, batch: int, window: int) -> dict:
+    """Analytic matmul FLOPs of one DRQN update on a ``[T, B]`` window batch.
+
+    One network step on B rows: ``Fs = sum lin(encoder) + lin(E, 4H) + lin(H, 4H)
+    + lin(H, A)`` with ``lin(i, o) = 2 B i o`` and ``E`` the last encoder width.
+    Online: T forward steps and T backward steps (weight grads ``Fs`` + input
+    grads ``Fs - lin(O, E1)``: no gradient to the observation); target: T + 1
+    forward steps (``o_0, next_obs_0 .. next_obs_{T-1}``). Elementwise LSTM
+    gate math and Adam are not counted.
+    """
+
+    def lin(i: int, o: int) -> float:
+        return 2.0 * batch * i * o
+
+    enc = (obs, *encoder)
+    e = enc[-1]
+    f_enc = sum(lin(enc[i], enc[i + 1]) for i in range(len(enc) - 1))
+    fs = f_enc + lin(e, 4 * lstm) + lin(lstm, 4 * lstm) + lin(lstm, actions)
+    first = lin(enc[0], enc[1]) if len(enc) > 1 else lin(obs, 4 * lstm)
+    online = window * (3 * fs - first)
+    target = (window + 1) * fs
+    return {
+        "per_update": online + target,
+        "online_fwd_bwd": online,
+        "target": target,
+        "note": "matmul FLOPs only; see drqn_flops() in benchmarks/run.py",
+    }
+
+
+def update_drqn(args: argparse.Namespace) -> dict:
+    """DRQN sequence updates/s: imperative (nn.LSTM + torch.optim) vs functional eager vs compiled.
+
+    Problem (the DRQN issue): batch 32 windows, window lengths ``--windows``
+    (10 and 40), LSTM ``--lstm-size`` (128) after a 64-unit ReLU encoder,
+    observation 4, 2 actions. The REDQ size options (``--batch``, ``--obs-dim``,
+    ...) do not apply. One row per (window, threads, variant).
+    """
+    import gymnasium as gym
+    import numpy as np
+    from tensordict import TensorDict
+
+    from benchmarks.baselines.drqn import ImperativeDRQN
+    from rlfunc.algos import drqn
+
+    device = torch.device(args.device)
+    B, O, A, H = 32, 4, args.num_actions, args.lstm_size
+    obs_space = gym.spaces.Box(-np.inf, np.inf, (O,), np.float32)
+    act_space = gym.spaces.Discrete(A)
+    threads_list = list(args.threads)
+    rows: list[dict] = []
+    compile_infos: dict[str, dict] = {}
+    flops_by_window: dict[str, dict] = {}
+    ceilings: dict[int, float] = {}
+    for T in args.windows:
+        config = drqn.Config(lstm_size=H, sequence_length=T, batch_size=B)
+        flops = drqn_flops(O, tuple(config.encoder_sizes), H, A, B, T)
+        flops_by_window[str(T)] = flops
+        gen = torch.Generator().manual_seed(0)
+        valid = torch.randint(T // 2, T + 1, (B,), generator=gen)  # some windows end their episode: padding
+        mask = torch.arange(T).unsqueeze(1) < valid.unsqueeze(0)
+        batch = TensorDict(
+            {
+                "obs": torch.randn(T, B, O, generator=gen),
+                "action": torch.randint(0, A, (T, B), generator=gen),
+                "reward": torch.randn(T, B, generator=gen),
+                "next_obs": torch.randn(T, B, O, generator=gen),
+                "terminated": torch.zeros(T, B, dtype=torch.bool),
+                "mask": mask,
+            },
+            batch_size=[T, B],
+        ).to(device)
+        state0 = drqn.init(config, obs_space, act_space, seed=0, device=device)
+        agent = ImperativeDRQN.from_functional(state0, config)
+        agent.q.to(device)
+        agent.target.to(device)
+        runners: dict[str, Callable[[], None]] = {"imperative": lambda: agent.update(batch)}
+        notes: dict[str, dict] = {
+            "imperative": {"impl": "benchmarks/baselines/drqn.py: nn.Linear + nn.LSTM modules, torch.optim.Adam"}
+        }
+
+        def functional_runner(fn):
+            holder = {"state": drqn.init(config, obs_space, act_space, seed=0, device=device)}
+
+            def step() -> None:
+                holder["state"], _ = fn(holder["state"], batch)
+
+            return step
+
+        runners["functional-eager"] = functional_runner(drqn.update)
+        notes["functional-eager"] = {"impl": "rlfunc.algos.drqn.update (functional LSTM, torch.func.grad)"}
+        torch.set_num_threads(threads_list[0])
+        warm: dict[str, float] = {}
+        for name, fn in runners.items():
+            fn()
+            sync(device)
+            t0 = time.perf_counter()
+            for _ in range(args.warmup):
+                fn()
+            sync(device)
+            warm[name] = (time.perf_counter() - t0) / max(args.warmup, 1)
+            print(f"  T={T} warm-up {name}: {warm[name] * 1e3:.1f} ms/update", flush=True)
+        if not args.no_compile:
+            print(f"  T={T}: compiling drqn.update (fullgraph=True, {T}-step unrolled LSTM) ...", flush=True)
+            step = functional_runner(torch.compile(drqn.update, fullgraph=True))
+            info: dict = {"compile_s": None, "error": None}
+            t0 = time.perf_counter()
+            try:
+                step()
+                sync(device)
+                info["compile_s"] = time.perf_counter() - t0
+                t1 = time.perf_counter()
+                step()
+                sync(device)
+                second = time.perf_counter() - t1
+                info["compile_s"] = max(info["compile_s"] - second, 0.0)
+                warm["functional-compiled"] = second
+                runners["functional-compiled"] = step
+                print(f"  compiled in {info['compile_s']:.1f} s; {second * 1e3:.1f} ms/update", flush=True)
+            except Exception as exc:  # noqa: BLE001 -- recorded, the rest still runs
+                info["compile_s"] = time.perf_counter() - t0
+                lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+                info["error"] = f"{type(exc).__name__}: {' '.join(lines[:2])}"[:600]
+                print(f"  compile FAILED after {info['compile_s']:.1f} s: {info['error']}", flush=True)
+            compile_infos[str(T)] = info
+            notes["functional-compiled"] = {k: v for k, v in info.items() if v is not None}
+        steps = {n: max(1, int(round(args.window_s / max(warm[n], 1e-6)))) for n in runners}
+        for threads in threads_list:
+            torch.set_num_threads(threads)
+            for fn in runners.values():
+                fn()
+            if threads not in ceilings:
+                ceilings[threads] = matmul_ceiling(
+                    device, windows=2 if args.quick else 3, min_time=0.1 if args.quick else 0.3
+                )
+            print(f"T={T} threads={threads}: timing {len(runners)} variants x {args.repeats} interleaved windows ...",
+                  flush=True)
+            times = time_interleaved(runners, repeats=args.repeats, steps=steps, device=device)
+            base = statistics.median(times["imperative"])
+            for name, ts in times.items():
+                med = statistics.median(ts)
+                row = {
+                    "variant": name,
+                    "window": T,
+                    "updates_per_s": 1.0 / med,
+                    "ratio_vs_imperative": base / med,
+                    "flop_efficiency": flops["per_update"] / med / (ceilings[threads] * 1e9),
+                    "threads": threads,
+                    "device": device.type,
+                    "torch": torch.__version__,
+                    "ms_per_env_step": med * 1e3,
+                    "ms_per_env_step_windows": [t * 1e3 for t in ts],
+                    "env_steps_per_window": steps[name],
+                    "matmul_gflops_ceiling": ceilings[threads],
+                }
+                row.update({k: v for k, v in notes.get(name, {}).items() if v is not None})
+                rows.append(row)
+    return {
+        "benchmark": "update",
+        "algo": "drqn",
+        "problem": {
+            "batch": B,
+            "windows": list(args.windows),
+            "lstm_size": H,
+            "encoder_sizes": [64],
+            "obs_dim": O,
+            "num_actions": A,
+            "work_per_env_step": "1 DRQN update: online unroll fwd/bwd over T steps, target unroll over T+1, Adam, periodic copy",
+            "data": "pre-sampled [T, B] window batch with padded tails; no replay sampling",
+            "ms_per_env_step": "milliseconds per update (one update = one unit of work here)",
+        },
+        "flops": flops_by_window,
+        "matmul_gflops_ceiling": {str(k): v for k, v in ceilings.items()},
+        "compile": compile_infos or None,
+        "timing": {"repeats": args.repeats, "window_s": args.window_s, "statistic": "median of windows", "interleaved": True},
+        "variants": rows,
+    }
+
+
+UPDATE_ALGOS["drqn"] = update_drqn
+_update_help, _update_configure, _update_run = SUBCOMMANDS["update"]
+
+
+def _configure_update_with_drqn(p: argparse.ArgumentParser) -> None:
+    _update_configure(p)
+    p.add_argument("--windows", type=int, nargs="+", default=[10, 40], help="DRQN: window lengths T to measure")
+    p.add_argument("--lstm-size", type=int, default=128, help="DRQN: LSTM units")
+    p.add_argument("--num-actions", type=int, default=2, help="DRQN: discrete actions")
+
+
+SUBCOMMANDS["update"] = (_update_help, _configure_update_with_drqn, _update_run)
+
+
+# --------------------------------------------------------------------------- learn
+
+
+LEARN_ALGOS: dict[str, list[tuple[str, str]]] = {
+    # --algo NAME -> the (label, config) runs whose curves go in one plot
+    "drqn": [
+        ("drqn", "configs/drqn/cartpole_novel.yaml"),  # DRQN on masked-velocity CartPole
+        ("dqn", "configs/dqn/cartpole_novel.yaml"),  # its memory-less control, same env
+    ],
+    "redq": [("redq", "configs/redq/pendulum.yaml"), ("sac", "configs/sac/pendulum.yaml")],
+}
+"""``learn --algo NAME`` trains every config of ``LEARN_ALGOS[NAME]`` once per seed (``--config PATH``: one
+config). Generic: any algorithm the runtime trains; add a table entry for a new one."""
+
+
+def _learn_one(job: dict) -> dict:
+    """One training run (own process): ``rlfunc.train`` with a seed and the overrides."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    import rlfunc
+
+    torch.set_num_threads(job["threads"])
+    overrides = {
+        "train.seed": job["seed"],
+        "train.progress": False,
+        "train.threads": job["threads"],
+        **job["overrides"],
+    }
+    t0 = time.perf_counter()
+    res = rlfunc.train(str(ROOT / job["config"]), overrides=overrides, run_dir=job["run_dir"])  # absolute paths pass through
+    import yaml
+
+    cfg = yaml.safe_load((Path(res.run_dir) / "config.yaml").read_text())
+    return {
+        "algo": job["label"],
+        "env": cfg["env"]["id"],
+        "wrappers": cfg["env"]["wrappers"],
+        "config": job["config"],
+        "overrides": job["overrides"],
+        "seed": job["seed"],
+        "env_steps": res.env_steps,
+        "final_return": res.final_return,
+        "evals": [[int(s), float(r)] for s, r in res.evals],
+        "wall_s": time.perf_counter() - t0,
+        "run_dir": str(res.run_dir),
+    }
+
+
+def _configure_learn(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--algo", choices=sorted(LEARN_ALGOS), default=None,
+                   help="the algo's table of configs (LEARN_ALGOS); or pass --config")
+    p.add_argument("--config", type=Path, default=None, help="train this config instead of a table (label: its algo)")
+    p.add_argument("--seeds", type=int, default=3, help="seeds 0..K-1 per config")
+    p.add_argument("--steps", type=int, default=None, help="env steps per run (default: each config's total_steps)")
+    p.add_argument("--only", nargs="+", default=None, help="run only these labels of the algo's table")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="config override for every run, e.g. --set train.eval_episodes=5 (repeatable)")
+    p.add_argument("--jobs", type=int, default=1, help="runs in parallel (separate processes)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    p.add_argument("--runs-dir", type=Path, default=ROOT / "runs" / "learn", help="where the run directories go")
+    p.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/results/learn_<algo>.json)")
+    p.add_argument("--note", default=None, help="free text stored in the JSON")
+
+
+def _summary(runs: list[dict]) -> dict:
+    out: dict[str, dict] = {}
+    for label in dict.fromkeys(r["algo"] for r in runs):
+        finals = [r["final_return"] for r in runs if r["algo"] == label and r["final_return"] is not None]
+        best = [max(v for _, v in r["evals"]) for r in runs if r["algo"] == label and r["evals"]]
+        out[label] = {
+            "seeds": len(finals),
+            "final_returns": finals,
+            "median_final_return": statistics.median(finals) if finals else None,
+            "best_eval_returns": best,
+            "env_steps": [r["env_steps"] for r in runs if r["algo"] == label],
+        }
+    return out
+
+
+@subcommand("learn", "learning curves: train each config of an algo's table over seeds -> JSON + PNG", _configure_learn)
+def run_learn(args: argparse.Namespace) -> int:
+    from rlfunc.runtime.config import parse_overrides
+    from rlfunc.runtime.plot import plot_runs
+
+    overrides = parse_overrides(args.overrides)
+    if args.steps is not None:
+        overrides["train.total_steps"] = args.steps
+    if args.config is not None:
+        from rlfunc.runtime.config import load_config
+
+        label = str(load_config(args.config).get("algo", "redq"))
+        cfg_path = args.config.resolve()
+        table = [(label, str(cfg_path.relative_to(ROOT)) if cfg_path.is_relative_to(ROOT) else str(cfg_path))]
+        args.algo = args.algo or label
+    elif args.algo is None:
+        print("learn: pass --algo NAME (one of " + ", ".join(sorted(LEARN_ALGOS)) + ") or --config PATH.", file=sys.stderr)
+        return 2
+    else:
+        table = [(lab, cfg) for lab, cfg in LEARN_ALGOS[args.algo] if args.only is None or lab in args.only]
+    if not table:
+        print(f"--only {args.only} matches none of {[lab for lab, _ in LEARN_ALGOS[args.algo]]}.", file=sys.stderr)
+        return 2
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    jobs = [
+        {
+            "label": label,
+            "config": cfg,
+            "seed": seed,
+            "threads": args.threads,
+            "overrides": overrides,
+            "run_dir": str(args.runs_dir / f"{args.algo}-{stamp}" / f"{label}-s{seed}"),
+        }
+        for seed in range(args.seeds)
+        for label, cfg in table
+    ]
+    print(f"learn --algo {args.algo}: {len(jobs)} runs ({', '.join(lab for lab, _ in table)} x {args.seeds} seeds), "
+          f"{args.jobs} at a time, {args.threads} thread(s) each", flush=True)
+    t0 = time.perf_counter()
+    runs: list[dict] = []
+    if args.jobs <= 1:
+        for job in jobs:
+            runs.append(_learn_one(job))
+            r = runs[-1]
+            print(f"  {r['algo']} seed {r['seed']}: final {r['final_return']:.1f} after {r['env_steps']} steps "
+                  f"({r['wall_s']:.0f} s)", flush=True)
+    else:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        with ProcessPoolExecutor(max_workers=args.jobs, mp_context=mp.get_context("spawn")) as pool:
+            futures = [pool.submit(_learn_one, job) for job in jobs]
+            for fut in as_completed(futures):
+                r = fut.result()
+                runs.append(r)
+                print(f"  {r['algo']} seed {r['seed']}: final {r['final_return']:.1f} after {r['env_steps']} steps "
+                      f"({r['wall_s']:.0f} s)", flush=True)
+        order = {(j["label"], j["seed"]): i for i, j in enumerate(jobs)}
+        runs.sort(key=lambda r: order[(r["algo"], r["seed"])])
+    result = {
+        "machine": machine_info(torch.device("cpu"), allocator_tuned=False),
+        "runs": runs,
+        "summary": _summary(runs),
+        "settings": {
+            "algo": args.algo,
+            "configs": {lab: cfg for lab, cfg in table},
+            "seeds": args.seeds,
+            "overrides": overrides,
+            "jobs": args.jobs,
+            "threads_per_run": args.threads,
+            "final_return": "mean greedy return of the last evaluation (train.eval_episodes episodes)",
+            "total_wall_s": time.perf_counter() - t0,
+        },
+    }
+    if args.note:
+        result["note"] = args.note
+    out = args.out or RESULTS_DIR / f"learn_{args.algo}.json"
+    write_json(out, result)
+    png = plot_runs([r["run_dir"] for r in runs], out.with_suffix(".png"),
+                    title=f"learn --algo {args.algo} ({args.seeds} seeds; mean, min-max band)")
+    print()
+    print_table(
+        [{"algo": k, **v} for k, v in result["summary"].items()],
+        [("algo", "algo", ""), ("seeds", "seeds", "d"), ("median final return", "median_final_return", ".1f")],
+    )
+    print(f"\nwrote {out} and {png}")
+    return 0
+
+
 # --------------------------------------------------------------------------- main
 
 
