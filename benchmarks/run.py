@@ -885,6 +885,13 @@ def run_learn(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- R2D2: update --algo r2d2, replay, stored-state, learn --algo r2d2
+
+from benchmarks import r2d2_bench as _r2d2_bench  # noqa: E402
+
+_r2d2_bench.register(sys.modules[__name__])
+
+
 # --------------------------------------------------------------------------- main
 
 
