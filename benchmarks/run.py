@@ -449,6 +449,11 @@ def update_redq(args: argparse.Namespace) -> dict:
 
 UPDATE_ALGOS: dict[str, Callable[[argparse.Namespace], dict]] = {"redq": update_redq}
 
+# DrQ-v2 lives in benchmarks/drqv2_bench.py (update --algo drqv2, and the learn subcommand below).
+from benchmarks import drqv2_bench as _drqv2_bench  # noqa: E402
+
+UPDATE_ALGOS["drqv2"] = lambda args: _drqv2_bench.update_drqv2(args, sys.modules[__name__])
+
 
 def _configure_update(p: argparse.ArgumentParser) -> None:
     p.add_argument("--algo", choices=sorted(UPDATE_ALGOS), default="redq")
@@ -471,6 +476,10 @@ def _configure_update(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hidden", type=int, nargs="+", default=[256, 256])
     p.add_argument("--obs-dim", type=int, default=17)
     p.add_argument("--act-dim", type=int, default=6)
+    # DrQ-v2 problem size (defaults: the paper's; --batch and --act-dim above are shared)
+    p.add_argument("--image-size", type=int, default=84, help="DrQ-v2: square image side (9 channels)")
+    p.add_argument("--drqv2-hidden", type=int, default=1024, help="DrQ-v2: actor/critic head width")
+    p.add_argument("--env-steps", type=int, default=300, help="DrQ-v2: agent steps timed per pixel env")
 
 
 @subcommand("update", "learner throughput: functional update vs the imperative baseline", _configure_update)
@@ -883,6 +892,12 @@ def run_learn(args: argparse.Namespace) -> int:
     )
     print(f"\nwrote {out} and {png}")
     return 0
+
+
+if "learn" not in SUBCOMMANDS:
+    subcommand("learn", "learning curves over seeds (DrQ-v2 on DMC): JSON + PNG", _drqv2_bench.configure_learn)(
+        _drqv2_bench.run_learn
+    )
 
 
 # --------------------------------------------------------------------------- R2D2: update --algo r2d2, replay, stored-state, learn --algo r2d2

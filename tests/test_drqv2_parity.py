@@ -143,3 +143,27 @@ def test_three_updates_match_baseline():
         base = agent.update(batch, noise, step=step)
         assert abs(float(metrics["critic_loss"]) - base["critic_loss"]) < 1e-4 * max(1.0, abs(base["critic_loss"]))
     _compare_params(state, agent, "after three updates")
+
+
+def test_benchmark_cli_knows_drqv2():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_bench_run_drqv2", ROOT / "benchmarks" / "run.py")
+    run = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = run  # run.py's hooks look themselves up there
+    spec.loader.exec_module(run)
+    assert "drqv2" in run.UPDATE_ALGOS and "learn" in run.SUBCOMMANDS
+    args = run.build_parser().parse_args(["update", "--algo", "drqv2", "--quick"])
+    assert (args.batch, args.image_size, args.drqv2_hidden) == (256, 84, 1024)
+    # the FLOP counts the benchmark reports: the functional update does no more work than the
+    # baseline (whose actor backward also computes unused critic weight gradients, as the official code does)
+    import argparse
+
+    from benchmarks import drqv2_bench
+
+    ns = argparse.Namespace(image_size=16, batch=4, act_dim=2, drqv2_hidden=16, device="cpu")
+    drq, config, obs_space, act_space, batch, noise = drqv2_bench._problem(ns, torch.device("cpu"))
+    state = drq.init(config, obs_space, act_space)
+    f_fun = drqv2_bench.count_flops(lambda: drq.update(state, batch, noise))
+    f_imp = drqv2_bench.count_flops(lambda: ImperativeDrQV2.from_functional_state(state).update(batch, noise, 0))
+    assert 0.8 * f_imp <= f_fun <= f_imp

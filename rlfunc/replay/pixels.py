@@ -212,7 +212,8 @@ class PixelReplay:
         ep0 = self._ep_start_t[g % self.capacity]
         back = torch.arange(self.frame_stack - 1, -1, -1, device=self.device)  # S-1 .. 0, oldest first
         slots = torch.maximum(g.unsqueeze(1) - back.unsqueeze(0), ep0.unsqueeze(1)) % self.capacity  # [B, S]
-        frames = self.frames[slots]  # [B, S, C, H, W]
+        # index_select, not frames[slots]: ~5x faster for uint8 images on CPU
+        frames = self.frames.index_select(0, slots.reshape(-1))  # [B * S, C, H, W]
         b = g.shape[0]
         return frames.reshape(b, self.frame_stack * self.frame_shape[0], *self.frame_shape[1:])
 

@@ -1,0 +1,476 @@
+"""DrQ-v2 benchmarks, run through ``benchmarks/run.py``:
+
+    python benchmarks/run.py update --algo drqv2 [--batch 256] [--image-size 84] [--drqv2-hidden 1024]
+    python benchmarks/run.py learn --algo drqv2 --seeds 3 [--config configs/drqv2/cartpole_balance.yaml]
+                                   [--set key=value ...]
+
+``update`` times one DrQ-v2 update (batch 256, 9x84x84 uint8 observations, the paper's
+network sizes) for the imperative baseline (``benchmarks/baselines/drqv2.py``), the functional
+update eagerly and compiled (``torch.compile(fullgraph=True)``), interleaved in one process.
+The JSON has the same fields as REDQ's (``updates_per_s``, ``ratio_vs_imperative``,
+``flop_efficiency``, ``ms_per_env_step`` = learning time per *agent* step, i.e. per update
+divided by ``update_every = 2``) plus ``ms_per_update``, and two more sections:
+
+* ``env``: frames/s of env stepping + rendering (DMC cartpole_balance at 84x84 with the
+  paper's rendering and with ``fast_render``; gymnasium Pendulum through the ``pixels``
+  wrapper). One agent step = ``action_repeat`` (2) frames, rendered once;
+* ``replay``: :class:`rlfunc.replay.pixels.PixelReplay` bytes per stored transition and
+  samples/s at batch 256 (frame stacks and 3-step returns assembled at sample time).
+
+``learn`` trains ``--seeds`` seeds of a config with ``rlfunc.train`` and writes
+``benchmarks/results/learn_drqv2_<task>.json`` (every eval, frames and agent steps, final
+mean +- std, the paper's number, and every override named) and a PNG of the curves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PAPER = {
+    "dmc/cartpole_balance-v0": {"frames": 100_000, "return": 987, "std": 13},
+    "dmc/cartpole_swingup-v0": {"frames": 200_000, "return": 807, "std": None},
+    "dmc/walker_walk-v0": {"frames": 1_000_000, "return": 950, "std": None},
+}
+"""Yarats et al. 2021 (FIDELITY.md's DrQ-v2 table): eval return at the given env frames."""
+
+
+# --------------------------------------------------------------------------- update
+
+
+def _problem(args: argparse.Namespace, device: torch.device):
+    import gymnasium as gym
+    from tensordict import TensorDict
+
+    from rlfunc.algos import drqv2
+
+    size, b, act_dim = args.image_size, args.batch, args.act_dim
+    config = drqv2.Config(batch_size=b, hidden_dim=args.drqv2_hidden)
+    obs_space = gym.spaces.Box(0, 255, (3 * config.frame_stack, size, size), np.uint8)
+    act_space = gym.spaces.Box(-1.0, 1.0, (act_dim,), np.float32)
+    gen = torch.Generator().manual_seed(0)
+    shape = (b, 3 * config.frame_stack, size, size)
+    batch = TensorDict(
+        {
+            "obs": torch.randint(0, 256, shape, generator=gen, dtype=torch.uint8),
+            "action": torch.rand(b, act_dim, generator=gen) * 2 - 1,
+            "reward": torch.rand(b, generator=gen) * 3,
+            "discount": torch.full((b,), config.gamma**config.nstep),
+            "next_obs": torch.randint(0, 256, shape, generator=gen, dtype=torch.uint8),
+        },
+        batch_size=[b],
+    ).to(device)
+    noise = drqv2.draw_noise(config, b, act_dim, generator=gen).to(device)
+    return drqv2, config, obs_space, act_space, batch, noise
+
+
+def count_flops(fn: Callable[[], Any]) -> int:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as fc:
+        fn()
+    return int(fc.get_total_flops())
+
+
+def env_throughput(steps: int) -> dict:
+    """Agent steps/s and frames/s (env stepping + rendering) of the pixel envs."""
+    from rlfunc.envs import build_wrappers, make_env
+
+    out: dict[str, Any] = {}
+    cases: list[tuple[str, Callable[[], Any], int]] = []
+    try:
+        import dm_control  # noqa: F401
+
+        for name, kwargs in (("default_render", {}), ("fast_render", {"fast_render": True})):
+            cases.append((
+                f"dmc/cartpole_balance-v0 {name}",
+                lambda kw=kwargs: make_env("dmc/cartpole_balance-v0", kwargs={"action_repeat": 2, "size": 84, **kw}),
+                2,
+            ))
+    except ImportError:
+        out["dmc"] = "skipped: dm-control not installed (pip install -e '.[dmc]')"
+    cases.append((
+        "Pendulum-v1 pixels",
+        lambda: make_env(
+            "Pendulum-v1", kwargs={"render_mode": "rgb_array"},
+            wrappers=build_wrappers([{"pixels": {"size": 84, "frame_stack": 3, "action_repeat": 2}}]),
+        ),
+        2,
+    ))
+    for name, make, repeat in cases:
+        env = make()
+        env.reset(seed=0)
+        rng = np.random.default_rng(0)
+        for _ in range(3):
+            env.step(rng.uniform(-1, 1, env.action_space.shape).astype(np.float32))
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            _, _, term, trunc, _ = env.step(rng.uniform(-1, 1, env.action_space.shape).astype(np.float32))
+            if term or trunc:
+                env.reset()
+        dt = time.perf_counter() - t0
+        env.close()
+        out[name] = {
+            "agent_steps_per_s": steps / dt,
+            "frames_per_s": steps * repeat / dt,
+            "renders_per_s": steps / dt,
+            "action_repeat": repeat,
+            "image": "84x84 RGB, 3 stacked",
+            "steps_timed": steps,
+        }
+        print(f"  env {name}: {steps * repeat / dt:.0f} frames/s ({steps / dt:.0f} agent steps/s)", flush=True)
+    return out
+
+
+def replay_throughput(batch: int, transitions: int, repeats: int) -> dict:
+    """PixelReplay memory per transition and sampling speed (84x84, 3-stack, n = 3)."""
+    from rlfunc.replay.pixels import PixelReplay
+
+    ep_len = 500
+    episodes = max(1, transitions // ep_len)
+    capacity = episodes * (ep_len + 1)
+    replay = PixelReplay(capacity, (9, 84, 84), 6, frame_stack=3, nstep=3, gamma=0.99)
+    rng = np.random.default_rng(0)
+    base = rng.integers(0, 256, (9, 84, 84), dtype=np.uint8)
+    t0 = time.perf_counter()
+    for _ in range(episodes):
+        obs = base
+        for t in range(ep_len):
+            nxt = np.roll(base, t + 1, axis=2)
+            replay.add(obs, np.zeros(6, np.float32), 1.0, nxt, False, t == ep_len - 1)
+            obs = nxt
+    add_s = time.perf_counter() - t0
+    stored = episodes * ep_len
+    gen = torch.Generator().manual_seed(0)
+    replay.sample(batch, generator=gen)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        k = 0
+        while time.perf_counter() - t0 < 0.5 or k < 3:
+            replay.sample(batch, generator=gen)
+            k += 1
+        times.append((time.perf_counter() - t0) / k)
+    med = statistics.median(times)
+    frame = 3 * 84 * 84
+    stacked_naive = 2 * 9 * 84 * 84  # obs and next_obs stacks per transition, as a flat replay would keep them
+    return {
+        "transitions": stored,
+        "frames_stored": replay.frames_stored,
+        "bytes_total": replay.nbytes(),
+        "bytes_per_transition": replay.nbytes() / stored,
+        "frame_bytes": frame,
+        "bytes_per_transition_stacked_obs_and_next_obs": stacked_naive,
+        "batch": batch,
+        "samples_per_s": batch / med,
+        "batches_per_s": 1.0 / med,
+        "ms_per_batch": med * 1e3,
+        "ms_per_batch_windows": [t * 1e3 for t in times],
+        "adds_per_s": stored / add_s,
+        "episode_length": ep_len,
+    }
+
+
+def update_drqv2(args: argparse.Namespace, R) -> dict:
+    """``benchmarks/run.py update --algo drqv2`` (``R`` is the run.py module, for its helpers)."""
+    from benchmarks.baselines.drqv2 import ImperativeDrQV2
+
+    device = torch.device(args.device)
+    drqv2, config, obs_space, act_space, batch, noise = _problem(args, device)
+    state0 = drqv2.init(config, obs_space, act_space, seed=0, device=device)
+    state0["agent_step"] = torch.tensor(50_000, device=device)
+    step = 50_000
+    runners: dict[str, Callable[[], None]] = {}
+    notes: dict[str, dict] = {}
+
+    agent = ImperativeDrQV2.from_functional_state(state0)
+    runners["imperative"] = lambda: agent.update(batch, noise, step)
+    notes["imperative"] = {"impl": "benchmarks/baselines/drqv2.py: official DrQV2Agent structure, 3 torch.optim.Adam"}
+
+    def functional_runner(fn):
+        holder = {"state": state0.clone()}
+        holder["state"].set_non_tensor("config", config)
+
+        def run() -> None:
+            holder["state"], _ = fn(holder["state"], batch, noise)
+
+        return run
+
+    runners["functional-eager"] = functional_runner(drqv2.update)
+    flops = count_flops(lambda: drqv2.update(state0, batch, noise))
+    flops_base = count_flops(lambda: ImperativeDrQV2.from_functional_state(state0).update(batch, noise, step))
+    print(f"  FLOPs per update: functional {flops / 1e9:.1f} G, imperative {flops_base / 1e9:.1f} G", flush=True)
+
+    threads_list = list(args.threads)
+    torch.set_num_threads(threads_list[0])
+    warm: dict[str, float] = {}
+    for name, fn in runners.items():
+        fn()
+        R.sync(device)
+        t0 = time.perf_counter()
+        for _ in range(args.warmup):
+            fn()
+        R.sync(device)
+        warm[name] = (time.perf_counter() - t0) / max(args.warmup, 1)
+        print(f"  warm-up {name}: {warm[name] * 1e3:.0f} ms/update", flush=True)
+
+    compile_info: dict | None = None
+    compiled = None
+    if not args.no_compile:
+        compiled = functional_runner(torch.compile(drqv2.update, fullgraph=True))
+        compile_info = {"fullgraph": True, "compile_s": {}, "error": None,
+                        "note": "recompiled per thread count (dynamo guards on num_threads)"}
+
+    rows: list[dict] = []
+    ceilings: dict[int, float] = {}
+    for threads in threads_list:
+        torch.set_num_threads(threads)
+        if compiled is not None:
+            print(f"  compiling drqv2.update (fullgraph=True, threads={threads}) ...", flush=True)
+            t0 = time.perf_counter()
+            try:
+                compiled()
+                R.sync(device)
+                first = time.perf_counter() - t0
+                t1 = time.perf_counter()
+                compiled()
+                R.sync(device)
+                second = time.perf_counter() - t1
+                compile_info["compile_s"][str(threads)] = max(first - second, 0.0)
+                warm["functional-compiled"] = second
+                runners["functional-compiled"] = compiled
+                print(f"  compiled in {first - second:.0f} s; {second * 1e3:.0f} ms/update", flush=True)
+            except Exception as exc:  # noqa: BLE001 -- recorded in the JSON
+                lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+                compile_info["error"] = f"{type(exc).__name__}: {' '.join(lines[:2])}"[:600]
+                runners.pop("functional-compiled", None)
+                compiled = None
+                print(f"  compile FAILED: {compile_info['error']}", flush=True)
+        for fn in runners.values():
+            fn()
+        steps = {n: max(1, int(round(args.window_s / max(warm[n], 1e-6)))) for n in runners}
+        ceilings[threads] = R.matmul_ceiling(device, windows=2 if args.quick else 3, min_time=0.1 if args.quick else 0.3)
+        print(f"threads={threads}: matmul ceiling {ceilings[threads]:.1f} GFLOP/s; timing {len(runners)} variants "
+              f"x {args.repeats} interleaved windows ...", flush=True)
+        times = R.time_interleaved(runners, repeats=args.repeats, steps=steps, device=device)
+        base = statistics.median(times["imperative"])
+        for name, ts in times.items():
+            med = statistics.median(ts)
+            row = {
+                "variant": name,
+                "updates_per_s": 1.0 / med,
+                "ratio_vs_imperative": base / med,
+                "flop_efficiency": flops / med / (ceilings[threads] * 1e9),
+                "threads": threads,
+                "device": device.type,
+                "torch": torch.__version__,
+                "ms_per_env_step": med * 1e3 / config.update_every,
+                "ms_per_update": med * 1e3,
+                "ms_per_update_windows": [t * 1e3 for t in ts],
+                "updates_per_window": steps[name],
+                "matmul_gflops_ceiling": ceilings[threads],
+            }
+            row.update(notes.get(name, {}))
+            if name == "functional-compiled":
+                row["compile_s"] = compile_info["compile_s"].get(str(threads))
+            rows.append(row)
+
+    env_steps = 30 if args.quick else args.env_steps
+    print("env stepping + rendering ...", flush=True)
+    env = env_throughput(env_steps)
+    print("pixel replay ...", flush=True)
+    replay = replay_throughput(256, 1000 if args.quick else 20_000, 2 if args.quick else 5)
+    print(f"  replay: {replay['bytes_per_transition']:.0f} bytes/transition (one frame = {replay['frame_bytes']}), "
+          f"{replay['samples_per_s']:.0f} samples/s at batch 256", flush=True)
+    torch.set_num_threads(threads_list[0])
+    return {
+        "benchmark": "update",
+        "algo": "drqv2",
+        "problem": {
+            "batch": args.batch,
+            "obs": [3 * config.frame_stack, args.image_size, args.image_size],
+            "obs_dtype": "uint8",
+            "act_dim": args.act_dim,
+            "encoder": {"channels": list(config.encoder_channels), "strides": list(config.encoder_strides)},
+            "feature_dim": config.feature_dim,
+            "hidden_dim": config.hidden_dim,
+            "update_every": config.update_every,
+            "work_per_update": "2 random shifts, next_obs encode (no grad), target, encoder+critic fwd/bwd + 2 Adam, "
+                               "actor fwd/bwd through the critic + Adam, polyak",
+            "data": "pre-sampled batch and noise (rlfunc.algos.drqv2.draw_noise); no replay sampling",
+        },
+        "flops": {
+            "per_update": flops,
+            "per_update_imperative": flops_base,
+            "method": "torch.utils.flop_counter.FlopCounterMode over one update (conv + matmul FLOPs)",
+        },
+        "matmul_gflops_ceiling": {str(k): v for k, v in ceilings.items()},
+        "compile": compile_info,
+        "timing": {"repeats": args.repeats, "window_s": args.window_s, "statistic": "median of windows",
+                   "interleaved": True},
+        "env": env,
+        "replay": replay,
+        "variants": rows,
+    }
+
+
+# --------------------------------------------------------------------------- learn
+
+
+def configure_learn(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--algo", choices=("drqv2",), default="drqv2")
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--config", type=Path, default=ROOT / "configs" / "drqv2" / "cartpole_balance.yaml")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="config override (repeatable); every one is named in the JSON as a change from the config")
+    p.add_argument("--changes", action="append", default=[], help="free-text note on a change (repeatable)")
+    p.add_argument("--run-dir", type=Path, default=ROOT / "runs" / "bench_learn_drqv2")
+    p.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/results/learn_drqv2_<task>.json)")
+    p.add_argument("--parallel", action="store_true", help="run the seeds as parallel processes")
+
+
+def _read_csv(path: Path) -> list[dict]:
+    import csv
+
+    if not path.exists():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def run_learn(args: argparse.Namespace) -> int:
+    import subprocess
+
+    import yaml
+
+    from rlfunc.runtime.config import apply_overrides, build_config, load_config, parse_overrides
+
+    raw = load_config(args.config)
+    overrides = parse_overrides(args.overrides)
+    cfg = build_config(apply_overrides(raw, overrides))
+    task = cfg.env.id.replace("/", "_").replace("-v0", "")
+    out = args.out or ROOT / "benchmarks" / "results" / f"learn_drqv2_{task}.json"
+    run_dirs = [args.run_dir / f"{task}-s{seed}" for seed in range(args.seeds)]
+    t0 = time.perf_counter()
+    procs = []
+    for seed, rd in enumerate(run_dirs):
+        if rd.exists():
+            import shutil
+
+            shutil.rmtree(rd)
+        cmd = [sys.executable, "-m", "rlfunc.runtime.cli", "train", str(args.config), "--run-dir", str(rd),
+               "--set", f"train.seed={seed}", "--set", "train.progress=false"]
+        for o in args.overrides:
+            cmd += ["--set", o]
+        print(" ".join(cmd), flush=True)
+        if args.parallel:
+            procs.append(subprocess.Popen(cmd, cwd=ROOT))
+        else:
+            subprocess.run(cmd, cwd=ROOT, check=True)
+    for p in procs:
+        if p.wait() != 0:
+            print(f"a seed failed (exit {p.returncode})", file=sys.stderr)
+            return 1
+    wall = time.perf_counter() - t0
+    seeds = []
+    for seed, rd in enumerate(run_dirs):
+        evals = _read_csv(rd / "eval.csv")
+        metrics = _read_csv(rd / "metrics.csv")
+        seeds.append({
+            "seed": seed,
+            "run_dir": str(rd),
+            "evals": [
+                {"step": int(float(r["step"])), "frames": int(float(r.get("frames") or r["step"])),
+                 "mean_return": float(r["mean_return"]), "std_return": float(r["std_return"]),
+                 "episodes": int(float(r["episodes"])), "time_s": float(r["time_s"])}
+                for r in evals
+            ],
+            "final_return": float(evals[-1]["mean_return"]) if evals else None,
+            "steps_per_s_last": float(metrics[-1]["steps_per_s"]) if metrics else None,
+        })
+    finals = [s["final_return"] for s in seeds if s["final_return"] is not None]
+    final_frames = seeds[0]["evals"][-1]["frames"] if seeds and seeds[0]["evals"] else None
+    resolved = yaml.safe_load((run_dirs[0] / "config.yaml").read_text())
+    result = {
+        "benchmark": "learn",
+        "algo": "drqv2",
+        "env": cfg.env.id,
+        "config": str(Path(args.config).resolve().relative_to(ROOT)) if Path(args.config).resolve().is_relative_to(ROOT) else str(args.config),
+        "overrides": args.overrides,
+        "changes": args.changes,
+        "resolved_config": resolved,
+        "seeds": seeds,
+        "final": {
+            "frames": final_frames,
+            "agent_steps": seeds[0]["evals"][-1]["step"] if seeds and seeds[0]["evals"] else None,
+            "mean": float(np.mean(finals)) if finals else None,
+            "std": float(np.std(finals)) if finals else None,
+            "n": len(finals),
+        },
+        "paper": PAPER.get(cfg.env.id),
+        "wall_s": wall,
+        "parallel": bool(args.parallel),
+    }
+    from benchmarks.run import cpu_model  # noqa: PLC0415 -- helper shared with run.py
+
+    result["machine"] = {"cpu": cpu_model(), "torch": torch.__version__, "threads": cfg.train.threads}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    png = out.with_suffix(".png")
+    _plot(seeds, result, png)
+    print(f"final eval return at {final_frames} frames: {result['final']['mean']:.1f} +- {result['final']['std']:.1f} "
+          f"(n={len(finals)}); paper: {PAPER.get(cfg.env.id)}")
+    print(f"wrote {out} and {png}")
+    return 0
+
+
+def _plot(seeds: list[dict], result: dict, png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for s in seeds:
+        xs = [e["frames"] for e in s["evals"]]
+        ys = [e["mean_return"] for e in s["evals"]]
+        ax.plot(xs, ys, alpha=0.5, lw=1, label=f"seed {s['seed']}")
+    common = sorted(set.intersection(*[{e["frames"] for e in s["evals"]} for s in seeds])) if seeds else []
+    if common:
+        ys = np.array([[next(e["mean_return"] for e in s["evals"] if e["frames"] == f) for f in common] for s in seeds])
+        ax.plot(common, ys.mean(0), color="k", lw=2, label=f"mean of {len(seeds)} seeds")
+        ax.fill_between(common, ys.mean(0) - ys.std(0), ys.mean(0) + ys.std(0), color="k", alpha=0.15)
+    paper = result.get("paper")
+    if paper:
+        ax.axhline(paper["return"], color="tab:red", ls="--", lw=1,
+                   label=f"paper: {paper['return']} at {paper['frames'] // 1000}k frames")
+    ax.set_xlabel("environment frames (agent steps x action repeat)")
+    ax.set_ylabel("evaluation return")
+    ax.set_title(f"DrQ-v2 {result['env']} (reduced: see JSON 'changes')", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="DrQ-v2 learning benchmark (also: benchmarks/run.py learn)")
+    configure_learn(parser)
+    return run_learn(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    sys.exit(main())
