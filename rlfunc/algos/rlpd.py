@@ -66,7 +66,7 @@ from tensordict import TensorDict
 
 from rlfunc.algos import redq
 
-__all__ = ["Config", "init", "update", "draw_noise", "act", "actor_apply"]
+__all__ = ["Config", "init", "update", "make_update", "draw_noise", "act", "actor_apply"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,6 +169,11 @@ def act(
 
 
 actor_apply = redq.actor_apply
+
+
+def make_update(compile: str = "none"):
+    """:func:`update` eager or compiled (:func:`rlfunc.algos.redq.make_update`: ``"none"``, ``"step"``, ``"full"``)."""
+    return redq.make_update(compile)
 
 
 def _as_redq(config: Any) -> redq.Config:
