@@ -72,9 +72,19 @@ def test_dmc_ids_are_registered_without_importing_dm_control():
     assert "dmc/cartpole_balance-v0" in gym.registry and "dmc/walker_walk-v0" in gym.registry
 
 
+def _skip_without_dmc():
+    pytest.importorskip("dm_control", reason="dm-control not installed: pip install -e '.[dmc]'")
+    from rlfunc.envs.dmc import select_gl_backend
+
+    try:
+        select_gl_backend()
+    except RuntimeError as exc:  # no libEGL / libOSMesa on this machine
+        pytest.skip(str(exc))
+
+
 @pytest.fixture(scope="module")
 def dmc_env():
-    pytest.importorskip("dm_control", reason="dm-control not installed: pip install -e '.[dmc]'")
+    _skip_without_dmc()
     env = make_env("dmc/cartpole_balance-v0", kwargs={"size": 32, "action_repeat": 8, "fast_render": True})
     yield env
     env.close()
@@ -100,7 +110,7 @@ def test_dmc_pixels_observation_action_repeat_and_episode_end(dmc_env):
 
 
 def test_dmc_default_render_is_the_papers():
-    pytest.importorskip("dm_control", reason="dm-control not installed: pip install -e '.[dmc]'")
+    _skip_without_dmc()
     from rlfunc.envs.dmc import DMCPixels
 
     env = DMCPixels("cartpole", "balance", size=16)
