@@ -915,6 +915,11 @@ from benchmarks import r2d2_bench as _r2d2_bench  # noqa: E402
 
 _r2d2_bench.register(sys.modules[__name__])
 
+# RLPD: learn --algo rlpd (expert -> prior data -> RLPD / RLPD without LayerNorm / SAC), benchmarks/rlpd_bench.py
+from benchmarks import rlpd_bench as _rlpd_bench  # noqa: E402
+
+_rlpd_bench.register(sys.modules[__name__])
+
 
 # --------------------------------------------------------------------------- main
 
