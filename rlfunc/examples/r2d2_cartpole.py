@@ -3,11 +3,10 @@
     python -m rlfunc.examples.r2d2_cartpole --total-steps 50000
     python -m rlfunc.examples.r2d2_cartpole --mask-velocity --total-steps 150000   # needs memory
 
-Only rlfunc's pure pieces: ``r2d2.init / act / update``, the prioritized
-sequence replay (stored recurrent state, burn-in), and the collector that steps
-a gymnasium vector env; each env is one actor with its own fixed epsilon. For
-the same seed it computes exactly what ``rlfunc train configs/r2d2/cartpole.yaml``
-computes (tests/test_examples_match_train.py).
+Only rlfunc's pure pieces: ``r2d2.init / act / update``, the prioritized sequence
+replay (stored state, burn-in) and the collector stepping a vector env whose envs are
+actors with fixed epsilons. For the same seed it computes exactly what ``rlfunc train
+configs/r2d2/cartpole.yaml`` computes (tests/test_examples_match_train.py).
 """
 
 import argparse
@@ -42,7 +41,6 @@ class Args:
     burn_in: int = arg(8, "steps unrolled from the stored state before the loss (paper: 40)")
     sequence_length: int = arg(16, "trained steps per window after the burn-in (paper: 80)")
     sequence_period: int = arg(8, "a window starts every this many steps (paper: 40)")
-    n_step: int = arg(5, "n of the n-step double-Q target with value rescaling")
     gamma: float = arg(0.99, "discount (paper: 0.997)")
     lr: float = arg(1e-3, "Adam learning rate (paper: 1e-4, Acme: 1e-3)")
     batch_size: int = arg(32, "windows per update (paper: 64)")
@@ -93,11 +91,10 @@ def main(args: Args) -> dict:
     w = args.width
     config = r2d2.Config(
         encoder_sizes=(w,), lstm_size=w, head_sizes=(w,), burn_in=args.burn_in,
-        sequence_length=args.sequence_length, sequence_period=args.sequence_period, n_step=args.n_step,
+        sequence_length=args.sequence_length, sequence_period=args.sequence_period,
         gamma=args.gamma, lr=args.lr, batch_size=args.batch_size, target_period=args.target_period,
-        replay_capacity=args.replay_capacity, min_replay_size=args.min_replay_size,
-        samples_per_insert=args.samples_per_insert,
-    )  # every other field: the paper's / Acme's default
+        replay_capacity=args.replay_capacity, min_replay_size=args.min_replay_size, samples_per_insert=args.samples_per_insert,
+    )  # every other field: the paper's / Acme's default (n = 5 double Q with value rescaling, ...)
     state = r2d2.init(config, eval_env.observation_space, eval_env.action_space, seed=args.seed, device=device)
     update = torch.compile(r2d2.update, fullgraph=True) if args.compile else r2d2.update
     replay = PrioritizedSequenceReplay(num_envs=n, device=device, **r2d2.replay_kwargs(config))
@@ -110,7 +107,7 @@ def main(args: Args) -> dict:
     step, updates, evals, episode_returns, metrics = 0, 0, [], [], None
     start = time.monotonic()
     while step < args.total_steps:
-        # 1. collect: the carry before this step (zeroed where an episode starts) goes to the replay
+        # 1. collect: the carry before this step (zeroed at an episode start) is stored with the step
         obs = torch.as_tensor(collector.obs, dtype=torch.float32, device=device)
         before = r2d2.prepare_carry(carry, reset=torch.as_tensor(collector.episode_start, device=device))
         noise = r2d2.draw_act_noise(n, generator=gen, device=device)
@@ -125,8 +122,7 @@ def main(args: Args) -> dict:
             "terminated": rows["terminated"].bool().reshape(k), "truncated": rows["truncated"].bool().reshape(k),
         }, batch_size=[k]).to(device)
         replay.add(transition, r2d2.carry_to_td(before)[env_ids], env_ids=rows["env_id"].numpy())
-        prev_reward = carry.prev_reward.clone()  # the reward is the network's input at the next step
-        prev_reward[env_ids] = transition["reward"]
+        prev_reward = carry.prev_reward.index_put((env_ids,), transition["reward"])  # input at the next step
         carry = carry._replace(prev_reward=prev_reward)
         for _ in range(k):
             step += 1
