@@ -45,6 +45,8 @@ if str(ROOT) not in sys.path:
 SCALES = {
     # the small-scale CartPole config (configs/r2d2/cartpole_novel.yaml)
     "cartpole": dict(obs=4, actions=2, encoder=(64,), lstm=64, head=(64,), burn_in=8, length=16, batch=32),
+    # smoke tests only
+    "tiny": dict(obs=4, actions=2, encoder=(16,), lstm=16, head=(16,), burn_in=2, length=4, batch=8),
     # the paper's learner shapes with a 512-unit MLP torso for vector observations
     "paper": dict(obs=4, actions=2, encoder=(512,), lstm=512, head=(512,), burn_in=40, length=80, batch=64),
 }
