@@ -113,6 +113,9 @@ def read_npz(path: str | Path) -> dict[str, np.ndarray]:
         raise DatasetNotFoundError(
             f"Dataset file {str(path)!r} does not exist; make one with `rlfunc dataset collect --out {path}`."
         )
+    with open(path, "rb") as fh:
+        if fh.read(2) != b"PK":
+            raise DatasetError(f"Dataset {str(path)!r} is not a readable .npz file (not a zip archive of arrays).")
     try:
         with np.load(path, allow_pickle=False) as f:
             return {k: f[k] for k in f.files}
