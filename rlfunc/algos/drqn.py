@@ -59,6 +59,28 @@ replay with keys ``obs [T, B, O]``, ``action [T, B]``, ``reward [T, B]``,
 ``next_obs [T, B, O]``, ``terminated [T, B]``, ``mask [T, B]`` (and
 ``init_carry`` for ``initial_state="stored"``). It is pure, has no host syncs
 and compiles with ``torch.compile(fullgraph=True)``.
+
+Usage, acting in ``N`` envs and one update by hand (a whole training script:
+``rlfunc.examples.drqn_cartpole``)::
+
+    >>> import gymnasium as gym, torch
+    >>> from tensordict import TensorDict
+    >>> from rlfunc.algos import drqn
+    >>> config = drqn.Config(encoder_sizes=(16,), lstm_size=16)
+    >>> state = drqn.init(config, gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), seed=0)
+    >>> carry = drqn.initial_carry(config, 3)               # one LSTM state per env
+    >>> noise = drqn.draw_act_noise(3, generator=torch.Generator().manual_seed(0))
+    >>> action, carry = drqn.act(state["params"], torch.zeros(3, 4), carry, drqn.epsilon(config, 0), noise)
+    >>> action.shape, action.dtype
+    (torch.Size([3]), torch.int64)
+    >>> T, B = config.sequence_length, 4                    # windows from SequenceReplay.sample
+    >>> batch = TensorDict({"obs": torch.randn(T, B, 4), "action": torch.randint(2, (T, B)),
+    ...                     "reward": torch.randn(T, B), "next_obs": torch.randn(T, B, 4),
+    ...                     "terminated": torch.zeros(T, B, dtype=torch.bool),
+    ...                     "mask": torch.ones(T, B, dtype=torch.bool)}, batch_size=[T, B])
+    >>> state, metrics = drqn.update(state, batch)
+    >>> int(state["step"])
+    1
 """
 
 from __future__ import annotations

@@ -50,6 +50,26 @@ eagerly but differs between eager and compiled code.
 Options beyond the paper (sizes of the encoder, trunk and heads) exist so
 that tests and CPU benchmarks can run small versions; every default is the
 paper's.
+
+Usage, one update by hand on tiny images (a whole training script:
+``rlfunc.examples.drqv2_dmc``)::
+
+    >>> import gymnasium as gym, numpy as np, torch
+    >>> from tensordict import TensorDict
+    >>> from rlfunc.algos import drqv2
+    >>> config = drqv2.Config(encoder_channels=(4,), encoder_strides=(2,), feature_dim=8, hidden_dim=16,
+    ...                       pad=1, frame_stack=2)
+    >>> obs_space = gym.spaces.Box(0, 255, (6, 12, 12), np.uint8)   # 2 stacked RGB frames
+    >>> state = drqv2.init(config, obs_space, gym.spaces.Box(-1, 1, (1,)), seed=0)
+    >>> B = 4                                                  # rows from PixelReplay.sample
+    >>> batch = TensorDict({"obs": torch.randint(256, (B, 6, 12, 12), dtype=torch.uint8),
+    ...                     "action": torch.rand(B, 1) * 2 - 1, "reward": torch.randn(B),
+    ...                     "discount": torch.full((B,), 0.99 ** 3),
+    ...                     "next_obs": torch.randint(256, (B, 6, 12, 12), dtype=torch.uint8)}, batch_size=[B])
+    >>> noise = drqv2.draw_noise(config, B, 1, generator=torch.Generator().manual_seed(0))
+    >>> state, metrics = drqv2.update(state, batch, noise)
+    >>> drqv2.act(state["params"], batch["obs"][:1], deterministic=True, config=config).shape
+    torch.Size([1, 1])
 """
 
 from __future__ import annotations

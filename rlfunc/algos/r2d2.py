@@ -79,6 +79,31 @@ from the replay with keys ``obs``, ``action``, ``reward``, ``next_obs``,
 ``prev_reward``) and optionally ``weight`` (importance weights, constant
 along time). It is pure, has no host syncs and compiles with
 ``torch.compile(fullgraph=True)``.
+
+Usage, acting and one update by hand (a whole training script:
+``rlfunc.examples.r2d2_cartpole``)::
+
+    >>> import gymnasium as gym, torch
+    >>> from tensordict import TensorDict
+    >>> from rlfunc.algos import r2d2
+    >>> config = r2d2.Config(encoder_sizes=(16,), lstm_size=16, head_sizes=(16,), burn_in=2,
+    ...                      sequence_length=4, sequence_period=2)
+    >>> state = r2d2.init(config, gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), seed=0)
+    >>> carry = r2d2.initial_carry(config, 3)               # 3 actors
+    >>> before = r2d2.prepare_carry(carry, reset=torch.ones(3, dtype=torch.bool))  # stored with the step
+    >>> noise = r2d2.draw_act_noise(3, generator=torch.Generator().manual_seed(0))
+    >>> action, carry = r2d2.act(state["params"], torch.zeros(3, 4), None, None, before,
+    ...                          r2d2.actor_epsilons(3), noise)
+    >>> T, B = config.burn_in + config.sequence_length, 5   # windows from PrioritizedSequenceReplay
+    >>> batch = TensorDict({"obs": torch.randn(T, B, 4), "action": torch.randint(2, (T, B)),
+    ...                     "reward": torch.randn(T, B), "next_obs": torch.randn(T, B, 4),
+    ...                     "terminated": torch.zeros(T, B, dtype=torch.bool),
+    ...                     "mask": torch.ones(T, B, dtype=torch.bool),
+    ...                     "init_carry": r2d2.carry_to_td(r2d2.initial_carry(config, B)).expand(T, B)},
+    ...                    batch_size=[T, B])
+    >>> state, metrics = r2d2.update(state, batch)
+    >>> metrics["priorities"].shape                          # for replay.update_priorities
+    torch.Size([5])
 """
 
 from __future__ import annotations

@@ -41,6 +41,25 @@ Randomness is explicit: ``update(state, batch, noise)`` takes the standard
 normal and uniform draws it needs (:func:`draw_noise`). Without ``noise`` it
 draws them from torch's global generator, which is fine eagerly but differs
 between eager and compiled code.
+
+Usage, one environment step of learning by hand (a whole training script:
+``rlfunc.examples.redq_pendulum``; SAC: :func:`sac_config`)::
+
+    >>> import gymnasium as gym, torch
+    >>> from tensordict import TensorDict
+    >>> from rlfunc.algos import redq
+    >>> config = redq.Config(hidden_sizes=(32, 32), updates_per_step=2, batch_size=8)
+    >>> state = redq.init(config, gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-1, 1, (1,)), seed=0)
+    >>> G, B = config.updates_per_step, config.batch_size   # G critic updates of B rows
+    >>> batch = TensorDict({"obs": torch.randn(G, B, 3), "action": torch.rand(G, B, 1) * 2 - 1,
+    ...                     "reward": torch.randn(G, B), "next_obs": torch.randn(G, B, 3),
+    ...                     "terminated": torch.zeros(G, B)}, batch_size=[G, B])
+    >>> noise = redq.draw_noise(config, G, B, 1, generator=torch.Generator().manual_seed(0))
+    >>> state, metrics = redq.update(state, batch, noise)   # pure: returns a new state
+    >>> int(state["opt", "critic", "step"]), metrics["critic_loss"].shape   # G critic steps; 0-dim metrics
+    (2, torch.Size([]))
+    >>> redq.act(state["params"], torch.zeros(1, 3), deterministic=True).shape
+    torch.Size([1, 1])
 """
 
 from __future__ import annotations

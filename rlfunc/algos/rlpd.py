@@ -54,6 +54,27 @@ a REDQ option that :meth:`Config.redq_config` switches on:
 The target entropy term, subset and polyak rules, the discount mask
 (``1 - terminated``; time-limit truncation bootstraps) and the initial
 temperature are the same in both.
+
+Usage: exactly :mod:`rlfunc.algos.redq`'s calls with :class:`Config`; each
+``[G, B]`` batch mixes prior and online rows
+(:class:`rlfunc.replay.offline.MixedSampler`; a whole training script:
+``rlfunc.examples.rlpd_pendulum``)::
+
+    >>> import gymnasium as gym, torch
+    >>> from tensordict import TensorDict
+    >>> from rlfunc.algos import rlpd
+    >>> config = rlpd.Config(hidden_sizes=(32, 32), updates_per_step=2, batch_size=8)
+    >>> state = rlpd.init(config, gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-1, 1, (2,)), seed=0)
+    >>> float(state["target_entropy"])                      # -|A| / 2
+    -1.0
+    >>> G, B = 2, 8
+    >>> batch = TensorDict({"obs": torch.randn(G, B, 3), "action": torch.rand(G, B, 2) * 2 - 1,
+    ...                     "reward": torch.randn(G, B), "next_obs": torch.randn(G, B, 3),
+    ...                     "terminated": torch.zeros(G, B)}, batch_size=[G, B])
+    >>> noise = rlpd.draw_noise(config, G, B, 2, generator=torch.Generator().manual_seed(0))
+    >>> state, metrics = rlpd.update(state, batch, noise)
+    >>> rlpd.act(state["params"], torch.zeros(4, 3), deterministic=True).shape
+    torch.Size([4, 2])
 """
 
 from __future__ import annotations
