@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from rlfunc.algos import redq, rlpd
+from rlfunc.algos import rlpd
 from rlfunc.envs import make_env
 from rlfunc.replay.offline import MixedSampler, load_dataset
 from rlfunc.replay.uniform import UniformReplay
@@ -86,7 +86,7 @@ def main(args: Args) -> dict:
         hidden_sizes=(args.hidden, args.hidden),
     )  # every other field: the official code's default (LayerNorm critics, target entropy -|A|/2, ...)
     state = rlpd.init(config, env.observation_space, env.action_space, seed=args.seed, device=device)
-    update = redq.make_update("step" if args.compile else "none")  # rlpd.update is redq.update
+    update = rlpd.make_update("step" if args.compile else "none")  # per-step compile: same numbers
     replay = UniformReplay(args.replay_size, device=device)
     gen = torch.Generator(device=device).manual_seed(args.seed + 1)  # every draw below comes from here
     act_dim = env.action_space.shape[0]
