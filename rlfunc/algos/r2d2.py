@@ -386,7 +386,11 @@ def init(
 
 
 def initial_carry(config: Config, num_envs: int, device: torch.device | str | None = None) -> Carry:
-    """Zero carry (start of every episode) for ``num_envs`` envs."""
+    """Zero :class:`Carry` (start of every episode) for ``num_envs`` envs.
+
+    ``h``, ``c`` ``[num_envs, lstm_size]`` float32, ``prev_action [num_envs]``
+    int64 and ``prev_reward [num_envs]`` float32, all zeros.
+    """
     h, c = nets.lstm_zero_carry(num_envs, config.lstm_size, device=device)
     return Carry(
         h,

@@ -171,7 +171,11 @@ def draw_noise(
     generator: torch.Generator | None = None,
     device: torch.device | str = "cpu",
 ) -> TensorDict:
-    """Random draws for one :func:`update` (:func:`rlfunc.algos.redq.draw_noise`)."""
+    """Random draws for one :func:`update` (:func:`rlfunc.algos.redq.draw_noise`).
+
+    ``next_action [G, B, A]`` and ``action [B, A]`` standard normal, ``subset
+    [G, N]`` uniform (its ``M`` largest entries pick each step's target critics).
+    """
     return redq.draw_noise(
         _as_redq(config), updates, batch_size, act_dim, generator=generator, device=device
     )
@@ -185,7 +189,11 @@ def act(
     deterministic: bool = False,
     config: Any = None,
 ) -> torch.Tensor:
-    """Action in ``[-1, 1]`` (:func:`rlfunc.algos.redq.act`)."""
+    """Action ``[..., A]`` in ``[-1, 1]`` for ``obs [..., O]`` (:func:`rlfunc.algos.redq.act`).
+
+    ``deterministic=True``: ``tanh(mean)`` (evaluation); otherwise a policy
+    sample from standard-normal ``noise [..., A]``.
+    """
     return redq.act(params, obs, noise, deterministic=deterministic, config=_as_redq(config or Config()))
 
 
