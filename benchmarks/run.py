@@ -834,6 +834,8 @@ def run_learn(args: argparse.Namespace) -> int:
     ]
     print(f"learn --algo {args.algo}: {len(jobs)} runs ({', '.join(lab for lab, _ in table)} x {args.seeds} seeds), "
           f"{args.jobs} at a time, {args.threads} thread(s) each", flush=True)
+    machine = machine_info(torch.device("cpu"), allocator_tuned=False)  # load average before the runs
+    machine["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY") or "PASSIVE (set in each run's process)"
     t0 = time.perf_counter()
     runs: list[dict] = []
     if args.jobs <= 1:
@@ -856,7 +858,7 @@ def run_learn(args: argparse.Namespace) -> int:
         order = {(j["label"], j["seed"]): i for i, j in enumerate(jobs)}
         runs.sort(key=lambda r: order[(r["algo"], r["seed"])])
     result = {
-        "machine": machine_info(torch.device("cpu"), allocator_tuned=False),
+        "machine": machine,
         "runs": runs,
         "summary": _summary(runs),
         "settings": {
