@@ -231,12 +231,14 @@ def redq_flops(obs: int, act: int, hidden: tuple[int, ...], critics: int, subset
     }
 
 
-def _redq_problem(args: argparse.Namespace, device: torch.device):
+def _redq_problem(args: argparse.Namespace, device: torch.device, algo: str = "redq"):
     import gymnasium as gym
     import numpy as np
     from tensordict import TensorDict
 
-    from rlfunc.algos import redq
+    import importlib
+
+    redq = importlib.import_module(f"rlfunc.algos.{algo}")  # redq, or rlpd (same update, RLPD's Config)
 
     obs_dim, act_dim = args.obs_dim, args.act_dim
     G, B = args.utd, args.batch
@@ -268,11 +270,15 @@ def _redq_problem(args: argparse.Namespace, device: torch.device):
     return redq, config, obs_space, act_space, batch, noise
 
 
-def update_redq(args: argparse.Namespace) -> dict:
-    from benchmarks.baselines.redq import ImperativeREDQ
+def update_redq(args: argparse.Namespace, algo: str = "redq") -> dict:
+    """REDQ (or, with ``algo="rlpd"``, RLPD: LayerNorm critics and RLPD's rules) vs its imperative baseline."""
+    if algo == "rlpd":
+        from benchmarks.baselines.rlpd import ImperativeRLPD as ImperativeREDQ
+    else:
+        from benchmarks.baselines.redq import ImperativeREDQ
 
     device = torch.device(args.device)
-    redq, config, obs_space, act_space, batch, noise = _redq_problem(args, device)
+    redq, config, obs_space, act_space, batch, noise = _redq_problem(args, device, algo)
     G = args.utd
     flops = redq_flops(args.obs_dim, args.act_dim, tuple(args.hidden), args.critics, min(args.subset, args.critics), args.batch, G)
 
@@ -283,7 +289,7 @@ def update_redq(args: argparse.Namespace) -> dict:
 
     agent = ImperativeREDQ.from_functional_state(state0)
     runners["imperative"] = lambda: agent.update(batch, noise)
-    notes["imperative"] = {"impl": "benchmarks/baselines/redq.py: N nn.Modules, N+2 torch.optim.Adam, Python loops"}
+    notes["imperative"] = {"impl": f"benchmarks/baselines/{algo}.py: N nn.Modules, N+2 torch.optim.Adam, Python loops"}
 
     def functional_runner(fn, mode: str):
         holder = {"state": redq.init(config(mode), obs_space, act_space, seed=0, device=device)}
@@ -427,7 +433,7 @@ def update_redq(args: argparse.Namespace) -> dict:
 
     return {
         "benchmark": "update",
-        "algo": "redq",
+        "algo": algo,
         "problem": {
             "critics": args.critics,
             "subset": min(args.subset, args.critics),
@@ -447,7 +453,15 @@ def update_redq(args: argparse.Namespace) -> dict:
     }
 
 
-UPDATE_ALGOS: dict[str, Callable[[argparse.Namespace], dict]] = {"redq": update_redq}
+UPDATE_ALGOS: dict[str, Callable[[argparse.Namespace], dict]] = {
+    "redq": update_redq,
+    "rlpd": lambda args: update_redq(args, algo="rlpd"),  # baseline: benchmarks/baselines/rlpd.py
+}
+
+# DrQ-v2 lives in benchmarks/drqv2_bench.py (update --algo drqv2, and the learn subcommand below).
+from benchmarks import drqv2_bench as _drqv2_bench  # noqa: E402
+
+UPDATE_ALGOS["drqv2"] = lambda args: _drqv2_bench.update_drqv2(args, sys.modules[__name__])
 
 
 def _configure_update(p: argparse.ArgumentParser) -> None:
@@ -471,6 +485,10 @@ def _configure_update(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hidden", type=int, nargs="+", default=[256, 256])
     p.add_argument("--obs-dim", type=int, default=17)
     p.add_argument("--act-dim", type=int, default=6)
+    # DrQ-v2 problem size (defaults: the paper's; --batch and --act-dim above are shared)
+    p.add_argument("--image-size", type=int, default=84, help="DrQ-v2: square image side (9 channels)")
+    p.add_argument("--drqv2-hidden", type=int, default=1024, help="DrQ-v2: actor/critic head width")
+    p.add_argument("--env-steps", type=int, default=300, help="DrQ-v2: agent steps timed per pixel env")
 
 
 @subcommand("update", "learner throughput: functional update vs the imperative baseline", _configure_update)
@@ -885,6 +903,24 @@ def run_learn(args: argparse.Namespace) -> int:
     )
     print(f"\nwrote {out} and {png}")
     return 0
+
+
+if "learn" not in SUBCOMMANDS:
+    subcommand("learn", "learning curves over seeds (DrQ-v2 on DMC): JSON + PNG", _drqv2_bench.configure_learn)(
+        _drqv2_bench.run_learn
+    )
+
+
+# --------------------------------------------------------------------------- R2D2: update --algo r2d2, replay, stored-state, learn --algo r2d2
+
+from benchmarks import r2d2_bench as _r2d2_bench  # noqa: E402
+
+_r2d2_bench.register(sys.modules[__name__])
+
+# RLPD: learn --algo rlpd (expert -> prior data -> RLPD / RLPD without LayerNorm / SAC), benchmarks/rlpd_bench.py
+from benchmarks import rlpd_bench as _rlpd_bench  # noqa: E402
+
+_rlpd_bench.register(sys.modules[__name__])
 
 
 # --------------------------------------------------------------------------- main
