@@ -68,10 +68,17 @@ from the carry when ``None``) and ``reset`` flags for envs whose episode
 starts at this observation; :func:`prepare_carry` applies the same three and
 returns the state *before* the step -- what the replay stores
 (``carry_to_td(prepare_carry(...))``). :func:`greedy_action` threads the
-carry for :class:`rlfunc.runtime.policy.Policy`; a policy that never sees
-rewards keeps ``prev_reward`` at its reset value 0 unless its caller writes
-the reward with :func:`prepare_carry` (or the config turns ``reward_input``
-off).
+carry for :class:`rlfunc.runtime.policy.Policy`, which writes each reward
+into the carry with :func:`prepare_carry` when told it
+(``Policy.observe_reward``; :func:`rlfunc.runtime.evaluate.run_episodes`
+does after every step, so evaluation feeds the network the inputs training
+fed it). A caller that never reports rewards leaves ``prev_reward`` at its
+reset value 0 (or turn ``reward_input`` off in the config).
+
+In the runtime (:class:`rlfunc.runtime.learners.R2D2Learner`) each member of
+a gymnasium vector env is one actor with its own fixed epsilon, and the
+Q-values of all actors are computed in one batched call per vector step
+(central inference, SEED-RL style) with the learner's current parameters.
 
 ``update(state, batch)`` takes a ``[burn_in + sequence_length, B]`` batch
 from the replay with keys ``obs``, ``action``, ``reward``, ``next_obs``,
