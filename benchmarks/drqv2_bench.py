@@ -1,8 +1,7 @@
 """DrQ-v2 benchmarks, run through ``benchmarks/run.py``:
 
     python benchmarks/run.py update --algo drqv2 [--batch 256] [--image-size 84] [--drqv2-hidden 1024]
-    python benchmarks/run.py learn --algo drqv2 --seeds 3 [--config configs/drqv2/cartpole_balance.yaml]
-                                   [--set key=value ...]
+    python benchmarks/run.py learn --algo drqv2 --seeds 3 [--set key=value ...] [--jobs 3]
 
 ``update`` times one DrQ-v2 update (batch 256, 9x84x84 uint8 observations, the paper's
 network sizes) for the imperative baseline (``benchmarks/baselines/drqv2.py``), the functional
@@ -17,15 +16,14 @@ divided by ``update_every = 2``) plus ``ms_per_update``, and two more sections:
 * ``replay``: :class:`rlfunc.replay.pixels.PixelReplay` bytes per stored transition and
   samples/s at batch 256 (frame stacks and 3-step returns assembled at sample time).
 
-``learn`` trains ``--seeds`` seeds of a config with ``rlfunc.train`` and writes
-``benchmarks/results/learn_drqv2_<task>.json`` (every eval, frames and agent steps, final
-mean +- std, the paper's number, and every override named) and a PNG of the curves.
+``learn --algo drqv2`` is run.py's generic ``learn`` over ``configs/drqv2/cartpole_balance.yaml``
+(``LEARN_ALGOS["drqv2"]``); its steps are agent steps (x 2 = frames). :data:`PAPER` holds the
+paper's numbers to compare with.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -322,155 +320,3 @@ def update_drqv2(args: argparse.Namespace, R) -> dict:
         "replay": replay,
         "variants": rows,
     }
-
-
-# --------------------------------------------------------------------------- learn
-
-
-def configure_learn(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--algo", choices=("drqv2",), default="drqv2")
-    p.add_argument("--seeds", type=int, default=3)
-    p.add_argument("--config", type=Path, default=ROOT / "configs" / "drqv2" / "cartpole_balance.yaml")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="config override (repeatable); every one is named in the JSON as a change from the config")
-    p.add_argument("--changes", action="append", default=[], help="free-text note on a change (repeatable)")
-    p.add_argument("--run-dir", type=Path, default=ROOT / "runs" / "bench_learn_drqv2")
-    p.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/results/learn_drqv2_<task>.json)")
-    p.add_argument("--parallel", action="store_true", help="run the seeds as parallel processes")
-
-
-def _read_csv(path: Path) -> list[dict]:
-    import csv
-
-    if not path.exists():
-        return []
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def run_learn(args: argparse.Namespace) -> int:
-    import subprocess
-
-    import yaml
-
-    from rlfunc.runtime.config import apply_overrides, build_config, load_config, parse_overrides
-
-    raw = load_config(args.config)
-    overrides = parse_overrides(args.overrides)
-    cfg = build_config(apply_overrides(raw, overrides))
-    task = cfg.env.id.replace("/", "_").replace("-v0", "")
-    out = args.out or ROOT / "benchmarks" / "results" / f"learn_drqv2_{task}.json"
-    run_dirs = [args.run_dir / f"{task}-s{seed}" for seed in range(args.seeds)]
-    t0 = time.perf_counter()
-    procs = []
-    for seed, rd in enumerate(run_dirs):
-        if rd.exists():
-            import shutil
-
-            shutil.rmtree(rd)
-        cmd = [sys.executable, "-m", "rlfunc.runtime.cli", "train", str(args.config), "--run-dir", str(rd),
-               "--set", f"train.seed={seed}", "--set", "train.progress=false"]
-        for o in args.overrides:
-            cmd += ["--set", o]
-        print(" ".join(cmd), flush=True)
-        if args.parallel:
-            procs.append(subprocess.Popen(cmd, cwd=ROOT))
-        else:
-            subprocess.run(cmd, cwd=ROOT, check=True)
-    for p in procs:
-        if p.wait() != 0:
-            print(f"a seed failed (exit {p.returncode})", file=sys.stderr)
-            return 1
-    wall = time.perf_counter() - t0
-    seeds = []
-    for seed, rd in enumerate(run_dirs):
-        evals = _read_csv(rd / "eval.csv")
-        metrics = _read_csv(rd / "metrics.csv")
-        seeds.append({
-            "seed": seed,
-            "run_dir": str(rd),
-            "evals": [
-                {"step": int(float(r["step"])), "frames": int(float(r.get("frames") or r["step"])),
-                 "mean_return": float(r["mean_return"]), "std_return": float(r["std_return"]),
-                 "episodes": int(float(r["episodes"])), "time_s": float(r["time_s"])}
-                for r in evals
-            ],
-            "final_return": float(evals[-1]["mean_return"]) if evals else None,
-            "steps_per_s_last": float(metrics[-1]["steps_per_s"]) if metrics else None,
-        })
-    finals = [s["final_return"] for s in seeds if s["final_return"] is not None]
-    final_frames = seeds[0]["evals"][-1]["frames"] if seeds and seeds[0]["evals"] else None
-    resolved = yaml.safe_load((run_dirs[0] / "config.yaml").read_text())
-    result = {
-        "benchmark": "learn",
-        "algo": "drqv2",
-        "env": cfg.env.id,
-        "config": str(Path(args.config).resolve().relative_to(ROOT)) if Path(args.config).resolve().is_relative_to(ROOT) else str(args.config),
-        "overrides": args.overrides,
-        "changes": args.changes,
-        "resolved_config": resolved,
-        "seeds": seeds,
-        "final": {
-            "frames": final_frames,
-            "agent_steps": seeds[0]["evals"][-1]["step"] if seeds and seeds[0]["evals"] else None,
-            "mean": float(np.mean(finals)) if finals else None,
-            "std": float(np.std(finals)) if finals else None,
-            "n": len(finals),
-        },
-        "paper": PAPER.get(cfg.env.id),
-        "wall_s": wall,
-        "parallel": bool(args.parallel),
-    }
-    from benchmarks.run import cpu_model  # noqa: PLC0415 -- helper shared with run.py
-
-    result["machine"] = {"cpu": cpu_model(), "torch": torch.__version__, "threads": cfg.train.threads}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    png = out.with_suffix(".png")
-    _plot(seeds, result, png)
-    print(f"final eval return at {final_frames} frames: {result['final']['mean']:.1f} +- {result['final']['std']:.1f} "
-          f"(n={len(finals)}); paper: {PAPER.get(cfg.env.id)}")
-    print(f"wrote {out} and {png}")
-    return 0
-
-
-def _plot(seeds: list[dict], result: dict, png: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for s in seeds:
-        xs = [e["frames"] for e in s["evals"]]
-        ys = [e["mean_return"] for e in s["evals"]]
-        ax.plot(xs, ys, alpha=0.5, lw=1, label=f"seed {s['seed']}")
-    common = sorted(set.intersection(*[{e["frames"] for e in s["evals"]} for s in seeds])) if seeds else []
-    if common:
-        ys = np.array([[next(e["mean_return"] for e in s["evals"] if e["frames"] == f) for f in common] for s in seeds])
-        ax.plot(common, ys.mean(0), color="k", lw=2, label=f"mean of {len(seeds)} seeds")
-        ax.fill_between(common, ys.mean(0) - ys.std(0), ys.mean(0) + ys.std(0), color="k", alpha=0.15)
-    paper = result.get("paper")
-    if paper:
-        ax.axhline(paper["return"], color="tab:red", ls="--", lw=1,
-                   label=f"paper: {paper['return']} at {paper['frames'] // 1000}k frames")
-    ax.set_xlabel("environment frames (agent steps x action repeat)")
-    ax.set_ylabel("evaluation return")
-    ax.set_title(f"DrQ-v2 {result['env']} (reduced: see JSON 'changes')", fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="DrQ-v2 learning benchmark (also: benchmarks/run.py learn)")
-    configure_learn(parser)
-    return run_learn(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    sys.exit(main())

@@ -458,7 +458,7 @@ UPDATE_ALGOS: dict[str, Callable[[argparse.Namespace], dict]] = {
     "rlpd": lambda args: update_redq(args, algo="rlpd"),  # baseline: benchmarks/baselines/rlpd.py
 }
 
-# DrQ-v2 lives in benchmarks/drqv2_bench.py (update --algo drqv2, and the learn subcommand below).
+# DrQ-v2 lives in benchmarks/drqv2_bench.py (update --algo drqv2; learn --algo drqv2 is the generic learn below).
 from benchmarks import drqv2_bench as _drqv2_bench  # noqa: E402
 
 UPDATE_ALGOS["drqv2"] = lambda args: _drqv2_bench.update_drqv2(args, sys.modules[__name__])
@@ -905,10 +905,7 @@ def run_learn(args: argparse.Namespace) -> int:
     return 0
 
 
-if "learn" not in SUBCOMMANDS:
-    subcommand("learn", "learning curves over seeds (DrQ-v2 on DMC): JSON + PNG", _drqv2_bench.configure_learn)(
-        _drqv2_bench.run_learn
-    )
+LEARN_ALGOS["drqv2"] = [("drqv2", "configs/drqv2/cartpole_balance.yaml")]  # DMC from pixels (paper: 987 +- 13 @100k frames)
 
 
 # --------------------------------------------------------------------------- R2D2: update --algo r2d2, replay, stored-state, learn --algo r2d2
