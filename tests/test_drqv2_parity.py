@@ -152,7 +152,7 @@ def test_benchmark_cli_knows_drqv2():
     run = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = run  # run.py's hooks look themselves up there
     spec.loader.exec_module(run)
-    assert "drqv2" in run.UPDATE_ALGOS and "learn" in run.SUBCOMMANDS
+    assert "drqv2" in run.UPDATE_ALGOS and "drqv2" in run.LEARN_ALGOS and "learn" in run.SUBCOMMANDS
     args = run.build_parser().parse_args(["update", "--algo", "drqv2", "--quick"])
     assert (args.batch, args.image_size, args.drqv2_hidden) == (256, 84, 1024)
     # the FLOP counts the benchmark reports: the functional update does no more work than the
