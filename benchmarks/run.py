@@ -594,7 +594,8 @@ def update_drqn(args: argparse.Namespace) -> dict:
     act_space = gym.spaces.Discrete(A)
     threads_list = list(args.threads)
     rows: list[dict] = []
-    compile_infos: dict[str, dict] = {}
+    compile_s: dict[str, float] = {}  # "T=<window>, <threads>" -> seconds (dynamo guards on the thread count)
+    compile_errors: list[str] = []
     flops_by_window: dict[str, dict] = {}
     ceilings: dict[int, float] = {}
     for T in args.windows:
@@ -667,13 +668,20 @@ def update_drqn(args: argparse.Namespace) -> dict:
                 lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
                 info["error"] = f"{type(exc).__name__}: {' '.join(lines[:2])}"[:600]
                 print(f"  compile FAILED after {info['compile_s']:.1f} s: {info['error']}", flush=True)
-            compile_infos[str(T)] = info
+            if info["compile_s"] is not None:
+                compile_s[f"T={T}, {threads_list[0]}"] = info["compile_s"]
+            if info["error"]:
+                compile_errors.append(f"T={T}: {info['error']}")
             notes["functional-compiled"] = {k: v for k, v in info.items() if v is not None}
         steps = {n: max(1, int(round(args.window_s / max(warm[n], 1e-6)))) for n in runners}
         for threads in threads_list:
             torch.set_num_threads(threads)
-            for fn in runners.values():
+            for name, fn in runners.items():  # settle; dynamo recompiles the compiled update per thread count
+                t0 = time.perf_counter()
                 fn()
+                sync(device)
+                if name == "functional-compiled" and threads != threads_list[0]:
+                    compile_s[f"T={T}, {threads}"] = max(time.perf_counter() - t0 - warm[name], 0.0)
             if threads not in ceilings:
                 ceilings[threads] = matmul_ceiling(
                     device, windows=2 if args.quick else 3, min_time=0.1 if args.quick else 0.3
@@ -716,7 +724,14 @@ def update_drqn(args: argparse.Namespace) -> dict:
         },
         "flops": flops_by_window,
         "matmul_gflops_ceiling": {str(k): v for k, v in ceilings.items()},
-        "compile": compile_infos or None,
+        "compile": None
+        if args.no_compile
+        else {
+            "compile_s": compile_s,
+            "error": "; ".join(compile_errors) or None,
+            "ensemble_mode": "n/a (one network)",
+            "note": "one compile per window length and thread count; times excluded from throughput",
+        },
         "timing": {"repeats": args.repeats, "window_s": args.window_s, "statistic": "median of windows", "interleaved": True},
         "variants": rows,
     }
