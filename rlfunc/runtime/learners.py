@@ -31,6 +31,20 @@ from rlfunc.runtime.policy import Policy
 __all__ = ["TransitionLearner", "SequenceLearner", "R2D2Learner", "PriorDataLearner", "PixelLearner"]
 
 
+def compiled_update(algo, train_cfg):
+    """The algorithm's ``update``, compiled as ``train.compile``/``train.compile_mode`` ask.
+
+    Algorithms with a ``make_update(mode)`` (REDQ, SAC, RLPD) may compile per
+    step (``"step"``: graphs independent of the number of updates per env
+    step) or whole (``"full"``); others compile ``update`` whole.
+    """
+    if not train_cfg.compile:
+        return algo.update
+    if hasattr(algo, "make_update"):
+        return algo.make_update(train_cfg.compile_mode)
+    return torch.compile(algo.update, fullgraph=True)
+
+
 def _generator(device: torch.device, seed: int) -> torch.Generator:
     return torch.Generator(device=device).manual_seed(int(seed))
 
@@ -55,9 +69,7 @@ class TransitionLearner:
         self.replay = UniformReplay(self.train_cfg.replay_size, device=self.device)
         self.generator = _generator(self.device, seed + 1)
         self.act_dim = int(np.prod(act_space.shape))
-        self._update = self.algo.update
-        if self.train_cfg.compile:
-            self._update = torch.compile(self.algo.update, fullgraph=True)
+        self._update = compiled_update(self.algo, self.train_cfg)
 
     # -- acting -------------------------------------------------------------
     def explore(self, obs: np.ndarray, env_step: int, episode_start: np.ndarray | None = None) -> np.ndarray:
@@ -200,9 +212,7 @@ class SequenceLearner(TransitionLearner):
         self._batch_keys = ["obs", "action", "reward", "next_obs", "terminated", "mask"]
         if self.store_carry:
             self._batch_keys.append("init_carry")
-        self._update = self.algo.update
-        if self.train_cfg.compile:
-            self._update = torch.compile(self.algo.update, fullgraph=True)
+        self._update = compiled_update(self.algo, self.train_cfg)
 
     def _make_replay(self) -> SequenceReplay:
         return SequenceReplay(
