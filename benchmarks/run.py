@@ -938,6 +938,11 @@ _rlpd_bench.register(sys.modules[__name__])
 # --------------------------------------------------------------------------- main
 
 
+from benchmarks import report as _report  # noqa: E402
+
+subcommand("report", "gather benchmarks/results/*.json into benchmarks/RESULTS.md", _report.configure)(_report.run)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="benchmarks/run.py", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
