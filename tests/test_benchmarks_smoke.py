@@ -62,6 +62,7 @@ def test_redq_flop_count_matches_flop_counter():
 
     spec = importlib.util.spec_from_file_location("_bench_run", ROOT / "benchmarks" / "run.py")
     run = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = run  # the documented importlib recipe: run.py registers its plug-ins on itself
     spec.loader.exec_module(run)
     from benchmarks.baselines.redq import ImperativeREDQ
 
