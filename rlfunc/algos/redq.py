@@ -120,7 +120,7 @@ class Config:
     critic_layer_norm: bool = False
     layer_norm_eps: float = 1e-5
     init: str = "xavier_uniform"
-    ensemble_mode: str = "loop"
+    ensemble_mode: str = "bmm"  # fastest eager mode in benchmarks/results/update_redq.json (CPU, 1 thread)
     actor_after_critics: bool = False  # True: RLPD's order (actor sees the critics after all G steps)
     critic_loss_reduction: str = "sum"  # "sum" over critics (REDQ) or "mean" (RLPD)
     tanh_epsilon: float | None = 1e-6  # None: exact tanh log-det (RLPD / TFP)

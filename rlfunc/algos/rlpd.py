@@ -114,7 +114,7 @@ class Config:
     critic_layer_norm: bool = True
     layer_norm_eps: float = 1e-6  # flax's nn.LayerNorm default
     init: str = "xavier_uniform"
-    ensemble_mode: str = "loop"
+    ensemble_mode: str = "bmm"  # as REDQ: fastest eager mode in update_rlpd.json
     actor_after_critics: bool = True
     critic_loss_reduction: str = "mean"
     tanh_epsilon: float | None = None  # None: exact tanh log-det (TFP Tanh bijector)
