@@ -227,6 +227,7 @@ def update_drqv2(args: argparse.Namespace, R) -> dict:
     if not args.no_compile:
         compiled = functional_runner(torch.compile(drqv2.update, fullgraph=True))
         compile_info = {"fullgraph": True, "compile_s": {}, "error": None,
+                        "ensemble_mode": "loop (the twin Q heads; run.py's summary line prints this field)",
                         "note": "recompiled per thread count (dynamo guards on num_threads)"}
 
     rows: list[dict] = []
