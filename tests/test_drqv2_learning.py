@@ -104,7 +104,8 @@ def test_drqv2_learns_pixel_reach(tmp_path):
         rows = list(csv.DictReader(f))
     assert "frames" not in rows[0]  # action repeat 1: frames == steps, no extra column
     assert float(rows[-1]["stddev"]) == pytest.approx(0.1)
-    assert int(float(rows[-1]["updates"])) == 800 - 150 + 1
+    last = rows[-1]  # one update per agent step from step random_steps on
+    assert int(float(last["updates"])) == int(float(last["step"])) - 150 + 1
 
 
 def test_drqv2_runtime_frames_checkpoint_resume(tmp_path):
