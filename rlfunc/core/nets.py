@@ -240,26 +240,33 @@ def ensemble_apply(
 
 
 def _ensemble_bmm(params: TensorDict, x: torch.Tensor, *, activation: str, ln_eps: float) -> torch.Tensor:
+    """Batched matmuls in feature-major layout: activations are ``[N, features, B]``.
+
+    ``h' = W h + b`` with ``W [N, out, in]`` as stored: neither the forward nor
+    the backward pass needs a transposed copy, and the weight gradient
+    ``g h^T`` comes out contiguous (the row-major ``h W^T`` form returns it as
+    a transposed view that the optimizer must copy). About 20% faster for
+    REDQ's ten 256-256 critics at one CPU thread (``benchmarks/run.py update``).
+    """
     act = _ACTIVATIONS[activation]
     keys = set(params.keys())
     n_layers = 0
     while str(n_layers) in keys:
         n_layers += 1
-    h = x
+    h = x.transpose(-1, -2)  # [in, B] (shared input) or [N, in, B]
     for i in range(n_layers):
         w = params[str(i), "weight"]  # [N, out, in]
-        b = params[str(i), "bias"].unsqueeze(1)  # [N, 1, out]
-        if h.dim() == 2:
-            h = torch.matmul(h, w.transpose(1, 2)) + b
-        else:
-            h = torch.baddbmm(b, h, w.transpose(1, 2))
+        b = params[str(i), "bias"].unsqueeze(-1)  # [N, out, 1]
+        h = torch.matmul(w, h) + b if h.dim() == 2 else torch.baddbmm(b, w, h)
         if i < n_layers - 1:
             norm = "norm" + str(i)
-            if norm in keys:
-                h = F.layer_norm(h, (h.shape[-1],), eps=ln_eps)
-                h = h * params[norm, "weight"].unsqueeze(1) + params[norm, "bias"].unsqueeze(1)
+            if norm in keys:  # LayerNorm over the features (dim -2 here)
+                mean = h.mean(dim=-2, keepdim=True)
+                var = (h - mean).pow(2).mean(dim=-2, keepdim=True)
+                h = (h - mean) * torch.rsqrt(var + ln_eps)
+                h = h * params[norm, "weight"].unsqueeze(-1) + params[norm, "bias"].unsqueeze(-1)
             h = act(h)
-    return h
+    return h.transpose(-1, -2)  # [N, B, out]
 
 
 # --------------------------------------------------------------------------
