@@ -35,6 +35,8 @@ def _command(stem: str) -> str:
         return f"python benchmarks/run.py learn --algo {name} --seeds 3"
     if stem == "replay":
         return "python benchmarks/run.py replay"
+    if stem == "peers":
+        return "python benchmarks/run.py peers --threads 1"
     return f"(written by benchmarks/ for {stem})"
 
 
@@ -59,6 +61,32 @@ def _learn_table(d: dict) -> list[str]:
             f"| {r.get('algo')} | {r.get('env')} | {r.get('seed')} | {r.get('env_steps')} | "
             f"{_fmt(r.get('final_return'), 1)} | {_fmt(best, 1)} | {_fmt(r.get('wall_s'), 0)} |"
         )
+    return lines
+
+
+def _peers_table(d: dict) -> list[str]:
+    """``peers.json``: one line per (task, library, variant); unavailable rows give their reason."""
+    lines = [
+        "| task | library | variant | throughput | unit | ratio vs best rlfunc | note |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in d.get("rows", []):
+        note = r.get("unavailable") or ""
+        if r.get("compile_s") is not None:
+            note = f"compile {r['compile_s']:.0f} s (excluded)"
+        note = note.replace("|", "/")
+        lines.append(
+            f"| {r.get('task')} | {r.get('library')} | {r.get('variant')} | {_fmt(r.get('throughput'), 1)} | "
+            f"{r.get('unit')} | {_fmt(r.get('ratio_vs_rlfunc'))} | {note} |"
+        )
+    settings = d.get("settings") or {}
+    if d.get("quick") or settings.get("sizes") == "tiny":
+        lines += ["", "Smoke run (--quick or --tiny): not a measurement."]
+    if settings:
+        lines += ["", f"Settings: `{settings.get('command')}`; threads={settings.get('threads')}, sizes={settings.get('sizes')}, "
+                      f"repeats={settings.get('repeats')}, window_s={settings.get('window_s')}, "
+                      f"segment_steps={settings.get('segment_steps')}, compile={settings.get('compile')}; "
+                      f"peers: {settings.get('peers')}"]
     return lines
 
 
@@ -93,6 +121,8 @@ def build_report(results_dir: Path = RESULTS) -> str:
             out += _update_table(d)
         elif "runs" in d:
             out += _learn_table(d)
+        elif "rows" in d and any("library" in r for r in d["rows"]):
+            out += _peers_table(d)
         elif "rows" in d:
             out += _rows_table(d)
         png = path.with_suffix(".png")

@@ -934,6 +934,11 @@ from benchmarks import rlpd_bench as _rlpd_bench  # noqa: E402
 
 _rlpd_bench.register(sys.modules[__name__])
 
+# peers: rlfunc side by side with Stable-Baselines3 and TorchRL, benchmarks/peers.py
+from benchmarks import peers as _peers  # noqa: E402
+
+_peers.register(sys.modules[__name__])
+
 
 # --------------------------------------------------------------------------- main
 
