@@ -92,9 +92,10 @@ import torch.nn.functional as F
 from tensordict import TensorDict
 from torch.func import grad_and_value
 
+from rlfunc.algos._qstate import q_learning_state, q_optimizer
 from rlfunc.core import nets
 from rlfunc.core import returns
-from rlfunc.core.optim import Adam, global_norm, linear_schedule
+from rlfunc.core.optim import global_norm, linear_schedule
 from rlfunc.core.targets import periodic_copy
 
 __all__ = [
@@ -222,22 +223,7 @@ def init(
     """
     obs_dim, num_actions = _space_dims(obs_space, act_space)
     gen = torch.Generator(device="cpu").manual_seed(int(seed))
-    params = _network_init(config, obs_dim, num_actions, gen)
-    state = TensorDict(
-        {
-            "params": params,
-            "target": params.clone(),
-            "opt": _optimizer(config).init(params),
-            "step": torch.zeros((), dtype=torch.int64),
-        },
-        batch_size=[],
-    ).to(device)
-    state.set_non_tensor("config", config)
-    return state
-
-
-def _optimizer(config: Config) -> Adam:
-    return Adam(lr=config.lr, eps=config.adam_eps, max_grad_norm=config.max_grad_norm)
+    return q_learning_state(config, _network_init(config, obs_dim, num_actions, gen), device)
 
 
 def initial_carry(
@@ -390,7 +376,7 @@ def update(
     params, target = state["params"], state["target"]
     grads, (value, aux) = grad_and_value(loss, has_aux=True)(params, target, config, batch)
     grad_norm = global_norm(grads)
-    params, opt_state = _optimizer(config).step(grads, state["opt"], params)
+    params, opt_state = q_optimizer(config).step(grads, state["opt"], params)
     step = state["step"] + 1
     target = periodic_copy(target, params, step, config.target_period)
     new_state = TensorDict(

@@ -123,9 +123,10 @@ import torch.nn.functional as F
 from tensordict import TensorDict
 from torch.func import grad_and_value
 
+from rlfunc.algos._qstate import q_learning_state, q_optimizer
 from rlfunc.core import nets
 from rlfunc.core import returns
-from rlfunc.core.optim import Adam, global_norm
+from rlfunc.core.optim import global_norm
 from rlfunc.core.targets import periodic_copy
 
 __all__ = [
@@ -358,10 +359,6 @@ def q_step(params: TensorDict, obs: torch.Tensor, carry: Carry) -> tuple[torch.T
 
 
 # ------------------------------------------------------------------- state
-def _optimizer(config: Config) -> Adam:
-    return Adam(lr=config.lr, eps=config.adam_eps, max_grad_norm=config.max_grad_norm)
-
-
 def init(
     config: Config,
     obs_space,
@@ -378,18 +375,7 @@ def init(
     """
     obs_dim, num_actions = _space_dims(obs_space, act_space)
     gen = torch.Generator(device="cpu").manual_seed(int(seed))
-    params = _network_init(config, obs_dim, num_actions, gen)
-    state = TensorDict(
-        {
-            "params": params,
-            "target": params.clone(),
-            "opt": _optimizer(config).init(params),
-            "step": torch.zeros((), dtype=torch.int64),
-        },
-        batch_size=[],
-    ).to(device)
-    state.set_non_tensor("config", config)
-    return state
+    return q_learning_state(config, _network_init(config, obs_dim, num_actions, gen), device)
 
 
 def initial_carry(config: Config, num_envs: int, device: torch.device | str | None = None) -> Carry:
@@ -575,7 +561,7 @@ def update(
     params, target = state["params"], state["target"]
     grads, (value, aux) = grad_and_value(loss, has_aux=True)(params, target, config, batch)
     grad_norm = global_norm(grads)
-    params, opt_state = _optimizer(config).step(grads, state["opt"], params)
+    params, opt_state = q_optimizer(config).step(grads, state["opt"], params)
     step = state["step"] + 1
     target = periodic_copy(target, params, step, config.target_period)
     new_state = TensorDict({"params": params, "target": target, "opt": opt_state, "step": step}, batch_size=[])
