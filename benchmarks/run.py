@@ -2,16 +2,23 @@
 
     python benchmarks/run.py update --algo redq [--device cpu|cuda] [--threads 1 2]
                                     [--repeats R] [--quick] [--no-compile] [--out PATH]
+    python benchmarks/run.py learn --algo redq --seeds 3 [--steps N] [--jobs J] [--set key=value ...]
+    python benchmarks/run.py replay | stored-state RUN_DIR | peers | report
 
 ``update`` measures learner throughput (critic updates per second) of the
 functional update against the imperative baseline of ``benchmarks/baselines``,
 in the same process, on pre-sampled batches and noise (no replay, no env).
+``learn`` trains the configs of an algorithm's table over seeds (JSON + PNG);
+``replay`` times prioritized sequence sampling (``benchmarks/r2d2_bench.py``);
+``stored-state`` is R2D2's stored-state diagnostic; ``peers`` puts rlfunc beside
+Stable-Baselines3 and TorchRL (``benchmarks/peers.py``); ``report`` writes
+``benchmarks/RESULTS.md`` from ``benchmarks/results/*.json``.
 
 Adding things:
 
 * a subcommand: write ``configure(parser)`` and ``run(args) -> int`` and
-  register them with ``@subcommand(name, help, configure)`` on ``run`` (``learn``, ``replay``,
-  ``peers``, ``report`` are planned);
+  register them with ``@subcommand(name, help, configure)`` on ``run`` (or from a
+  plug-in module's ``register(run_module)``, as ``benchmarks/peers.py`` does);
 * an algorithm for ``update``: write ``fn(args) -> result dict`` (same JSON
   shape as :func:`update_redq`) and add it to ``UPDATE_ALGOS``. The helpers
   :func:`time_interleaved`, :func:`matmul_ceiling`, :func:`machine_info`,
