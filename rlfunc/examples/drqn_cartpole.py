@@ -38,10 +38,13 @@ class Args:
     total_steps: int = arg(150_000, "environment steps (transitions, all envs together)")
     sequence_length: int = arg(10, "T: steps per replayed window (paper: 10)")
     sequence_period: int = arg(10, "a window starts every this many steps of an episode")
-    lstm_size: int = arg(64, "LSTM units")
+    encoder_size: int = arg(128, "units of the ReLU layer before the LSTM")
+    lstm_size: int = arg(128, "LSTM units")
     batch_size: int = arg(32, "windows per update")
-    lr: float = arg(2e-3, "Adam learning rate")
-    target_period: int = arg(100, "updates between target copies")
+    lr: float = arg(1e-3, "Adam learning rate")
+    target_period: int = arg(250, "updates between target copies")
+    double_q: bool = arg(True, "double Q-learning target (an option; the paper uses the plain max)")
+    max_grad_norm: float = arg(10.0, "global-norm gradient clipping (0: off)")
     eps_decay_steps: int = arg(15_000, "env steps of the linear epsilon decay 1.0 -> 0.05")
     learning_starts: int = arg(2000, "env steps before the first update")
     train_every: int = arg(2, "env steps per update")
@@ -88,9 +91,9 @@ def main(args: Args) -> dict:
     obs_space, act_space = eval_env.observation_space, eval_env.action_space
     config = drqn.Config(
         sequence_length=args.sequence_length, sequence_period=args.sequence_period, lstm_size=args.lstm_size,
-        batch_size=args.batch_size, lr=args.lr, target_period=args.target_period,
-        eps_decay_steps=args.eps_decay_steps,
-    )  # every other field: the module's default (zero-state windows, plain max target, Huber)
+        encoder_sizes=(args.encoder_size,), batch_size=args.batch_size, lr=args.lr, target_period=args.target_period,
+        double_q=args.double_q, max_grad_norm=args.max_grad_norm or None, eps_decay_steps=args.eps_decay_steps,
+    )  # every other field: the module's default (zero-state windows, Huber)
     state = drqn.init(config, obs_space, act_space, seed=args.seed, device=device)
     update = torch.compile(drqn.update, fullgraph=True) if args.compile else drqn.update
     replay = SequenceReplay(args.buffer_windows, config.sequence_length, n, period=config.sequence_period, device=device)
