@@ -927,6 +927,54 @@ def run_learn(args: argparse.Namespace) -> int:
     return 0
 
 
+def _configure_learn_merge(p: argparse.ArgumentParser) -> None:
+    p.add_argument("inputs", nargs="+", metavar="JSON[:LABEL,...]",
+                   help="learn JSON files; ':drqn,dqn' keeps only those labels' runs")
+    p.add_argument("--out", type=Path, required=True, help="merged JSON path (the PNG is written beside it)")
+    p.add_argument("--title", default=None, help="figure title")
+    p.add_argument("--note", default=None, help="free text stored in the JSON")
+
+
+@subcommand("learn-merge", "combine the runs of several learn JSONs (e.g. R2D2 and DRQN) into one JSON + PNG",
+            _configure_learn_merge)
+def run_learn_merge(args: argparse.Namespace) -> int:
+    """Runs trained once serve two comparisons: ``learn --algo drqn`` (DRQN vs DQN) and
+    ``learn --algo r2d2 --only r2d2`` give ``learn_r2d2.json`` = R2D2 + those DRQN runs,
+    without training DRQN twice. Each run keeps its own JSON's machine and settings."""
+    from rlfunc.runtime.plot import plot_runs
+
+    runs: list[dict] = []
+    sources: list[dict] = []
+    for spec in args.inputs:
+        path, _, labels = spec.partition(":")
+        keep = set(labels.split(",")) if labels else None
+        src = json.loads(Path(path).read_text())
+        picked = [r for r in src["runs"] if keep is None or r["algo"] in keep]
+        if not picked:
+            print(f"{spec}: no runs with labels {sorted(keep or [])}.", file=sys.stderr)
+            return 2
+        runs += picked
+        sources.append({"file": str(path), "labels": sorted({r["algo"] for r in picked}),
+                        "machine": src.get("machine"), "settings": src.get("settings"), "note": src.get("note")})
+    result = {"machine": sources[0]["machine"], "runs": runs, "summary": _summary(runs),
+              "settings": {"merged_from": sources}}
+    if args.note:
+        result["note"] = args.note
+    write_json(args.out, result)
+    dirs = [r["run_dir"] for r in runs if r.get("run_dir") and Path(r["run_dir"]).is_dir()]
+    png = None
+    if len(dirs) == len(runs):
+        png = plot_runs(dirs, args.out.with_suffix(".png"), title=args.title)
+    else:
+        print("some run directories are gone: no PNG (plot_runs reads each run's eval.csv).", file=sys.stderr)
+    print_table(
+        [{"algo": k, **v} for k, v in result["summary"].items()],
+        [("algo", "algo", ""), ("seeds", "seeds", "d"), ("median final return", "median_final_return", ".1f")],
+    )
+    print(f"\nwrote {args.out}" + (f" and {png}" if png else ""))
+    return 0
+
+
 LEARN_ALGOS["drqv2"] = [("drqv2", "configs/drqv2/cartpole_balance.yaml")]  # DMC from pixels (paper: 987 +- 13 @100k frames)
 
 

@@ -78,3 +78,36 @@ def test_redq_flop_count_matches_flop_counter():
     with FlopCounterMode(display=False) as fc:
         redq.update(state, batch, noise)
     assert fc.get_total_flops() == expected
+
+
+def test_learn_merge_combines_runs_of_two_learn_files(tmp_path):
+    """``learn-merge`` keeps the chosen labels' runs of each file, recomputes the summary, plots every run."""
+
+    def fake_run(name: str, algo: str, seed: int, returns: list[float]) -> dict:
+        d = tmp_path / name
+        d.mkdir()
+        (d / "config.yaml").write_text(f"algo: {algo}\nenv: {{id: CartPole-v1}}\n")
+        rows = "".join(f"{1000 * (i + 1)},0.0,{r},0.0,5\n" for i, r in enumerate(returns))
+        (d / "eval.csv").write_text("step,time_s,mean_return,std_return,episodes\n" + rows)
+        evals = [[1000 * (i + 1), r] for i, r in enumerate(returns)]
+        return {"algo": algo, "env": "CartPole-v1", "seed": seed, "env_steps": 1000 * len(returns),
+                "final_return": returns[-1], "evals": evals, "wall_s": 1.0, "run_dir": str(d)}
+
+    a = {"machine": {"cpu": "x"}, "runs": [fake_run("r0", "r2d2", 0, [10, 400]), fake_run("r1", "r2d2", 1, [20, 500])]}
+    b = {"machine": {"cpu": "y"}, "runs": [fake_run("d0", "drqn", 0, [10, 100]), fake_run("q0", "dqn", 0, [9, 40])]}
+    (tmp_path / "a.json").write_text(json.dumps(a))
+    (tmp_path / "b.json").write_text(json.dumps(b))
+    out = tmp_path / "merged.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "run.py"), "learn-merge", str(tmp_path / "a.json"),
+         f"{tmp_path / 'b.json'}:drqn", "--out", str(out), "--note", "shared DRQN runs"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    merged = json.loads(out.read_text())
+    assert [r["algo"] for r in merged["runs"]] == ["r2d2", "r2d2", "drqn"]  # dqn left out
+    assert merged["summary"]["r2d2"]["median_final_return"] == 450.0
+    assert merged["summary"]["drqn"]["seeds"] == 1
+    assert [s["labels"] for s in merged["settings"]["merged_from"]] == [["r2d2"], ["drqn"]]
+    assert merged["note"] == "shared DRQN runs"
+    assert out.with_suffix(".png").stat().st_size > 1000
