@@ -112,7 +112,7 @@ def build_report(results_dir: Path = RESULTS) -> str:
     ]
     for path in sorted(results_dir.glob("*.json")):
         d = json.loads(path.read_text())
-        out += [f"## {path.stem}", "", f"Command: `{_command(path.stem)}`", ""]
+        out += [f"## {path.stem}", "", f"Command: `{d.get('command') or _command(path.stem)}`", ""]
         if "machine" in d:
             out += [f"Machine: {_machine(d['machine'])}", ""]
         if d.get("note"):

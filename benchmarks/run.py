@@ -167,8 +167,14 @@ def _dynamo_graph_count() -> int:
         return -1
 
 
+COMMAND: str | None = None
+"""The command line of this invocation (set by :func:`main`); :func:`write_json` stores it as ``"command"``."""
+
+
 def write_json(path: Path, obj: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
+    if COMMAND is not None and "command" not in obj:
+        obj = {"command": COMMAND, **obj}
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(obj, indent=2) + "\n")
     os.replace(tmp, path)
@@ -1012,6 +1018,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global COMMAND
+    import shlex
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    COMMAND = "python benchmarks/run.py " + " ".join(shlex.quote(a) for a in argv)
     args = build_parser().parse_args(argv)
     return SUBCOMMANDS[args.command][2](args)
 
