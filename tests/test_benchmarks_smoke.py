@@ -27,7 +27,7 @@ def test_update_redq_quick(tmp_path):
         "--hidden", "32", "--critics", "2", "--utd", "4", "--batch", "32", "--out", str(out),
     ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "imperative" in proc.stdout
 
