@@ -700,26 +700,6 @@ def task_pendulum_loop(task: str, args, run, sz: dict) -> list[dict]:
 # --------------------------------------------------------------------------- task: DRQN sequence update
 
 
-def _drqn_batch(sz: dict):
-    from tensordict import TensorDict
-
-    T, B, O, A = sz["drqn_window"], sz["drqn_batch"], sz["drqn_obs"], sz["drqn_actions"]
-    gen = torch.Generator().manual_seed(0)
-    valid = torch.randint(T // 2, T + 1, (B,), generator=gen)  # some windows end their episode: padding
-    mask = torch.arange(T).unsqueeze(1) < valid.unsqueeze(0)
-    return TensorDict(
-        {
-            "obs": torch.randn(T, B, O, generator=gen),
-            "action": torch.randint(0, A, (T, B), generator=gen),
-            "reward": torch.randn(T, B, generator=gen),
-            "next_obs": torch.randn(T, B, O, generator=gen),
-            "terminated": torch.zeros(T, B, dtype=torch.bool),
-            "mask": mask,
-        },
-        batch_size=[T, B],
-    )
-
-
 class _TorchRLDRQN:
     """TorchRL DQN on an LSTM: encoder -> ``LSTMModule`` (recurrent mode) -> head -> ``QValueModule``; ``DQNLoss``."""
 
@@ -794,7 +774,7 @@ def task_sequence_update(task: str, args, run, sz: dict) -> list[dict]:
     config = drqn.Config(lstm_size=sz["drqn_lstm"], sequence_length=T, batch_size=B, encoder_sizes=(sz["drqn_encoder"],))
     obs_space = gym.spaces.Box(-np.inf, np.inf, (O,), np.float32)
     act_space = gym.spaces.Discrete(A)
-    batch = _drqn_batch(sz)
+    batch = run.drqn_batch(T, B, O, A)
     problem = {"batch": B, "window": T, "lstm_size": sz["drqn_lstm"], "encoder_sizes": [sz["drqn_encoder"]],
                "obs_dim": O, "num_actions": A, "work_per_call": "1 update: online + target unroll, Huber TD, Adam, target copy",
                "data": "pre-sampled window batch with padded tails; no replay"}

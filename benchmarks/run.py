@@ -586,6 +586,27 @@ def drqn_flops(obs: int, encoder: tuple[int, ...], lstm: int, actions: int, batc
     }
 
 
+def drqn_batch(T: int, B: int, obs_dim: int, num_actions: int, seed: int = 0):
+    """A synthetic time-major ``[T, B]`` DRQN window batch (seeded) whose windows end at random
+    lengths >= T/2, so padded tails and the mask are exercised as in real replay."""
+    from tensordict import TensorDict
+
+    gen = torch.Generator().manual_seed(seed)
+    valid = torch.randint(T // 2, T + 1, (B,), generator=gen)  # some windows end their episode: padding
+    mask = torch.arange(T).unsqueeze(1) < valid.unsqueeze(0)
+    return TensorDict(
+        {
+            "obs": torch.randn(T, B, obs_dim, generator=gen),
+            "action": torch.randint(0, num_actions, (T, B), generator=gen),
+            "reward": torch.randn(T, B, generator=gen),
+            "next_obs": torch.randn(T, B, obs_dim, generator=gen),
+            "terminated": torch.zeros(T, B, dtype=torch.bool),
+            "mask": mask,
+        },
+        batch_size=[T, B],
+    )
+
+
 def update_drqn(args: argparse.Namespace) -> dict:
     """DRQN sequence updates/s: imperative (nn.LSTM + torch.optim) vs functional eager vs compiled.
 
@@ -596,7 +617,6 @@ def update_drqn(args: argparse.Namespace) -> dict:
     """
     import gymnasium as gym
     import numpy as np
-    from tensordict import TensorDict
 
     from benchmarks.baselines.drqn import ImperativeDRQN
     from rlfunc.algos import drqn
@@ -615,20 +635,7 @@ def update_drqn(args: argparse.Namespace) -> dict:
         config = drqn.Config(lstm_size=H, sequence_length=T, batch_size=B)
         flops = drqn_flops(O, tuple(config.encoder_sizes), H, A, B, T)
         flops_by_window[str(T)] = flops
-        gen = torch.Generator().manual_seed(0)
-        valid = torch.randint(T // 2, T + 1, (B,), generator=gen)  # some windows end their episode: padding
-        mask = torch.arange(T).unsqueeze(1) < valid.unsqueeze(0)
-        batch = TensorDict(
-            {
-                "obs": torch.randn(T, B, O, generator=gen),
-                "action": torch.randint(0, A, (T, B), generator=gen),
-                "reward": torch.randn(T, B, generator=gen),
-                "next_obs": torch.randn(T, B, O, generator=gen),
-                "terminated": torch.zeros(T, B, dtype=torch.bool),
-                "mask": mask,
-            },
-            batch_size=[T, B],
-        ).to(device)
+        batch = drqn_batch(T, B, O, A).to(device)
         state0 = drqn.init(config, obs_space, act_space, seed=0, device=device)
         agent = ImperativeDRQN.from_functional(state0, config)
         agent.q.to(device)
