@@ -823,6 +823,7 @@ def _configure_learn(p: argparse.ArgumentParser) -> None:
                    help="the algo's table of configs (LEARN_ALGOS); or pass --config")
     p.add_argument("--config", type=Path, default=None, help="train this config instead of a table (label: its algo)")
     p.add_argument("--seeds", type=int, default=3, help="seeds 0..K-1 per config")
+    p.add_argument("--first-seed", type=int, default=0, help="seeds FIRST..FIRST+K-1 (e.g. to add seeds to earlier runs)")
     p.add_argument("--steps", type=int, default=None, help="env steps per run (default: each config's total_steps)")
     p.add_argument("--only", nargs="+", default=None, help="run only these labels of the algo's table")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -882,7 +883,7 @@ def run_learn(args: argparse.Namespace) -> int:
             "overrides": overrides,
             "run_dir": str(args.runs_dir / f"{args.algo}-{stamp}" / f"{label}-s{seed}"),
         }
-        for seed in range(args.seeds)
+        for seed in range(args.first_seed, args.first_seed + args.seeds)
         for label, cfg in table
     ]
     print(f"learn --algo {args.algo}: {len(jobs)} runs ({', '.join(lab for lab, _ in table)} x {args.seeds} seeds), "
@@ -918,6 +919,7 @@ def run_learn(args: argparse.Namespace) -> int:
             "algo": args.algo,
             "configs": {lab: cfg for lab, cfg in table},
             "seeds": args.seeds,
+            "first_seed": args.first_seed,
             "overrides": overrides,
             "jobs": args.jobs,
             "threads_per_run": args.threads,
