@@ -245,8 +245,9 @@ def _ensemble_bmm(params: TensorDict, x: torch.Tensor, *, activation: str, ln_ep
     ``h' = W h + b`` with ``W [N, out, in]`` as stored: neither the forward nor
     the backward pass needs a transposed copy, and the weight gradient
     ``g h^T`` comes out contiguous (the row-major ``h W^T`` form returns it as
-    a transposed view that the optimizer must copy). About 20% faster for
-    REDQ's ten 256-256 critics at one CPU thread (``benchmarks/run.py update``).
+    a transposed view that the optimizer must copy). Measured here at one CPU
+    thread: forward + backward of ten 256-256 critics (batch 256) 24 -> 19 ms,
+    a whole eager REDQ env step (G = 20) about 8% faster (A/B in one process).
     """
     act = _ACTIVATIONS[activation]
     keys = set(params.keys())
