@@ -477,7 +477,7 @@ def update(
     target_critic = state["target", "critic"]
     target_entropy = state["target_entropy"]
     if noise is None:
-        noise = draw_noise(config, updates, batch_size, batch["action"].shape[-1], device=batch.device)
+        noise = draw_noise(config, updates, batch_size, batch["action"].shape[-1], device=batch["action"].device)
     critic_opt_state = state["opt", "critic"]
     actor_opt_state = state["opt", "actor"]
     alpha_opt_state = state["opt", "alpha"]
