@@ -72,6 +72,7 @@ class TrainSection:
     device: str = "cpu"
     compile: bool = False
     compile_mode: str = "step"  # "step" (per critic/policy step) or "full" (whole update)
+    cuda_graph: bool = False  # record the update as a CUDA graph (rlfunc.runtime.graphs); needs device cuda
     threads: int = 0  # 0: leave torch's default
     run_dir: str = "runs"
     progress: bool = True
@@ -89,6 +90,10 @@ class TrainSection:
             raise ConfigError(f"train.threads must be >= 0 (0 keeps torch's default), got {self.threads}.")
         if not (self.device == "cpu" or self.device.startswith("cuda") or self.device == "mps"):
             raise ConfigError(f"train.device must be 'cpu' or 'cuda[:N]', got {self.device!r}.")
+        if self.cuda_graph and not self.device.startswith("cuda"):
+            raise ConfigError(
+                f"train.cuda_graph needs train.device: cuda, got device {self.device!r}; set train.cuda_graph=false."
+            )
 
 
 @dataclasses.dataclass(frozen=True)

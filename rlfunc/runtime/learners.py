@@ -12,7 +12,9 @@ its random generator, and exposes what the training loop needs:
 * ``policy()`` -> a deterministic :class:`~rlfunc.runtime.policy.Policy`;
 * ``state_tensors()`` / ``load_state_tensors(td)`` for checkpoints.
 
-Only :meth:`learn` calls the (optionally compiled) pure ``update``.
+Only :meth:`learn` calls the (optionally compiled) pure ``update``; with
+``train.cuda_graph`` it is wrapped by :func:`learner_update` so that the state
+keeps fixed addresses and the update replays as a CUDA graph.
 """
 
 from __future__ import annotations
@@ -45,6 +47,22 @@ def compiled_update(algo, train_cfg):
     return torch.compile(algo.update, fullgraph=True)
 
 
+def learner_update(algo, train_cfg, state: TensorDict):
+    """What a learner calls as ``update``: :func:`compiled_update`, and with
+    ``train.cuda_graph`` that update behind
+    :class:`~rlfunc.runtime.graphs.FixedStateUpdate` (state at fixed addresses,
+    recorded and replayed as a CUDA graph; eager with one warning if capture
+    fails). The learner keeps calling ``self.state, metrics =
+    self._update(self.state, batch[, noise])``.
+    """
+    update = compiled_update(algo, train_cfg)
+    if getattr(train_cfg, "cuda_graph", False):
+        from rlfunc.runtime.graphs import FixedStateUpdate
+
+        return FixedStateUpdate(update, state, cuda_graph=True)
+    return update
+
+
 def _generator(device: torch.device, seed: int) -> torch.Generator:
     return torch.Generator(device=device).manual_seed(int(seed))
 
@@ -69,7 +87,8 @@ class TransitionLearner:
         self.replay = UniformReplay(self.train_cfg.replay_size, device=self.device)
         self.generator = _generator(self.device, seed + 1)
         self.act_dim = int(np.prod(act_space.shape))
-        self._update = compiled_update(self.algo, self.train_cfg)
+        self._update = learner_update(self.algo, self.train_cfg, self.state)
+        self.state = getattr(self._update, "state", self.state)  # the fixed buffers, if any
 
     # -- acting -------------------------------------------------------------
     def explore(self, obs: np.ndarray, env_step: int, episode_start: np.ndarray | None = None) -> np.ndarray:
@@ -212,7 +231,8 @@ class SequenceLearner(TransitionLearner):
         self._batch_keys = ["obs", "action", "reward", "next_obs", "terminated", "mask"]
         if self.store_carry:
             self._batch_keys.append("init_carry")
-        self._update = compiled_update(self.algo, self.train_cfg)
+        self._update = learner_update(self.algo, self.train_cfg, self.state)
+        self.state = getattr(self._update, "state", self.state)  # the fixed buffers, if any
 
     def _make_replay(self) -> SequenceReplay:
         return SequenceReplay(
@@ -598,7 +618,8 @@ class PixelLearner(TransitionLearner):
         return self.replay.sample(self.config.batch_size, generator=self.generator)
 
     def learn(self) -> TensorDict:
-        self.state["agent_step"] = torch.tensor(self._env_step + 1, dtype=torch.int64, device=self.device)
+        # In place (a fill kernel, no host sync): with train.cuda_graph the state's buffers must not move.
+        self.state["agent_step"].fill_(self._env_step + 1)
         batch = self.sample_batch()
         noise = self.algo.draw_noise(
             self.config, batch.batch_size[0], self.act_dim, generator=self.generator, device=self.device
