@@ -46,8 +46,9 @@ def _update_table(d: dict) -> list[str]:
         "|---|---|---|---|---|---|",
     ]
     for v in d.get("variants", []):
+        name = v.get("variant") if not v.get("unavailable") else f"{v.get('variant')} (unavailable: {v['unavailable']})"
         lines.append(
-            f"| {v.get('variant')} | {v.get('threads')} | {_fmt(v.get('updates_per_s'), 1)} | "
+            f"| {name} | {v.get('threads')} | {_fmt(v.get('updates_per_s'), 1)} | "
             f"{_fmt(v.get('ratio_vs_imperative'))} | {_fmt(v.get('flop_efficiency'))} | {_fmt(v.get('ms_per_env_step'), 0)} |"
         )
     return lines

@@ -1,6 +1,6 @@
 """rlfunc benchmarks: one CLI, one subcommand per kind of measurement.
 
-    python benchmarks/run.py update --algo redq [--device cpu|cuda] [--threads 1 2]
+    python benchmarks/run.py update --algo redq|rlpd|drqn|r2d2|drqv2|ALL [--device cpu|cuda] [--threads 1 2]
                                     [--repeats R] [--quick] [--no-compile] [--out PATH]
     python benchmarks/run.py learn --algo redq --seeds 3 [--steps N] [--jobs J] [--set key=value ...]
     python benchmarks/run.py replay | stored-state RUN_DIR | peers | report
@@ -8,6 +8,10 @@
 ``update`` measures learner throughput (critic updates per second) of the
 functional update against the imperative baseline of ``benchmarks/baselines``,
 in the same process, on pre-sampled batches and noise (no replay, no env).
+With ``--device cuda`` it adds the update replayed as one CUDA graph
+(``functional-compiled+cudagraph``, or ``functional-eager+cudagraph`` with
+``--no-compile``; :func:`cuda_graph_variant`); on CPU that row is written
+with ``"unavailable"`` and the reason.
 ``learn`` trains the configs of an algorithm's table over seeds (JSON + PNG);
 ``replay`` times prioritized sequence sampling (``benchmarks/r2d2_bench.py``);
 ``stored-state`` is R2D2's stored-state diagnostic; ``peers`` puts rlfunc beside
@@ -197,6 +201,66 @@ def print_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> None:
             print("  ".join("-" * w for w in widths))
 
 
+# --------------------------------------------------------------------------- update: CUDA-graph variant
+
+
+def cuda_graph_variant(update, state, inputs: tuple, device: torch.device, *, compiled: bool):
+    """The ``+cudagraph`` variant of an update benchmark: ``(name, step | None, info)``.
+
+    ``update`` (eager, or compiled when ``compiled``) runs behind
+    :class:`rlfunc.runtime.graphs.FixedStateUpdate` with ``cuda_graph=True``:
+    the state at fixed addresses, the whole update replayed as one recorded
+    CUDA graph; ``inputs`` (batch[, noise]) are copied into the graph's
+    static inputs every step, as a learner does. The first call (warm-up,
+    compile, capture) happens here. Where no graph can be recorded (a CPU
+    run, or a failed capture) ``step`` is None and ``info["unavailable"]``
+    says why: the variant is then reported as an unavailable row
+    (:func:`unavailable_row`), not left out.
+    """
+    import warnings
+
+    name = ("functional-compiled" if compiled else "functional-eager") + "+cudagraph"
+    if device.type != "cuda":
+        return name, None, {"unavailable": f"CUDA graphs need --device cuda (this run: --device {device.type})"}
+    from rlfunc.runtime.graphs import FixedStateUpdate
+
+    fixed = FixedStateUpdate(update, state, cuda_graph=True)
+
+    def step() -> None:
+        fixed(fixed.state, *inputs)
+
+    t0 = time.perf_counter()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a failed capture is recorded below instead
+            step()
+        sync(device)
+    except Exception as exc:  # noqa: BLE001 -- recorded, the rest still runs
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        return name, None, {"unavailable": f"{type(exc).__name__}: {' '.join(lines[:2])}"[:600]}
+    if fixed.mode != "cuda_graph":
+        return name, None, {"unavailable": fixed.fallback_reason}
+    impl = "rlfunc.runtime.graphs.FixedStateUpdate(cuda_graph=True)"
+    return name, step, {"impl": impl + (" over the compiled update" if compiled else " over the eager update"),
+                        "capture_s": time.perf_counter() - t0}
+
+
+def unavailable_row(name: str, reason: str, threads: int, device: torch.device, **extra) -> dict:
+    """A variant that could not run here, with the reason (the row's numbers are None)."""
+    return {
+        "variant": name,
+        "updates_per_s": None,
+        "ratio_vs_imperative": None,
+        "flop_efficiency": None,
+        "threads": threads,
+        "device": device.type,
+        "torch": torch.__version__,
+        "ms_per_env_step": None,
+        "unavailable": reason,
+        **extra,
+    }
+
+
 # --------------------------------------------------------------------------- update: REDQ
 
 
@@ -333,6 +397,27 @@ def update_redq(args: argparse.Namespace, algo: str = "redq") -> dict:
         warm[name] = (time.perf_counter() - t0) / max(args.warmup, 1)
         print(f"  warm-up {name}: {warm[name] * 1e3:.1f} ms/env step", flush=True)
 
+    # The whole update recorded as one CUDA graph (state at fixed addresses); unavailable on CPU.
+    graph_mode = min(eager_modes, key=lambda m: warm[f"functional-eager-{m}"])
+    graph_name, graph_step, graph_info = cuda_graph_variant(
+        redq.update if args.no_compile else redq.make_update(args.compile_mode),
+        redq.init(config(graph_mode), obs_space, act_space, seed=0, device=device),
+        (batch, noise),
+        device,
+        compiled=not args.no_compile,
+    )
+    graph_info["ensemble_mode"] = graph_mode
+    if graph_step is not None:
+        runners[graph_name] = graph_step
+        notes[graph_name] = graph_info
+        t0 = time.perf_counter()
+        graph_step()
+        sync(device)
+        warm[graph_name] = time.perf_counter() - t0
+        print(f"  warm-up {graph_name}: {warm[graph_name] * 1e3:.1f} ms/env step", flush=True)
+    else:
+        print(f"  {graph_name}: unavailable ({graph_info['unavailable']})", flush=True)
+
     # torch.compile: dynamo guards on the thread count (inductor bakes it into
     # its C++ kernels), so the update is compiled once per thread count; each
     # compile is timed separately and excluded from the throughput.
@@ -428,6 +513,9 @@ def update_redq(args: argparse.Namespace, algo: str = "redq") -> dict:
                 row["compile_s"] = compile_info["compile_s"].get(str(threads))
                 row["recompiled_during_timing"] = recompiled
             rows.append(row)
+        if graph_step is None:
+            rows.append(unavailable_row(graph_name, graph_info["unavailable"], threads, device,
+                                        ensemble_mode=graph_mode))
         if compile_info is not None and compile_info["error"]:
             rows.append(
                 {
@@ -478,7 +566,8 @@ UPDATE_ALGOS["drqv2"] = lambda args: _drqv2_bench.update_drqv2(args, sys.modules
 
 
 def _configure_update(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--algo", choices=sorted(UPDATE_ALGOS), default="redq")
+    p.add_argument("--algo", choices=[*sorted(UPDATE_ALGOS), "ALL"], default="redq",
+                   help="one algorithm, or ALL: every one in turn, each to its own JSON")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="torch intra-op thread counts to measure")
     p.add_argument("--repeats", type=int, default=None, help="timed windows per variant (default 7; 2 with --quick)")
@@ -488,7 +577,8 @@ def _configure_update(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant")
     p.add_argument("--compile-mode", choices=("step", "full"), default="step",
                    help="REDQ: compile per critic/policy step (default) or the whole G-step update (minutes to compile)")
-    p.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/results/update_<algo>.json)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="JSON path (default benchmarks/results/update_<algo>.json); with --algo ALL a directory")
     p.add_argument("--note", default=None, help="free text stored in the JSON (e.g. 'shared machine')")
     # problem size overrides (defaults: REDQ paper, HalfCheetah shapes)
     p.add_argument("--critics", type=int, default=10)
@@ -518,6 +608,29 @@ def run_update(args: argparse.Namespace) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         print("--device cuda: no CUDA device is available here.", file=sys.stderr)
         return 2
+    if args.algo != "ALL":
+        return _run_update_one(args, allocator_tuned)
+    out_dir = args.out  # with ALL: a directory for the update_<algo>.json files (default benchmarks/results)
+    if out_dir is not None and out_dir.suffix == ".json":
+        print("--out with --algo ALL is a directory (each algo writes update_<algo>.json there).", file=sys.stderr)
+        return 2
+    failed = []
+    for name in sorted(UPDATE_ALGOS):
+        print(f"\n=== update --algo {name} ===", flush=True)
+        out = None if out_dir is None else out_dir / f"update_{name}.json"
+        try:
+            rc = _run_update_one(argparse.Namespace(**{**vars(args), "algo": name, "out": out}), allocator_tuned)
+        except Exception as exc:  # noqa: BLE001 -- one algo's failure must not hide the others' results
+            print(f"update --algo {name} FAILED: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            rc = 1
+        if rc != 0:
+            failed.append(name)
+    print(f"\nupdate --algo ALL: {len(UPDATE_ALGOS) - len(failed)} of {len(UPDATE_ALGOS)} algos measured"
+          + (f"; failed: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+def _run_update_one(args: argparse.Namespace, allocator_tuned: bool) -> int:
     device = torch.device(args.device)
     torch.set_num_threads(args.threads[0])
     print(f"update --algo {args.algo} on {cpu_model()} ({os.cpu_count()} cores), device={args.device}, "
@@ -693,6 +806,22 @@ def update_drqn(args: argparse.Namespace) -> dict:
             if info["error"]:
                 compile_errors.append(f"T={T}: {info['error']}")
             notes["functional-compiled"] = {k: v for k, v in info.items() if v is not None}
+        graph_name, graph_step, graph_info = cuda_graph_variant(
+            drqn.update if args.no_compile else torch.compile(drqn.update, fullgraph=True),
+            drqn.init(config, obs_space, act_space, seed=0, device=device),
+            (batch,),
+            device,
+            compiled=not args.no_compile,
+        )
+        if graph_step is not None:
+            runners[graph_name] = graph_step
+            notes[graph_name] = graph_info
+            t0 = time.perf_counter()
+            graph_step()
+            sync(device)
+            warm[graph_name] = time.perf_counter() - t0
+        else:
+            print(f"  T={T} {graph_name}: unavailable ({graph_info['unavailable']})", flush=True)
         steps = {n: max(1, int(round(args.window_s / max(warm[n], 1e-6)))) for n in runners}
         for threads in threads_list:
             torch.set_num_threads(threads)
@@ -728,6 +857,8 @@ def update_drqn(args: argparse.Namespace) -> dict:
                 }
                 row.update({k: v for k, v in notes.get(name, {}).items() if v is not None})
                 rows.append(row)
+            if graph_step is None:
+                rows.append(unavailable_row(graph_name, graph_info["unavailable"], threads, device, window=T))
     return {
         "benchmark": "update",
         "algo": "drqn",

@@ -38,7 +38,10 @@ def test_update_redq_quick(tmp_path):
     assert machine["torch"] == torch.__version__
     assert isinstance(machine["allocator_tuned"], bool)
 
-    rows = data["variants"]
+    graph = [r for r in data["variants"] if "unavailable" in r]  # CPU: the CUDA-graph row, with its reason
+    assert [r["variant"] for r in graph] == ["functional-eager+cudagraph"]
+    assert "--device cuda" in graph[0]["unavailable"] and graph[0]["updates_per_s"] is None
+    rows = [r for r in data["variants"] if "unavailable" not in r]
     assert {r["variant"] for r in rows} == VARIANTS
     for r in rows:
         for key in ("variant", "updates_per_s", "ratio_vs_imperative", "flop_efficiency", "threads", "device",
@@ -111,3 +114,19 @@ def test_learn_merge_combines_runs_of_two_learn_files(tmp_path):
     assert [s["labels"] for s in merged["settings"]["merged_from"]] == [["r2d2"], ["drqn"]]
     assert merged["note"] == "shared DRQN runs"
     assert out.with_suffix(".png").stat().st_size > 1000
+
+
+def test_update_accepts_all_and_cuda_graph_variant_is_unavailable_on_cpu():
+    """``update --algo ALL`` parses (every algo in turn); the CUDA-graph variant explains itself on CPU."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_bench_run_all", ROOT / "benchmarks" / "run.py")
+    run = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = run  # run.py registers its plug-ins on sys.modules[__name__]
+    spec.loader.exec_module(run)
+    args = run.build_parser().parse_args(["update", "--algo", "ALL", "--device", "cuda"])
+    assert args.algo == "ALL" and {"redq", "rlpd", "drqn", "r2d2", "drqv2"} <= set(run.UPDATE_ALGOS)
+    name, step, info = run.cuda_graph_variant(None, None, (), torch.device("cpu"), compiled=True)
+    assert name == "functional-compiled+cudagraph" and step is None and "--device cuda" in info["unavailable"]
+    row = run.unavailable_row(name, info["unavailable"], 1, torch.device("cpu"))
+    assert row["updates_per_s"] is None and row["variant"] == name
