@@ -266,6 +266,34 @@ def test_cuda_graph_on_a_cpu_state_warns_once_and_runs_eagerly():
     assert int(fixed.state["step"]) == 2
 
 
+def test_failed_capture_falls_back_to_eager_with_one_warning(monkeypatch):
+    """A capture that raises warns once, and this step and the next ones run the eager update on
+    the same buffers (the failure is forced, so the test means the same with or without a GPU)."""
+
+    def no_stream(*args, **kwargs):
+        raise RuntimeError("forced capture failure")
+
+    monkeypatch.setattr(torch.cuda, "Stream", no_stream)
+    update, problem = PROBLEMS["drqn"]
+    state0, inputs = problem("cpu")
+    fixed = FixedStateUpdate(update, state0)
+    fixed.cuda_graph = True  # as if the state were on CUDA
+    assert fixed.mode == "cuda_graph"
+    ptrs = _ptrs(fixed.state)
+    plain = state0
+    with pytest.warns(RuntimeWarning, match="capture failed"):
+        fixed(fixed.state, *inputs(0))
+    plain, _ = update(plain, *inputs(0))
+    assert fixed.mode == "eager" and "forced capture failure" in fixed.fallback_reason
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fixed(fixed.state, *inputs(1))
+    plain, _ = update(plain, *inputs(1))
+    assert _ptrs(fixed.state) == ptrs
+    for k in tensor_keys(plain):
+        torch.testing.assert_close(fixed.state.get(k), plain.get(k), rtol=0, atol=0)
+
+
 # --------------------------------------------------------------------------- config and learners (CPU)
 def test_config_cuda_graph_needs_a_cuda_device():
     raw = load_config(None)
@@ -452,3 +480,12 @@ def test_train_with_cuda_graph_on_cuda(tmp_path):
     )
     assert res.env_steps == 300
 
+
+
+def test_graphs_module_doctest():
+    import doctest
+
+    import rlfunc.runtime.graphs as graphs
+
+    result = doctest.testmod(graphs, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0
