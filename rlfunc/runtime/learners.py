@@ -63,6 +63,13 @@ def learner_update(algo, train_cfg, state: TensorDict):
     return update
 
 
+def _fixed_state(update, state: TensorDict) -> TensorDict:
+    """The wrapper's own (fixed-address) state when ``update`` is a FixedStateUpdate, else ``state``."""
+    from rlfunc.runtime.graphs import FixedStateUpdate
+
+    return update.state if isinstance(update, FixedStateUpdate) else state
+
+
 def _generator(device: torch.device, seed: int) -> torch.Generator:
     return torch.Generator(device=device).manual_seed(int(seed))
 
@@ -88,7 +95,7 @@ class TransitionLearner:
         self.generator = _generator(self.device, seed + 1)
         self.act_dim = int(np.prod(act_space.shape))
         self._update = learner_update(self.algo, self.train_cfg, self.state)
-        self.state = getattr(self._update, "state", self.state)  # the fixed buffers, if any
+        self.state = _fixed_state(self._update, self.state)
 
     # -- acting -------------------------------------------------------------
     def explore(self, obs: np.ndarray, env_step: int, episode_start: np.ndarray | None = None) -> np.ndarray:
@@ -232,7 +239,7 @@ class SequenceLearner(TransitionLearner):
         if self.store_carry:
             self._batch_keys.append("init_carry")
         self._update = learner_update(self.algo, self.train_cfg, self.state)
-        self.state = getattr(self._update, "state", self.state)  # the fixed buffers, if any
+        self.state = _fixed_state(self._update, self.state)
 
     def _make_replay(self) -> SequenceReplay:
         return SequenceReplay(
