@@ -272,3 +272,21 @@ def test_update_compiles_fullgraph_and_matches_eager():
     for k in s_eager.keys(include_nested=True, leaves_only=True):
         torch.testing.assert_close(s_comp[k], s_eager[k], rtol=1e-4, atol=1e-5)
     assert int(s_comp["step"]) == 3
+
+
+def test_lr_decay_option_reaches_lr_end_and_defaults_to_the_constant_rate():
+    config = drqn.Config(lstm_size=8, encoder_sizes=(8,), sequence_length=3, batch_size=2, lr=1e-3,
+                         lr_decay_updates=2, lr_end=1e-4)
+    obs, act = gym.spaces.Box(-1.0, 1.0, (3,)), gym.spaces.Discrete(2)
+    state = drqn.init(config, obs, act, seed=0)
+    batch = TensorDict({"obs": torch.randn(3, 2, 3), "action": torch.randint(2, (3, 2)),
+                        "reward": torch.randn(3, 2), "next_obs": torch.randn(3, 2, 3),
+                        "terminated": torch.zeros(3, 2, dtype=torch.bool),
+                        "mask": torch.ones(3, 2, dtype=torch.bool)}, batch_size=[3, 2])
+    lrs = []
+    for _ in range(4):
+        state, m = drqn.update(state, batch)
+        lrs.append(float(m["lr"]))
+    assert lrs == pytest.approx([1e-3, 5.5e-4, 1e-4, 1e-4])
+    _, m = drqn.update(drqn.init(drqn.Config(lstm_size=8, encoder_sizes=(8,), sequence_length=3, batch_size=2), obs, act), batch)
+    assert float(m["lr"]) == pytest.approx(drqn.Config().lr)

@@ -509,3 +509,25 @@ def test_update_compiles_fullgraph_and_matches_eager():
     for k in s_eager.keys(include_nested=True, leaves_only=True):
         torch.testing.assert_close(s_comp[k], s_eager[k], rtol=1e-4, atol=1e-5)
     assert int(s_comp["step"]) == 3
+
+
+def test_lr_decay_option_is_linear_in_updates_and_moves_params_by_the_scheduled_rate():
+    """``lr_decay_updates`` (shared with DRQN via ``_qstate``): lr -> lr_end linearly, then constant."""
+    from rlfunc.algos._qstate import q_learning_rate
+
+    config = _tiny(lr=1e-3, lr_decay_updates=4, lr_end=2e-4)
+    got = [float(q_learning_rate(config, torch.tensor(s))) for s in (0, 2, 4, 9)]
+    assert got == pytest.approx([1e-3, 6e-4, 2e-4, 2e-4])
+    assert q_learning_rate(_tiny(lr=1e-3), torch.tensor(7)) == 1e-3  # default: constant, the paper's
+    # Adam's first step moves every parameter by about lr (sign of the gradient):
+    # the decayed run's first step uses lr(0) = lr, its fifth lr_end.
+    state = r2d2.init(config, OBS, ACT, seed=0)
+    metrics = []
+    for _ in range(5):
+        state, m = r2d2.update(state, _batch())
+        metrics.append(float(m["lr"]))
+    assert metrics == pytest.approx([1e-3, 8e-4, 6e-4, 4e-4, 2e-4])
+    with pytest.raises(ValueError, match="lr_end"):
+        _tiny(lr=1e-3, lr_decay_updates=10, lr_end=2e-3)
+    with pytest.raises(ValueError, match="lr_decay_updates"):
+        _tiny(lr_decay_updates=-1)

@@ -92,7 +92,7 @@ import torch.nn.functional as F
 from tensordict import TensorDict
 from torch.func import grad_and_value
 
-from rlfunc.algos._qstate import q_learning_state, q_optimizer
+from rlfunc.algos._qstate import check_lr_decay, q_learning_rate, q_learning_state, q_optimizer
 from rlfunc.core import nets
 from rlfunc.core import returns
 from rlfunc.core.optim import global_norm, linear_schedule
@@ -126,6 +126,8 @@ class Config:
     batch_size: int = 32
     gamma: float = 0.99
     lr: float = 1e-3
+    lr_decay_updates: int | None = None  # option: linear decay lr -> lr_end over this many updates
+    lr_end: float = 0.0
     adam_eps: float = 1e-8
     max_grad_norm: float | None = None
     huber_delta: float | None = 1.0
@@ -145,6 +147,7 @@ class Config:
     init: str = "torch_default"
 
     def __post_init__(self) -> None:
+        check_lr_decay(self)
         if self.lstm_size < 1:
             raise ValueError(f"lstm_size must be at least 1, got {self.lstm_size}.")
         if any(s < 1 for s in self.encoder_sizes):
@@ -376,7 +379,8 @@ def update(
     params, target = state["params"], state["target"]
     grads, (value, aux) = grad_and_value(loss, has_aux=True)(params, target, config, batch)
     grad_norm = global_norm(grads)
-    params, opt_state = q_optimizer(config).step(grads, state["opt"], params)
+    lr = q_learning_rate(config, state["step"])
+    params, opt_state = q_optimizer(config).step(grads, state["opt"], params, lr=lr)
     step = state["step"] + 1
     target = periodic_copy(target, params, step, config.target_period)
     new_state = TensorDict(
@@ -390,6 +394,7 @@ def update(
             "td_abs": aux["td_abs"],
             "valid_fraction": aux["valid_fraction"],
             "grad_norm": grad_norm.detach(),
+            "lr": torch.as_tensor(lr, dtype=torch.float32, device=grad_norm.device),
         },
         batch_size=[],
     )

@@ -123,7 +123,7 @@ import torch.nn.functional as F
 from tensordict import TensorDict
 from torch.func import grad_and_value
 
-from rlfunc.algos._qstate import q_learning_state, q_optimizer
+from rlfunc.algos._qstate import check_lr_decay, q_learning_rate, q_learning_state, q_optimizer
 from rlfunc.core import nets
 from rlfunc.core import returns
 from rlfunc.core.optim import global_norm
@@ -173,6 +173,8 @@ class Config:
     value_rescaling: bool = True
     rescale_eps: float = 1e-3
     lr: float = 1e-4
+    lr_decay_updates: int | None = None  # option: linear decay lr -> lr_end over this many updates
+    lr_end: float = 0.0
     adam_eps: float = 1e-3
     max_grad_norm: float | None = None
     target_period: int = 2_500
@@ -191,6 +193,7 @@ class Config:
     init: str = "torch_default"
 
     def __post_init__(self) -> None:
+        check_lr_decay(self)
         if self.lstm_size < 1:
             raise ValueError(f"lstm_size must be at least 1, got {self.lstm_size}.")
         if any(s < 1 for s in self.encoder_sizes) or any(s < 1 for s in self.head_sizes):
@@ -561,7 +564,8 @@ def update(
     params, target = state["params"], state["target"]
     grads, (value, aux) = grad_and_value(loss, has_aux=True)(params, target, config, batch)
     grad_norm = global_norm(grads)
-    params, opt_state = q_optimizer(config).step(grads, state["opt"], params)
+    lr = q_learning_rate(config, state["step"])
+    params, opt_state = q_optimizer(config).step(grads, state["opt"], params, lr=lr)
     step = state["step"] + 1
     target = periodic_copy(target, params, step, config.target_period)
     new_state = TensorDict({"params": params, "target": target, "opt": opt_state, "step": step}, batch_size=[])
@@ -573,6 +577,7 @@ def update(
             "td_abs": aux["td_abs"],
             "valid_fraction": aux["valid_fraction"],
             "grad_norm": grad_norm.detach(),
+            "lr": torch.as_tensor(lr, dtype=torch.float32, device=grad_norm.device),
             "priority_mean": aux["priorities"].mean(),
             "priorities": aux["priorities"],
         },
