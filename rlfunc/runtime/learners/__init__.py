@@ -1,0 +1,33 @@
+"""Learners: the stateful glue between the loop and a pure algorithm.
+
+A learner owns the algorithm state (one TensorDict), its replay buffer and
+its random generator, and exposes what the training loop needs:
+
+* ``explore(obs, env_step, episode_start)`` -> actions for every env
+  (random before ``train.random_steps``, then the stochastic policy;
+  ``episode_start [num_envs]`` marks observations that begin an episode, where
+  recurrent learners reset their carry);
+* ``observe(rows)`` stores transitions from the collector;
+* ``learn()`` -> metrics (or ``None`` while there is too little data);
+* ``policy()`` -> a deterministic :class:`~rlfunc.runtime.policy.Policy`;
+* ``state_tensors()`` / ``load_state_tensors(td)`` for checkpoints.
+
+Only :meth:`learn` calls the (optionally compiled) pure ``update``; with
+``train.cuda_graph`` it is wrapped by :func:`learner_update` so that the state
+keeps fixed addresses and the update replays as a CUDA graph.
+"""
+
+from rlfunc.runtime.learners.base import TransitionLearner, compiled_update, learner_update
+from rlfunc.runtime.learners.pixel import PixelLearner
+from rlfunc.runtime.learners.prior_data import PriorDataLearner
+from rlfunc.runtime.learners.sequence import R2D2Learner, SequenceLearner
+
+__all__ = [
+    "TransitionLearner",
+    "SequenceLearner",
+    "R2D2Learner",
+    "PriorDataLearner",
+    "PixelLearner",
+    "compiled_update",
+    "learner_update",
+]

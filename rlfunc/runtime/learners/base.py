@@ -1,0 +1,189 @@
+"""The learner protocol, the update a learner calls, and :class:`TransitionLearner` (REDQ, SAC).
+
+See :mod:`rlfunc.runtime.learners` for what every learner exposes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from rlfunc.replay.uniform import UniformReplay
+from rlfunc.runtime.policy import Policy
+
+__all__ = ["TransitionLearner", "compiled_update", "learner_update"]
+
+
+def compiled_update(algo, train_cfg):
+    """The algorithm's ``update``, compiled as ``train.compile``/``train.compile_mode`` ask.
+
+    Algorithms with a ``make_update(mode)`` (REDQ, SAC, RLPD) may compile per
+    step (``"step"``: graphs independent of the number of updates per env
+    step) or whole (``"full"``); others compile ``update`` whole.
+    """
+    if not train_cfg.compile:
+        return algo.update
+    if hasattr(algo, "make_update"):
+        return algo.make_update(train_cfg.compile_mode)
+    return torch.compile(algo.update, fullgraph=True)
+
+
+def learner_update(algo, train_cfg, state: TensorDict):
+    """What a learner calls as ``update``: :func:`compiled_update`, and with
+    ``train.cuda_graph`` that update behind
+    :class:`~rlfunc.runtime.graphs.FixedStateUpdate` (state at fixed addresses,
+    recorded and replayed as a CUDA graph; eager with one warning if capture
+    fails). The learner keeps calling ``self.state, metrics =
+    self._update(self.state, batch[, noise])``.
+    """
+    update = compiled_update(algo, train_cfg)
+    if getattr(train_cfg, "cuda_graph", False):
+        from rlfunc.runtime.graphs import FixedStateUpdate
+
+        return FixedStateUpdate(update, state, cuda_graph=True)
+    return update
+
+
+def _fixed_state(update, state: TensorDict) -> TensorDict:
+    """The wrapper's own (fixed-address) state when ``update`` is a FixedStateUpdate, else ``state``."""
+    from rlfunc.runtime.graphs import FixedStateUpdate
+
+    return update.state if isinstance(update, FixedStateUpdate) else state
+
+
+def _generator(device: torch.device, seed: int) -> torch.Generator:
+    return torch.Generator(device=device).manual_seed(int(seed))
+
+
+class TransitionLearner:
+    """Off-policy learning from uniformly replayed transitions (REDQ, SAC).
+
+    Each call of :meth:`learn` draws ``G * B`` rows at once (``G =
+    agent.updates_per_step``), reshapes them to ``[G, B]`` and runs one pure
+    ``update`` over them: one environment step's worth of learning.
+    """
+
+    def __init__(self, entry, run_config, obs_space: gym.Space, act_space: gym.Space) -> None:
+        self.entry = entry
+        self.algo = entry.algo
+        self.config = run_config.agent
+        self.train_cfg = run_config.train
+        self.device = torch.device(self.train_cfg.device)
+        self.obs_space, self.act_space = obs_space, act_space
+        seed = self.train_cfg.seed
+        self.state = self.algo.init(self.config, obs_space, act_space, seed=seed, device=self.device)
+        self.replay = UniformReplay(self.train_cfg.replay_size, device=self.device)
+        self.generator = _generator(self.device, seed + 1)
+        self.act_dim = int(np.prod(act_space.shape))
+        self._update = learner_update(self.algo, self.train_cfg, self.state)
+        self.state = _fixed_state(self._update, self.state)
+
+    # -- acting -------------------------------------------------------------
+    def explore(self, obs: np.ndarray, env_step: int, episode_start: np.ndarray | None = None) -> np.ndarray:
+        n = obs.shape[0]
+        if env_step < self.train_cfg.random_steps:
+            a = torch.rand((n, self.act_dim), generator=self.generator, device=self.device) * 2.0 - 1.0
+        else:
+            obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+            noise = torch.randn((n, self.act_dim), generator=self.generator, device=self.device)
+            a = self.algo.act(self.state["params"], obs_t, noise, config=self.config)
+        return a.cpu().numpy()
+
+    def observe(self, rows: TensorDict) -> None:
+        stored = TensorDict(
+            {
+                "obs": rows["obs"].float(),
+                "action": rows["action"].float(),
+                "reward": rows["reward"].float(),
+                "next_obs": rows["next_obs"].float(),
+                "terminated": rows["terminated"].float(),
+            },
+            batch_size=rows.batch_size,
+        )
+        self.replay.add(stored)
+
+    # -- learning -----------------------------------------------------------
+    def ready(self, env_step: int) -> bool:
+        return env_step >= self.train_cfg.random_steps and len(self.replay) >= 1
+
+    def sample_batch(self) -> TensorDict:
+        g, b = self.config.updates_per_step, self.config.batch_size
+        return self.replay.sample(g * b, generator=self.generator).reshape(g, b)
+
+    def learn(self) -> TensorDict:
+        batch = self.sample_batch()
+        g, b = batch.batch_size
+        noise = self.algo.draw_noise(self.config, g, b, self.act_dim, generator=self.generator, device=self.device)
+        self.state, metrics = self._update(self.state, batch, noise)
+        return metrics
+
+    def params_finite(self) -> bool:
+        leaves = [v for v in self.state.exclude("config").values(True, True) if v.is_floating_point()]
+        return bool(torch.stack([torch.isfinite(v).all() for v in leaves]).all())
+
+    # -- evaluation and saving ---------------------------------------------
+    def policy(self) -> Policy:
+        low = high = None
+        native = getattr(self, "native_action_space", None) or self.act_space
+        if isinstance(native, gym.spaces.Box):
+            low, high = native.low, native.high
+        return Policy(self.entry.name, self.state["params"], self.config, low, high, self.obs_space.shape, self.device)
+
+    def state_tensors(self) -> TensorDict:
+        return TensorDict(
+            {
+                "state": self.state.exclude("config"),
+                "replay": self.replay.state_dict(),
+                "generator": self.generator.get_state(),
+            },
+            batch_size=[],
+        )
+
+    def load_state_tensors(self, td: TensorDict) -> None:
+        state = td["state"].to(self.device)
+        expected = set(self.state.exclude("config").keys(True, True))
+        got = set(state.keys(True, True))
+        if expected != got:
+            missing = sorted(map(str, expected - got))[:3]
+            raise ValueError(
+                f"Checkpoint state does not match algo {self.entry.name!r} (missing {missing}); load it with the config it was trained with."
+            )
+        for key in expected:
+            if state[key].shape != self.state[key].shape:
+                raise ValueError(
+                    f"Checkpoint tensor {key} has shape {tuple(state[key].shape)} but this config expects "
+                    f"{tuple(self.state[key].shape)}; load it with the config it was trained with."
+                )
+        config = self.state.get_non_tensor("config")
+        self.state = state
+        self.state.set_non_tensor("config", config)
+        self.replay.load_state_dict(td["replay"])
+        self.generator.set_state(td["generator"])
+
+    def export_meta(self) -> dict[str, Any]:
+        """What :func:`rlfunc.load` needs besides the tensors."""
+        meta: dict[str, Any] = {"obs_shape": list(self.obs_space.shape)}
+        native = getattr(self, "native_action_space", None) or self.act_space
+        if isinstance(native, gym.spaces.Box):
+            meta["action_low"] = native.low.tolist()
+            meta["action_high"] = native.high.tolist()
+        return meta
+
+
+def _native_action_space(run_config, act_space: gym.Space) -> gym.Space:
+    """The env's own action space (before rlfunc rescales it to [-1, 1])."""
+    from rlfunc.envs import build_wrappers, make_env
+
+    env = make_env(
+        run_config.env.id,
+        kwargs=run_config.env.kwargs,
+        wrappers=build_wrappers(run_config.env.wrappers),
+        rescale_actions=False,
+    )
+    space = env.action_space
+    env.close()
+    return space

@@ -1,0 +1,105 @@
+"""DrQ-v2's learner from pixels (:class:`PixelLearner`)."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from rlfunc.runtime.learners.base import TransitionLearner
+
+__all__ = ["PixelLearner"]
+
+
+class PixelLearner(TransitionLearner):
+    """DrQ-v2 from pixels: frame-once n-step replay, an update every few agent steps.
+
+    * :meth:`explore` acts uniformly at random for the first
+      ``train.random_steps`` agent steps (DrQ-v2: 2000 = 4000 frames), then
+      samples the policy with sigma from the schedule at the current agent
+      step and *unclipped* noise (the official ``dist.sample(clip=None)``);
+    * :meth:`observe` stores each step in a
+      :class:`~rlfunc.replay.pixels.PixelReplay` (newest frame only; stacks
+      and n-step rewards assembled at sample time; ``agent.nstep``,
+      ``agent.gamma``, ``agent.frame_stack``); ``train.replay_size`` counts
+      frames;
+    * :meth:`ready` is True every ``agent.update_every`` agent steps once
+      ``train.random_steps`` were collected; :meth:`learn` writes the agent
+      step into ``state["agent_step"]`` (what the sigma schedule reads),
+      samples one ``[B]`` batch and runs one pure ``update``.
+
+    One env only (``env.num_envs: 1``), as in the official code.
+    """
+
+    def __init__(self, entry, run_config, obs_space: gym.Space, act_space: gym.Space) -> None:
+        from rlfunc.replay.pixels import PixelReplay
+
+        if int(run_config.env.num_envs) != 1:
+            raise ValueError(
+                f"{entry.name} trains on one env (env.num_envs: 1), got env.num_envs={run_config.env.num_envs}."
+            )
+        super().__init__(entry, run_config, obs_space, act_space)
+        cfg = self.config
+        if tuple(obs_space.shape)[0] % cfg.frame_stack != 0:
+            raise ValueError(
+                f"Observations have {obs_space.shape[0]} channels, not a multiple of agent.frame_stack={cfg.frame_stack}; "
+                "set agent.frame_stack to the env's frame stack."
+            )
+        self.replay = PixelReplay(
+            self.train_cfg.replay_size,
+            tuple(obs_space.shape),
+            self.act_dim,
+            frame_stack=cfg.frame_stack,
+            nstep=cfg.nstep,
+            gamma=cfg.gamma,
+            device=self.device,
+        )
+        self._env_step = 0
+
+    def explore(self, obs: np.ndarray, env_step: int, episode_start: np.ndarray | None = None) -> np.ndarray:
+        self._env_step = int(env_step)
+        n = obs.shape[0]
+        if env_step < self.train_cfg.random_steps:
+            a = torch.rand((n, self.act_dim), generator=self.generator, device=self.device) * 2.0 - 1.0
+        else:
+            obs_t = torch.as_tensor(obs, device=self.device)
+            noise = torch.randn((n, self.act_dim), generator=self.generator, device=self.device)
+            a = self.algo.act(self.state["params"], obs_t, noise, config=self.config, step=env_step)
+        return a.cpu().numpy()
+
+    def observe(self, rows: TensorDict) -> None:
+        for i in range(rows.batch_size[0]):
+            self.replay.add(
+                rows["obs"][i],
+                rows["action"][i],
+                float(rows["reward"][i]),
+                rows["next_obs"][i],
+                bool(rows["terminated"][i]),
+                bool(rows["truncated"][i]),
+            )
+
+    def ready(self, env_step: int) -> bool:
+        return (
+            env_step >= self.train_cfg.random_steps
+            and env_step % self.config.update_every == 0
+            and len(self.replay) >= 1
+        )
+
+    def sample_batch(self) -> TensorDict:
+        return self.replay.sample(self.config.batch_size, generator=self.generator)
+
+    def learn(self) -> TensorDict:
+        # In place (a fill kernel, no host sync): with train.cuda_graph the state's buffers must not move.
+        self.state["agent_step"].fill_(self._env_step + 1)
+        batch = self.sample_batch()
+        noise = self.algo.draw_noise(
+            self.config, batch.batch_size[0], self.act_dim, generator=self.generator, device=self.device
+        )
+        self.state, metrics = self._update(self.state, batch, noise)
+        return metrics
+
+    def load_state_tensors(self, td: TensorDict) -> None:
+        super().load_state_tensors(td)
+        # The collector starts a new episode after a restore: close the replay's open one.
+        self.replay.flush()

@@ -1,0 +1,114 @@
+"""RLPD's learner: online replay plus a prior dataset, sampled half and half (:class:`PriorDataLearner`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import torch
+from tensordict import TensorDict
+
+from rlfunc.runtime.learners.base import TransitionLearner, _native_action_space
+
+__all__ = ["PriorDataLearner"]
+
+
+class PriorDataLearner(TransitionLearner):
+    """Off-policy learning from online replay mixed with prior data (RLPD).
+
+    The run config's ``data`` section names the dataset (``.npz`` or Minari
+    directory, :mod:`rlfunc.replay.offline`). It is loaded and validated
+    against the env's spaces here, at construction, so a bad dataset stops
+    the run before any env step. Each :meth:`learn` draws one ``[G, B]``
+    batch in which every mini-batch holds exactly ``round(B *
+    data.offline_ratio)`` prior rows and the rest from the online replay
+    (:class:`~rlfunc.replay.offline.MixedSampler`); the prior data is never
+    copied into the online buffer.
+
+    ``data.pretrain_steps > 0`` (the earlier package's option; RLPD's
+    default is 0) runs that many updates on prior-only ``[G, B]`` batches
+    before the first online update (the official ``train_finetuning.py``
+    pre-training loop).
+
+    Checkpoints do not contain the dataset: they store its path and SHA-256
+    (``meta["dataset"]`` and a tensor in the state), and a resumed run reloads
+    the file and refuses to continue if it changed.
+    """
+
+    def __init__(self, entry, run_config, obs_space: gym.Space, act_space: gym.Space) -> None:
+        from rlfunc.replay.offline import MixedSampler, load_dataset
+
+        super().__init__(entry, run_config, obs_space, act_space)
+        self.data_cfg = run_config.data
+        self.dataset = None
+        if self.data_cfg.path:
+            native_act = _native_action_space(run_config, act_space)
+            self.dataset = load_dataset(
+                self.data_cfg.path,
+                obs_space,
+                native_act,
+                fmt=self.data_cfg.format,
+                env_id=run_config.env.id,
+                device=self.device,
+            )
+        ratio = self.data_cfg.offline_ratio if self.dataset is not None else 0.0
+        self.sampler = MixedSampler(self.dataset, self.replay, ratio)
+        self.pretrained = 0
+
+    def ready(self, env_step: int) -> bool:
+        return env_step >= self.train_cfg.random_steps and self.sampler.ready()
+
+    def sample_batch(self) -> TensorDict:
+        g, b = self.config.updates_per_step, self.config.batch_size
+        return self.sampler.sample(g, b, generator=self.generator)
+
+    def pretrain(self) -> TensorDict | None:
+        """Run the remaining ``data.pretrain_steps`` prior-only updates (no-op when done)."""
+        metrics = None
+        g, b = self.config.updates_per_step, self.config.batch_size
+        while self.dataset is not None and self.pretrained < self.data_cfg.pretrain_steps:
+            batch = self.dataset.sample(g * b, generator=self.generator).reshape(g, b)
+            noise = self.algo.draw_noise(self.config, g, b, self.act_dim, generator=self.generator, device=self.device)
+            self.state, metrics = self._update(self.state, batch, noise)
+            self.pretrained += 1
+        return metrics
+
+    def learn(self) -> TensorDict:
+        self.pretrain()
+        return super().learn()
+
+    def _checksum_tensor(self) -> torch.Tensor:
+        digest = bytes.fromhex(self.dataset.checksum) if self.dataset is not None else b""
+        return torch.tensor(list(digest), dtype=torch.uint8)
+
+    def state_tensors(self) -> TensorDict:
+        td = super().state_tensors()
+        td["data"] = TensorDict(
+            {"sha256": self._checksum_tensor(), "pretrained": torch.tensor(self.pretrained, dtype=torch.int64)},
+            batch_size=[],
+        )
+        return td
+
+    def load_state_tensors(self, td: TensorDict) -> None:
+        from rlfunc.replay.offline import DatasetError
+
+        if "data" in td.keys():
+            saved = bytes(td["data", "sha256"].tolist()).hex()
+            current = self._checksum_tensor()
+            if saved != bytes(current.tolist()).hex():
+                path = self.dataset.path if self.dataset is not None else None
+                raise DatasetError(
+                    f"The prior dataset {path!r} is not the one this run was trained with "
+                    f"(sha256 {bytes(current.tolist()).hex()[:12] or 'none'} now, {saved[:12] or 'none'} in the checkpoint); "
+                    "restore the original file or start a new run."
+                )
+            self.pretrained = int(td["data", "pretrained"])
+        super().load_state_tensors(td)
+
+    def export_meta(self) -> dict[str, Any]:
+        from rlfunc.replay.offline import describe
+
+        meta = super().export_meta()
+        if self.dataset is not None:
+            meta["dataset"] = describe(self.dataset)
+        return meta

@@ -1,0 +1,257 @@
+"""Recurrent learners over replayed windows: :class:`SequenceLearner` (DRQN, DQN control) and :class:`R2D2Learner`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from rlfunc.replay.sequence import SequenceReplay
+from rlfunc.runtime.learners.base import TransitionLearner, _fixed_state, _generator, learner_update
+
+__all__ = ["SequenceLearner", "R2D2Learner"]
+
+
+class SequenceLearner(TransitionLearner):
+    """Recurrent off-policy learning from replayed windows (DRQN; the ``dqn`` control).
+
+    The algorithm module provides ``init``, ``update``, ``act`` (epsilon-greedy
+    with explicit noise), ``epsilon(config, env_step)``, ``draw_act_noise``,
+    ``initial_carry``, ``carry_to_td`` and ``greedy_action``
+    (:mod:`rlfunc.algos.drqn`). Subclasses change the replay
+    (:meth:`_make_replay`), the carry and the acting call
+    (:meth:`_carry_before_step`, :meth:`_act`), the exploration rate
+    (:meth:`_epsilon`) and when and how to learn (:meth:`ready`, :meth:`learn`):
+    :class:`R2D2Learner`.
+
+    * :meth:`explore` keeps one recurrent carry per env, zeroes it where
+      ``episode_start`` is True, and acts epsilon-greedily with the schedule
+      ``epsilon(config, env_step)`` (no separate uniform warm-up: the schedule
+      starts at ``eps_start = 1``);
+    * :meth:`observe` feeds a :class:`~rlfunc.replay.sequence.SequenceReplay`
+      (``agent.buffer_windows`` windows of ``agent.sequence_length`` steps,
+      a new window every ``agent.sequence_period`` steps) with the rows'
+      ``env_id``; the actor's carry before each step goes with it when the
+      algorithm starts unrolls from stored state (``initial_state="stored"``);
+    * :meth:`ready` is True every ``agent.train_every`` env steps once
+      ``agent.learning_starts`` steps were collected; :meth:`learn` samples
+      ``[T, B]`` windows and runs one pure ``update`` (compiled with
+      ``train.compile``).
+
+    The agent section, not ``train``, sets the replay size and the warm-up:
+    ``train.random_steps`` and ``train.replay_size`` are not used.
+    """
+
+    def __init__(self, entry, run_config, obs_space: gym.Space, act_space: gym.Space) -> None:
+        self.entry = entry
+        self.algo = entry.algo
+        self.config = run_config.agent
+        self.train_cfg = run_config.train
+        self.device = torch.device(self.train_cfg.device)
+        self.obs_space, self.act_space = obs_space, act_space
+        self.num_envs = int(run_config.env.num_envs)
+        seed = self.train_cfg.seed
+        self.state = self.algo.init(self.config, obs_space, act_space, seed=seed, device=self.device)
+        self.replay = self._make_replay()
+        self.store_carry = getattr(self.config, "initial_state", "zeros") == "stored"
+        self.generator = _generator(self.device, seed + 1)
+        self.carry = self.algo.initial_carry(self.config, self.num_envs, device=self.device)
+        self._carry_before = self.carry  # the carry each env acted from at the last explore
+        self._env_step = 0
+        self._batch_keys = ["obs", "action", "reward", "next_obs", "terminated", "mask"]
+        if self.store_carry:
+            self._batch_keys.append("init_carry")
+        self._update = learner_update(self.algo, self.train_cfg, self.state)
+        self.state = _fixed_state(self._update, self.state)
+
+    def _make_replay(self) -> SequenceReplay:
+        return SequenceReplay(
+            self.config.buffer_windows,
+            self.config.sequence_length,
+            self.num_envs,
+            period=self.config.sequence_period,
+            device=self.device,
+        )
+
+    # -- acting -------------------------------------------------------------
+    def _epsilon(self, env_step: int) -> torch.Tensor:
+        return self.algo.epsilon(self.config, env_step)
+
+    def _carry_before_step(self, start: torch.Tensor | None):
+        """The carry each env acts from: the last one, zeroed where ``start [n]`` (bool) is True."""
+        h, c = self.carry
+        if start is not None:
+            h = torch.where(start.reshape(-1, 1), 0.0, h)
+            c = torch.where(start.reshape(-1, 1), 0.0, c)
+        return (h, c)
+
+    def _act(self, obs: torch.Tensor, carry, epsilon: torch.Tensor, noise: torch.Tensor):
+        return self.algo.act(self.state["params"], obs, carry, epsilon, noise)
+
+    def explore(self, obs: np.ndarray, env_step: int, episode_start: np.ndarray | None = None) -> np.ndarray:
+        n = obs.shape[0]
+        self._env_step = int(env_step)
+        if n != self.num_envs:
+            raise ValueError(f"explore got observations of {n} envs, the learner was built for {self.num_envs}.")
+        obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+        start = None
+        if episode_start is not None:
+            start = torch.as_tensor(np.asarray(episode_start, dtype=bool), device=self.device).reshape(n)
+        self._carry_before = self._carry_before_step(start)
+        noise = self.algo.draw_act_noise(n, generator=self.generator, device=self.device)
+        action, self.carry = self._act(obs_t, self._carry_before, self._epsilon(env_step), noise)
+        return action.cpu().numpy()
+
+    def observe(self, rows: TensorDict) -> None:
+        n = rows.batch_size[0]
+        if n == 0:
+            return
+        env_ids = rows["env_id"].to(torch.int64)
+        step = TensorDict(
+            {
+                "obs": rows["obs"].float(),
+                "action": rows["action"].to(torch.int64).reshape(n),
+                "reward": rows["reward"].float().reshape(n),
+                "next_obs": rows["next_obs"].float(),
+                "terminated": rows["terminated"].bool().reshape(n),
+                "truncated": rows["truncated"].bool().reshape(n),
+            },
+            batch_size=[n],
+        ).to(self.device)
+        carry = None
+        if self.store_carry:
+            carry = self.algo.carry_to_td(self._carry_before)[env_ids.to(self.device)]
+        self.replay.add(step, carry, env_ids=env_ids.cpu().numpy())
+
+    # -- learning -----------------------------------------------------------
+    def ready(self, env_step: int) -> bool:
+        return (
+            env_step >= self.config.learning_starts
+            and env_step % self.config.train_every == 0
+            and len(self.replay) >= 1
+        )
+
+    def sample_batch(self) -> TensorDict:
+        return self.replay.sample(self.config.batch_size, generator=self.generator).select(*self._batch_keys)
+
+    def learn(self) -> TensorDict:
+        self.state, metrics = self._update(self.state, self.sample_batch())
+        metrics["epsilon"] = self._epsilon(self._env_step)
+        return metrics
+
+    # -- saving -----------------------------------------------------------------
+    def load_state_tensors(self, td: TensorDict) -> None:
+        super().load_state_tensors(td)
+        # The collector starts a new episode in every env after a restore:
+        # close the replay's open episodes (bootstrapping through the cut, as
+        # through a time limit) and start every carry from zeros.
+        self.replay.flush()
+        self.carry = self.algo.initial_carry(self.config, self.num_envs, device=self.device)
+        self._carry_before = self.carry
+
+    def export_meta(self) -> dict[str, Any]:
+        meta = super().export_meta()
+        meta["num_actions"] = int(self.act_space.n) if isinstance(self.act_space, gym.spaces.Discrete) else None
+        return meta
+
+
+class R2D2Learner(SequenceLearner):
+    """R2D2 (:mod:`rlfunc.algos.r2d2`): :class:`SequenceLearner` with prioritized
+    windows, stored state with the previous action and reward, and one fixed
+    epsilon per actor.
+
+    * **actors**: every env of the vector env is one actor with its own
+      ``eps_i = epsilon_base^(1 + epsilon_alpha i / (N - 1))``
+      (:func:`rlfunc.algos.r2d2.actor_epsilons`; Ape-X / R2D2). Inference is
+      batched centrally, SEED-RL style: one ``act`` call per vector step
+      computes the Q-values of all ``N`` actors with the learner's current
+      parameters (no parameter lag, unlike the paper's distributed actors);
+    * **carry**: :class:`rlfunc.algos.r2d2.Carry` ``(h, c, prev_action,
+      prev_reward)`` per env, zeroed at episode starts
+      (:func:`~rlfunc.algos.r2d2.prepare_carry`); :meth:`observe` writes each
+      env's reward into it for the next step. The carry an env acted from is
+      stored with each step, so every window keeps the state *before* its
+      first step;
+    * **replay**: :class:`~rlfunc.replay.prioritized.PrioritizedSequenceReplay`
+      from :func:`~rlfunc.algos.r2d2.replay_kwargs` (``replay_capacity``
+      windows of ``burn_in + sequence_length`` steps every
+      ``sequence_period``; priority exponent 0.9, importance exponent 0.6);
+      after each update the new priorities (``metrics["priorities"]``) are
+      written back for the sampled windows and removed from the metrics;
+    * **when to learn** (Acme's ``SampleToInsertRatio`` rate limiter, without
+      blocking the actors): once ``min_replay_size`` windows are stored, an
+      update runs at an env step when ``(updates + 1) * batch_size <=
+      samples_per_insert * (windows_inserted - min_replay_size) +
+      batch_size``, at most one update per env step (so ``samples_per_insert``
+      above ``batch_size * sequence_period`` caps at one update per step).
+
+    The agent section sets replay size, warm-up and rate (``replay_capacity``,
+    ``min_replay_size``, ``samples_per_insert``); ``train.random_steps`` and
+    ``train.replay_size`` are not used.
+    """
+
+    def __init__(self, entry, run_config, obs_space: gym.Space, act_space: gym.Space) -> None:
+        super().__init__(entry, run_config, obs_space, act_space)
+        self._epsilons = self.algo.actor_epsilons(
+            self.num_envs, self.config.epsilon_base, self.config.epsilon_alpha
+        ).to(self.device)
+        self._batch_keys.append("weight")
+        self._updates = 0  # = int(state["step"]), kept on the host (no device sync per env step)
+
+    def _make_replay(self) -> SequenceReplay:
+        from rlfunc.replay.prioritized import PrioritizedSequenceReplay
+
+        return PrioritizedSequenceReplay(
+            num_envs=self.num_envs, device=self.device, **self.algo.replay_kwargs(self.config)
+        )
+
+    # -- acting -------------------------------------------------------------
+    def _epsilon(self, env_step: int) -> torch.Tensor:
+        return self._epsilons
+
+    @property
+    def epsilons(self) -> torch.Tensor:
+        """``[num_envs]`` exploration rate of each actor (fixed for the whole run)."""
+        return self._epsilons.clone()
+
+    def _carry_before_step(self, start: torch.Tensor | None):
+        return self.algo.prepare_carry(self.carry, reset=start)
+
+    def _act(self, obs: torch.Tensor, carry, epsilon: torch.Tensor, noise: torch.Tensor):
+        return self.algo.act(self.state["params"], obs, None, None, carry, epsilon, noise)
+
+    def observe(self, rows: TensorDict) -> None:
+        super().observe(rows)
+        n = rows.batch_size[0]
+        if n == 0:
+            return
+        # The reward each env just got is the network's "previous reward" input at its next step.
+        idx = rows["env_id"].to(torch.int64).to(self.device)
+        prev_reward = self.carry.prev_reward.clone()
+        prev_reward[idx] = rows["reward"].float().reshape(n).to(self.device)
+        self.carry = self.carry._replace(prev_reward=prev_reward)
+
+    # -- learning -----------------------------------------------------------
+    def ready(self, env_step: int) -> bool:
+        cfg = self.config
+        if len(self.replay) < max(cfg.min_replay_size, 1):
+            return False
+        allowed = cfg.samples_per_insert * (self.replay.windows_added - cfg.min_replay_size) + cfg.batch_size
+        return (self._updates + 1) * cfg.batch_size <= allowed
+
+    def learn(self) -> TensorDict:
+        sample = self.replay.sample(self.config.batch_size, generator=self.generator)
+        self.state, metrics = self._update(self.state, sample.select(*self._batch_keys))
+        self._updates += 1
+        priorities = metrics.pop("priorities")
+        self.replay.update_priorities(sample["window"][0], priorities)
+        metrics["replay_windows"] = torch.tensor(float(len(self.replay)))
+        return metrics
+
+    # -- saving -----------------------------------------------------------------
+    def load_state_tensors(self, td: TensorDict) -> None:
+        super().load_state_tensors(td)
+        self._updates = int(self.state["step"])
