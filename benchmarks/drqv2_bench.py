@@ -232,22 +232,14 @@ def update_drqv2(args: argparse.Namespace, R) -> dict:
 
     graph_state = state0.clone()
     graph_state.set_non_tensor("config", config)
-    graph_name, graph_step, graph_info = R.cuda_graph_variant(
+    graph_name, graph_info = R.add_cuda_graph_variant(
+        runners, notes, warm,
         drqv2.update if args.no_compile else torch.compile(drqv2.update, fullgraph=True),
         graph_state,
         (batch, noise),
         device,
         compiled=not args.no_compile,
     )
-    if graph_step is not None:
-        runners[graph_name] = graph_step
-        notes[graph_name] = graph_info
-        t0 = time.perf_counter()
-        graph_step()
-        R.sync(device)
-        warm[graph_name] = time.perf_counter() - t0
-    else:
-        print(f"  {graph_name}: unavailable ({graph_info['unavailable']})", flush=True)
 
     rows: list[dict] = []
     ceilings: dict[int, float] = {}
@@ -302,7 +294,7 @@ def update_drqv2(args: argparse.Namespace, R) -> dict:
             if name == "functional-compiled":
                 row["compile_s"] = compile_info["compile_s"].get(str(threads))
             rows.append(row)
-        if graph_step is None:
+        if graph_name not in runners:
             rows.append(R.unavailable_row(graph_name, graph_info["unavailable"], threads, device))
 
     env_steps = 30 if args.quick else args.env_steps

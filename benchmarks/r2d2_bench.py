@@ -190,22 +190,14 @@ def update_r2d2(args: argparse.Namespace, run) -> dict:
             lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
             compile_info["error"] = f"{type(exc).__name__}: {' '.join(lines[:2])}"[:600]
             print(f"  compile FAILED: {compile_info['error']}", flush=True)
-    graph_name, graph_step, graph_info = run.cuda_graph_variant(
+    graph_name, graph_info = run.add_cuda_graph_variant(
+        runners, notes, warm,
         r2d2.update if args.no_compile else torch.compile(r2d2.update, fullgraph=True),
         r2d2.init(config, obs_space, act_space, seed=0, device=device),
         (batch,),
         device,
         compiled=not args.no_compile,
     )
-    if graph_step is not None:
-        runners[graph_name] = graph_step
-        notes[graph_name] = graph_info
-        t0 = time.perf_counter()
-        graph_step()
-        run.sync(device)
-        warm[graph_name] = time.perf_counter() - t0
-    else:
-        print(f"  {graph_name}: unavailable ({graph_info['unavailable']})", flush=True)
     steps = {n: max(1, int(round(args.window_s / max(warm[n], 1e-6)))) for n in runners}
     rows: list[dict] = []
     ceilings: dict[int, float] = {}
@@ -238,7 +230,7 @@ def update_r2d2(args: argparse.Namespace, run) -> dict:
             if name == "functional-compiled" and compile_info is not None:
                 row["compile_s"] = compile_info["compile_s"].get(str(threads_list[0]))
             rows.append(row)
-        if graph_step is None:
+        if graph_name not in runners:
             rows.append(run.unavailable_row(graph_name, graph_info["unavailable"], threads, device))
     return {
         "benchmark": "update",

@@ -245,6 +245,29 @@ def cuda_graph_variant(update, state, inputs: tuple, device: torch.device, *, co
                         "capture_s": time.perf_counter() - t0}
 
 
+def add_cuda_graph_variant(runners: dict, notes: dict, warm: dict, update, state, inputs: tuple,
+                           device: torch.device, *, compiled: bool, **info_extra) -> tuple[str, dict]:
+    """:func:`cuda_graph_variant`, registered with a benchmark's ``runners``/``notes``/``warm``.
+
+    When the graph is recorded, its step joins ``runners`` and one timed call
+    fills ``warm[name]``; otherwise the reason is printed. Returns ``(name,
+    info)`` (``info["unavailable"]`` set when it could not run).
+    """
+    name, step, info = cuda_graph_variant(update, state, inputs, device, compiled=compiled)
+    info.update(info_extra)
+    if step is None:
+        print(f"  {name}: unavailable ({info['unavailable']})", flush=True)
+        return name, info
+    runners[name] = step
+    notes[name] = info
+    t0 = time.perf_counter()
+    step()
+    sync(device)
+    warm[name] = time.perf_counter() - t0
+    print(f"  warm-up {name}: {warm[name] * 1e3:.1f} ms/update", flush=True)
+    return name, info
+
+
 def unavailable_row(name: str, reason: str, threads: int, device: torch.device, **extra) -> dict:
     """A variant that could not run here, with the reason (the row's numbers are None)."""
     return {
@@ -399,24 +422,15 @@ def update_redq(args: argparse.Namespace, algo: str = "redq") -> dict:
 
     # The whole update recorded as one CUDA graph (state at fixed addresses); unavailable on CPU.
     graph_mode = min(eager_modes, key=lambda m: warm[f"functional-eager-{m}"])
-    graph_name, graph_step, graph_info = cuda_graph_variant(
+    graph_name, graph_info = add_cuda_graph_variant(
+        runners, notes, warm,
         redq.update if args.no_compile else redq.make_update(args.compile_mode),
         redq.init(config(graph_mode), obs_space, act_space, seed=0, device=device),
         (batch, noise),
         device,
         compiled=not args.no_compile,
+        ensemble_mode=graph_mode,
     )
-    graph_info["ensemble_mode"] = graph_mode
-    if graph_step is not None:
-        runners[graph_name] = graph_step
-        notes[graph_name] = graph_info
-        t0 = time.perf_counter()
-        graph_step()
-        sync(device)
-        warm[graph_name] = time.perf_counter() - t0
-        print(f"  warm-up {graph_name}: {warm[graph_name] * 1e3:.1f} ms/env step", flush=True)
-    else:
-        print(f"  {graph_name}: unavailable ({graph_info['unavailable']})", flush=True)
 
     # torch.compile: dynamo guards on the thread count (inductor bakes it into
     # its C++ kernels), so the update is compiled once per thread count; each
@@ -513,7 +527,7 @@ def update_redq(args: argparse.Namespace, algo: str = "redq") -> dict:
                 row["compile_s"] = compile_info["compile_s"].get(str(threads))
                 row["recompiled_during_timing"] = recompiled
             rows.append(row)
-        if graph_step is None:
+        if graph_name not in runners:
             rows.append(unavailable_row(graph_name, graph_info["unavailable"], threads, device,
                                         ensemble_mode=graph_mode))
         if compile_info is not None and compile_info["error"]:
@@ -806,22 +820,14 @@ def update_drqn(args: argparse.Namespace) -> dict:
             if info["error"]:
                 compile_errors.append(f"T={T}: {info['error']}")
             notes["functional-compiled"] = {k: v for k, v in info.items() if v is not None}
-        graph_name, graph_step, graph_info = cuda_graph_variant(
+        graph_name, graph_info = add_cuda_graph_variant(
+            runners, notes, warm,
             drqn.update if args.no_compile else torch.compile(drqn.update, fullgraph=True),
             drqn.init(config, obs_space, act_space, seed=0, device=device),
             (batch,),
             device,
             compiled=not args.no_compile,
         )
-        if graph_step is not None:
-            runners[graph_name] = graph_step
-            notes[graph_name] = graph_info
-            t0 = time.perf_counter()
-            graph_step()
-            sync(device)
-            warm[graph_name] = time.perf_counter() - t0
-        else:
-            print(f"  T={T} {graph_name}: unavailable ({graph_info['unavailable']})", flush=True)
         steps = {n: max(1, int(round(args.window_s / max(warm[n], 1e-6)))) for n in runners}
         for threads in threads_list:
             torch.set_num_threads(threads)
@@ -857,7 +863,7 @@ def update_drqn(args: argparse.Namespace) -> dict:
                 }
                 row.update({k: v for k, v in notes.get(name, {}).items() if v is not None})
                 rows.append(row)
-            if graph_step is None:
+            if graph_name not in runners:
                 rows.append(unavailable_row(graph_name, graph_info["unavailable"], threads, device, window=T))
     return {
         "benchmark": "update",
