@@ -67,13 +67,17 @@ class TransitionLearner:
     ``update`` over them: one environment step's worth of learning.
     """
 
-    def __init__(self, entry, run_config, obs_space: gym.Space, act_space: gym.Space) -> None:
+    def _bind(self, entry, run_config, obs_space: gym.Space, act_space: gym.Space) -> None:
+        """What every learner keeps: the registry entry, algorithm, agent and train configs, device, spaces."""
         self.entry = entry
         self.algo = entry.algo
         self.config = run_config.agent
         self.train_cfg = run_config.train
         self.device = torch.device(self.train_cfg.device)
         self.obs_space, self.act_space = obs_space, act_space
+
+    def __init__(self, entry, run_config, obs_space: gym.Space, act_space: gym.Space) -> None:
+        self._bind(entry, run_config, obs_space, act_space)
         seed = self.train_cfg.seed
         self.state = self.algo.init(self.config, obs_space, act_space, seed=seed, device=self.device)
         self.replay = UniformReplay(self.train_cfg.replay_size, device=self.device)

@@ -46,12 +46,7 @@ class SequenceLearner(TransitionLearner):
     """
 
     def __init__(self, entry, run_config, obs_space: gym.Space, act_space: gym.Space) -> None:
-        self.entry = entry
-        self.algo = entry.algo
-        self.config = run_config.agent
-        self.train_cfg = run_config.train
-        self.device = torch.device(self.train_cfg.device)
-        self.obs_space, self.act_space = obs_space, act_space
+        self._bind(entry, run_config, obs_space, act_space)
         self.num_envs = int(run_config.env.num_envs)
         seed = self.train_cfg.seed
         self.state = self.algo.init(self.config, obs_space, act_space, seed=seed, device=self.device)
