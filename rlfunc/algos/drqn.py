@@ -32,9 +32,11 @@ conv layers on 84x84 frames; an LSTM of 64 units instead of 512; Adam (lr
 1e-3) instead of Adadelta; the target copied every 1,000
 updates instead of 10,000; epsilon decayed 1.0 -> 0.05 over 10,000 env steps
 instead of 1.0 -> 0.1 over 1M frames; replay counted in windows. Options beyond
-the paper, off by default: ``double_q`` (van Hasselt et al. 2016) and
+the paper, off by default: ``double_q`` (van Hasselt et al. 2016),
 ``initial_state="stored"`` (start both unrolls from the actor state stored
-with the window, R2D2's "stored state" without burn-in).
+with the window, R2D2's "stored state" without burn-in) and
+``lr_decay_updates``/``lr_end`` (a linear learning-rate decay in updates; the
+paper's rate is constant).
 
 Window placement (``sequence_period``): the default 1 starts a window at every
 step that has ``sequence_length`` steps after it in the episode, the paper's

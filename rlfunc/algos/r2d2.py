@@ -41,6 +41,9 @@ default:
   ``eps_i = 0.4^(1 + 7 i / (N - 1))`` (:func:`actor_epsilons`; Ape-X, and
   Acme's ``np.logspace(1, 8, N, base=0.4)``); evaluation greedy.
 
+Options beyond the paper, off by default: ``lr_decay_updates``/``lr_end``
+(linear learning-rate decay in updates; the paper's rate is constant).
+
 Deviations, each a named option: an MLP encoder (``encoder_sizes=(512,)``,
 ReLU) in place of the Atari conv torso, for vector observations (necessary);
 replay capacity and warm-up counted in sequences as Acme does
