@@ -1,7 +1,7 @@
 """R2D2 (Kapturowski et al. 2019) on CartPole-v1 in one file, at CartPole scale.
 
-    python -m rlfunc.examples.r2d2_cartpole --total-steps 50000
-    python -m rlfunc.examples.r2d2_cartpole --mask-velocity --total-steps 150000   # needs memory
+    python -m rlfunc.examples.r2d2_cartpole
+    python -m rlfunc.examples.r2d2_cartpole --mask-velocity --lr-decay-updates 0 --total-steps 150000   # needs memory
 
 Only rlfunc's pure pieces: ``r2d2.init / act / update``, the prioritized sequence
 replay (stored state, burn-in) and the collector stepping a vector env whose envs are
@@ -36,19 +36,20 @@ class Args:
     mask_velocity: bool = arg(False, "zero CartPole's velocities: the agent must infer them")
     num_envs: int = arg(8, "actors: envs stepped together, epsilon_i = 0.4^(1 + 7 i / (N - 1))")
     seed: int = arg(0, "init uses seed, actions and sampling seed + 1, envs seed + i, evaluation seed + 10000")
-    total_steps: int = arg(50_000, "environment steps (transitions, all envs together)")
+    total_steps: int = arg(100_000, "environment steps (transitions, all envs together)")
     width: int = arg(64, "encoder, LSTM and dueling-head width (paper: 512)")
     burn_in: int = arg(8, "steps unrolled from the stored state before the loss (paper: 40)")
     sequence_length: int = arg(16, "trained steps per window after the burn-in (paper: 80)")
     sequence_period: int = arg(8, "a window starts every this many steps (paper: 40)")
     gamma: float = arg(0.99, "discount (paper: 0.997)")
     lr: float = arg(1e-3, "Adam learning rate (paper: 1e-4, Acme: 1e-3)")
+    lr_decay_updates: int = arg(25_000, "decay lr linearly to lr / 10 over this many updates (0: constant, the paper's)")
     batch_size: int = arg(32, "windows per update (paper: 64)")
     target_period: int = arg(500, "updates between target copies (paper: 2500)")
     replay_capacity: int = arg(20_000, "replay capacity in windows")
     min_replay_size: int = arg(250, "windows stored before the first update")
     samples_per_insert: float = arg(64.0, "rate limiter: windows sampled per window inserted")
-    eval_every: int = arg(2500, "env steps between evaluations")
+    eval_every: int = arg(5000, "env steps between evaluations")
     eval_episodes: int = arg(10, "greedy episodes per evaluation")
     compile: bool = arg(False, "torch.compile the update (fullgraph)")
     device: str = arg("cpu", "cpu or cuda")
@@ -83,17 +84,16 @@ def main(args: Args) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
     tune_allocator()
-    device = torch.device(args.device)
+    device, n = torch.device(args.device), args.num_envs
     wrappers = build_wrappers(["mask_velocity"] if args.mask_velocity else [])
-    n = args.num_envs
     env = make_env(args.env_id, wrappers=wrappers) if n == 1 else make_vector_env(args.env_id, n, wrappers=wrappers)
     eval_env = make_env(args.env_id, wrappers=wrappers)
-    w = args.width
     config = r2d2.Config(
-        encoder_sizes=(w,), lstm_size=w, head_sizes=(w,), burn_in=args.burn_in,
+        encoder_sizes=(args.width,), lstm_size=args.width, head_sizes=(args.width,), burn_in=args.burn_in,
         sequence_length=args.sequence_length, sequence_period=args.sequence_period,
-        gamma=args.gamma, lr=args.lr, batch_size=args.batch_size, target_period=args.target_period,
-        replay_capacity=args.replay_capacity, min_replay_size=args.min_replay_size, samples_per_insert=args.samples_per_insert,
+        gamma=args.gamma, lr=args.lr, lr_decay_updates=args.lr_decay_updates or None, lr_end=args.lr / 10,
+        batch_size=args.batch_size, target_period=args.target_period, replay_capacity=args.replay_capacity,
+        min_replay_size=args.min_replay_size, samples_per_insert=args.samples_per_insert,
     )  # every other field: the paper's / Acme's default (n = 5 double Q with value rescaling, ...)
     state = r2d2.init(config, eval_env.observation_space, eval_env.action_space, seed=args.seed, device=device)
     update = torch.compile(r2d2.update, fullgraph=True) if args.compile else r2d2.update
