@@ -268,8 +268,8 @@ def add_cuda_graph_variant(runners: dict, notes: dict, warm: dict, update, state
     return name, info
 
 
-def unavailable_row(name: str, reason: str, threads: int, device: torch.device, **extra) -> dict:
-    """A variant that could not run here, with the reason (the row's numbers are None)."""
+def empty_row(name: str, threads: int, device: torch.device, **extra) -> dict:
+    """A variant row without numbers (``None``), plus ``extra`` fields saying why."""
     return {
         "variant": name,
         "updates_per_s": None,
@@ -279,9 +279,13 @@ def unavailable_row(name: str, reason: str, threads: int, device: torch.device, 
         "device": device.type,
         "torch": torch.__version__,
         "ms_per_env_step": None,
-        "unavailable": reason,
         **extra,
     }
+
+
+def unavailable_row(name: str, reason: str, threads: int, device: torch.device, **extra) -> dict:
+    """A variant that could not run here, with the reason (the row's numbers are None)."""
+    return empty_row(name, threads, device, unavailable=reason, **extra)
 
 
 # --------------------------------------------------------------------------- update: REDQ
@@ -531,20 +535,8 @@ def update_redq(args: argparse.Namespace, algo: str = "redq") -> dict:
             rows.append(unavailable_row(graph_name, graph_info["unavailable"], threads, device,
                                         ensemble_mode=graph_mode))
         if compile_info is not None and compile_info["error"]:
-            rows.append(
-                {
-                    "variant": "functional-compiled",
-                    "updates_per_s": None,
-                    "ratio_vs_imperative": None,
-                    "flop_efficiency": None,
-                    "threads": threads,
-                    "device": device.type,
-                    "torch": torch.__version__,
-                    "ms_per_env_step": None,
-                    "ensemble_mode": compile_info["ensemble_mode"],
-                    "error": compile_info["error"],
-                }
-            )
+            rows.append(empty_row("functional-compiled", threads, device,
+                                  ensemble_mode=compile_info["ensemble_mode"], error=compile_info["error"]))
 
     return {
         "benchmark": "update",
