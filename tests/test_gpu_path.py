@@ -63,6 +63,21 @@ def _redq_like(module, device, seed=0):
     return state, batch_and_noise
 
 
+def _windows(gen, T, B, **extra) -> TensorDict:
+    """A random time-major ``[T, B]`` window batch (obs 3, 2 actions) plus ``extra`` keys (DRQN, R2D2)."""
+    return TensorDict(
+        {
+            "obs": torch.randn(T, B, 3, generator=gen),
+            "action": torch.randint(2, (T, B), generator=gen),
+            "reward": torch.randn(T, B, generator=gen),
+            "next_obs": torch.randn(T, B, 3, generator=gen),
+            "terminated": torch.zeros(T, B, dtype=torch.bool),
+            **extra,
+        },
+        batch_size=[T, B],
+    )
+
+
 def _drqn_problem(device, seed=0):
     config = drqn.Config(lstm_size=8, encoder_sizes=(8,), sequence_length=4, batch_size=3, target_period=2)
     state = drqn.init(config, gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), seed=seed, device=device)
@@ -72,19 +87,7 @@ def _drqn_problem(device, seed=0):
         gen = torch.Generator().manual_seed(200 + i)
         mask = torch.ones(T, B, dtype=torch.bool)
         mask[3:, 0] = False
-        return (
-            TensorDict(
-                {
-                    "obs": torch.randn(T, B, 3, generator=gen),
-                    "action": torch.randint(2, (T, B), generator=gen),
-                    "reward": torch.randn(T, B, generator=gen),
-                    "next_obs": torch.randn(T, B, 3, generator=gen),
-                    "terminated": torch.zeros(T, B, dtype=torch.bool),
-                    "mask": mask,
-                },
-                batch_size=[T, B],
-            ).to(device),
-        )
+        return (_windows(gen, T, B, mask=mask).to(device),)
 
     return state, batch
 
@@ -101,21 +104,8 @@ def _r2d2_problem(device, seed=0):
         gen = torch.Generator().manual_seed(300 + i)
         carry = r2d2.carry_to_td(r2d2.initial_carry(config, B))
         carry["h"] = torch.randn(B, 8, generator=gen)
-        return (
-            TensorDict(
-                {
-                    "obs": torch.randn(T, B, 3, generator=gen),
-                    "action": torch.randint(2, (T, B), generator=gen),
-                    "reward": torch.randn(T, B, generator=gen),
-                    "next_obs": torch.randn(T, B, 3, generator=gen),
-                    "terminated": torch.zeros(T, B, dtype=torch.bool),
-                    "mask": torch.ones(T, B, dtype=torch.bool),
-                    "init_carry": carry.expand(T, B).clone(),
-                    "weight": torch.rand(B, generator=gen).expand(T, B).clone(),
-                },
-                batch_size=[T, B],
-            ).to(device),
-        )
+        extra = {"init_carry": carry.expand(T, B).clone(), "weight": torch.rand(B, generator=gen).expand(T, B).clone()}
+        return (_windows(gen, T, B, mask=torch.ones(T, B, dtype=torch.bool), **extra).to(device),)
 
     return state, batch
 
