@@ -27,6 +27,14 @@ def q_learning_rate(config, step: torch.Tensor) -> float | torch.Tensor:
     return linear_schedule(config.lr, config.lr_end, config.lr_decay_updates)(step)
 
 
+def lr_metric(lr: float | torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``lr`` as a 0-dim metric on ``like``'s device, made on the device (``new_full``), never
+    copied from the host, so a CUDA-graph capture of the update stays legal."""
+    if isinstance(lr, torch.Tensor):
+        return lr.detach().to(like.dtype)
+    return like.new_full((), float(lr))
+
+
 def check_lr_decay(config) -> None:
     """One-sentence errors for ``lr_decay_updates`` / ``lr_end`` (called by the configs' ``__post_init__``)."""
     if config.lr_decay_updates is not None and config.lr_decay_updates < 0:

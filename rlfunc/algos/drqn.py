@@ -94,7 +94,7 @@ import torch.nn.functional as F
 from tensordict import TensorDict
 from torch.func import grad_and_value
 
-from rlfunc.algos._qstate import check_lr_decay, q_learning_rate, q_learning_state, q_optimizer
+from rlfunc.algos._qstate import check_lr_decay, lr_metric, q_learning_rate, q_learning_state, q_optimizer
 from rlfunc.core import nets
 from rlfunc.core import returns
 from rlfunc.core.optim import global_norm, linear_schedule
@@ -396,7 +396,7 @@ def update(
             "td_abs": aux["td_abs"],
             "valid_fraction": aux["valid_fraction"],
             "grad_norm": grad_norm.detach(),
-            "lr": torch.as_tensor(lr, dtype=torch.float32, device=grad_norm.device),
+            "lr": lr_metric(lr, grad_norm),
         },
         batch_size=[],
     )
