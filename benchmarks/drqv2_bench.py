@@ -2,6 +2,7 @@
 
     python benchmarks/run.py update --algo drqv2 [--batch 256] [--image-size 84] [--drqv2-hidden 1024]
     python benchmarks/run.py learn --algo drqv2 --seeds 3 [--set key=value ...] [--jobs 3]
+    python benchmarks/run.py reference-returns [--tasks dmc/cartpole_balance-v0 ...]
 
 ``update`` times one DrQ-v2 update (batch 256, 9x84x84 uint8 observations, the paper's
 network sizes) for the imperative baseline (``benchmarks/baselines/drqv2.py``), the functional
@@ -19,6 +20,10 @@ divided by ``update_every = 2``) plus ``ms_per_update``, and two more sections:
 ``learn --algo drqv2`` is run.py's generic ``learn`` over ``configs/drqv2/cartpole_balance.yaml``
 (``LEARN_ALGOS["drqv2"]``); its steps are agent steps (x 2 = frames). :data:`PAPER` holds the
 paper's numbers to compare with.
+
+``reference-returns`` measures the returns of the zero action and of uniform random actions
+on each DMC task (``benchmarks/results/reference_drqv2.json``): the floor a learning curve
+has to clear before it shows learning.
 """
 
 from __future__ import annotations
@@ -334,3 +339,68 @@ def update_drqv2(args: argparse.Namespace, R) -> dict:
         "replay": replay,
         "variants": rows,
     }
+
+
+# --------------------------------------------------------------------------- reference returns
+
+REFERENCE_POLICIES = ("zero", "uniform_random")
+
+
+def reference_returns(tasks: list[str], episodes: int, seed: int) -> dict:
+    """Episode returns (1000 frames, no action repeat needed: rewards are per frame) of two
+    policies that learn nothing, on the raw dm_control task from states: the zero action and a
+    uniform random action. A learning curve means little without them: on cartpole_balance
+    the pole starts near upright, so doing nothing already scores far above zero."""
+    from dm_control import suite
+
+    rng = np.random.default_rng(seed)
+    out: dict[str, Any] = {}
+    for env_id in tasks:
+        domain, task = env_id.removeprefix("dmc/").removesuffix("-v0").split("_", 1)
+        env = suite.load(domain, task, task_kwargs={"random": seed})
+        spec = env.action_spec()
+        per_policy = {}
+        for policy in REFERENCE_POLICIES:
+            returns = []
+            for _ in range(episodes):
+                ts, total = env.reset(), 0.0
+                while not ts.last():
+                    if policy == "zero":
+                        action = np.zeros(spec.shape)
+                    else:
+                        action = rng.uniform(spec.minimum, spec.maximum, spec.shape)
+                    ts = env.step(action)
+                    total += ts.reward or 0.0
+                returns.append(total)
+            per_policy[policy] = {"returns": returns, "median": statistics.median(returns)}
+            print(f"  {env_id} {policy}: median {statistics.median(returns):.1f} over {episodes} episodes", flush=True)
+        out[env_id] = per_policy
+    return out
+
+
+def configure_reference(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tasks", nargs="+", default=list(PAPER), help="dmc/<domain>_<task>-v0 ids")
+    p.add_argument("--episodes", type=int, default=5)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "reference_drqv2.json")
+
+
+def register(run) -> None:
+    """Add ``reference-returns`` to ``benchmarks/run.py``."""
+
+    def run_reference(args: argparse.Namespace) -> int:
+        result = {
+            "benchmark": "reference-returns",
+            "what": "return per 1000-frame episode of policies that learn nothing, from states "
+                    "(the floor a DrQ-v2 learning curve has to clear)",
+            "episodes": args.episodes,
+            "seed": args.seed,
+            "paper": PAPER,
+            "tasks": reference_returns(args.tasks, args.episodes, args.seed),
+        }
+        run.write_json(args.out, result)
+        print(f"\nwrote {args.out}")
+        return 0
+
+    run.subcommand("reference-returns", "DMC returns of the zero-action and uniform-random policies (DrQ-v2 floor)",
+                   configure_reference)(run_reference)

@@ -569,6 +569,7 @@ UPDATE_ALGOS: dict[str, Callable[[argparse.Namespace], dict]] = {
 from benchmarks import drqv2_bench as _drqv2_bench  # noqa: E402
 
 UPDATE_ALGOS["drqv2"] = lambda args: _drqv2_bench.update_drqv2(args, sys.modules[__name__])
+_drqv2_bench.register(sys.modules[__name__])
 
 
 def _configure_update(p: argparse.ArgumentParser) -> None:
