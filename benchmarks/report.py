@@ -102,6 +102,14 @@ def _rows_table(d: dict) -> list[str]:
     return lines
 
 
+def _reference_table(d: dict) -> list[str]:
+    lines = ["| task | policy | median return | episodes |", "|---|---|---|---|"]
+    for task, policies in d["tasks"].items():
+        for policy, r in policies.items():
+            lines.append(f"| {task} | {policy} | {_fmt(r['median'], 1)} | {len(r['returns'])} |")
+    return lines
+
+
 def build_report(results_dir: Path = RESULTS) -> str:
     out = [
         "# Benchmark results",
@@ -126,6 +134,8 @@ def build_report(results_dir: Path = RESULTS) -> str:
             out += _peers_table(d)
         elif "rows" in d:
             out += _rows_table(d)
+        elif d.get("benchmark") == "reference-returns":
+            out += _reference_table(d)
         png = path.with_suffix(".png")
         if png.exists():
             out += ["", f"![{path.stem}](results/{png.name})"]
