@@ -350,8 +350,9 @@ def reference_returns(tasks: list[str], episodes: int, seed: int) -> dict:
     policies that learn nothing, on the raw dm_control task from states: the zero action and a
     uniform random action. A learning curve means little without them: on cartpole_balance
     the pole starts near upright, so doing nothing already scores far above zero."""
-    from dm_control import suite
+    from rlfunc.envs.dmc import load_suite
 
+    suite = load_suite()  # picks the headless GL backend first, as every rlfunc DMC env does
     rng = np.random.default_rng(seed)
     out: dict[str, Any] = {}
     for env_id in tasks:

@@ -65,7 +65,7 @@ def test_missing_dm_control_names_the_fix(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "dm_control", None)
     with pytest.raises(RuntimeError, match=r"\.\[dmc\]"):
-        dmc._load_suite()
+        dmc.load_suite()
 
 
 def test_dmc_ids_are_registered_without_importing_dm_control():

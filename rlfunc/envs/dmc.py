@@ -95,7 +95,8 @@ def select_gl_backend() -> str:
     return chosen
 
 
-def _load_suite():
+def load_suite():
+    """``dm_control.suite``, imported after :func:`select_gl_backend` (dm_control fixes its GL backend at import)."""
     select_gl_backend()
     try:
         from dm_control import suite
@@ -127,7 +128,7 @@ class DMCPixels(gym.Env):
             raise ValueError(f"action_repeat must be at least 1, got {action_repeat}.")
         if size < 8:
             raise ValueError(f"size must be at least 8, got {size}.")
-        suite = _load_suite()
+        suite = load_suite()
         try:
             self._env = suite.load(domain, task, task_kwargs={"random": 0})
         except ValueError as exc:
