@@ -132,15 +132,21 @@ def test_update_accepts_all_and_cuda_graph_variant_is_unavailable_on_cpu():
     assert row["updates_per_s"] is None and row["variant"] == name
 
 
-def test_reference_returns_of_cartpole_balance_put_doing_nothing_above_random():
+def test_reference_returns_of_cartpole_balance_put_doing_nothing_above_random(tmp_path):
     """The DrQ-v2 floor: on cartpole_balance the pole starts near upright, so the zero
-    action keeps it up for a long time and beats uniform random actions by a wide margin."""
+    action keeps it up for a long time and beats uniform random actions by a wide margin.
+    benchmarks/report.py renders the result as a table."""
     import pytest
 
     pytest.importorskip("dm_control", reason="dm-control not installed: pip install -e '.[dmc]'")
     from benchmarks import drqv2_bench
+    from benchmarks.report import build_report
 
     ref = drqv2_bench.reference_returns(["dmc/cartpole_balance-v0"], episodes=1, seed=0)["dmc/cartpole_balance-v0"]
     assert set(ref) == set(drqv2_bench.REFERENCE_POLICIES)
     assert ref["zero"]["median"] > 600
     assert ref["uniform_random"]["median"] < ref["zero"]["median"] - 200
+    (tmp_path / "reference_drqv2.json").write_text(json.dumps(
+        {"benchmark": "reference-returns", "tasks": {"dmc/cartpole_balance-v0": ref}}))
+    md = build_report(tmp_path)
+    assert f"| dmc/cartpole_balance-v0 | zero | {ref['zero']['median']:.1f} | 1 |" in md
