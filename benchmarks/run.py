@@ -1018,7 +1018,10 @@ def run_learn(args: argparse.Namespace) -> int:
     ]
     print(f"learn --algo {args.algo}: {len(jobs)} runs ({', '.join(lab for lab, _ in table)} x {args.seeds} seeds), "
           f"{args.jobs} at a time, {args.threads} thread(s) each", flush=True)
-    machine = machine_info(torch.device("cpu"), allocator_tuned=False)  # load average before the runs
+    # Load average before the runs; the GPU's name too when the runs train on CUDA (train.device).
+    run_device = str(overrides.get("train.device", "cpu"))
+    machine = machine_info(torch.device(run_device if torch.cuda.is_available() else "cpu"), allocator_tuned=False)
+    machine["train_device"] = run_device
     machine["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY") or "PASSIVE (set in each run's process)"
     t0 = time.perf_counter()
     runs: list[dict] = []
