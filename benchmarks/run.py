@@ -1126,6 +1126,72 @@ def run_learn_merge(args: argparse.Namespace) -> int:
 LEARN_ALGOS["drqv2"] = [("drqv2", "configs/drqv2/cartpole_balance.yaml")]  # DMC from pixels (paper: 987 +- 13 @100k frames)
 
 
+def _configure_learn_collect(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR", help="run directories (config.yaml + eval.csv)")
+    p.add_argument("--out", type=Path, required=True, help="JSON path (the PNG is written beside it)")
+    p.add_argument("--label", default=None, help="label of every run (default: each config's algo)")
+    p.add_argument("--title", default=None, help="figure title")
+    p.add_argument("--note", default=None, help="free text stored in the JSON")
+
+
+def _collected_run(run_dir: Path, label: str | None) -> dict:
+    """One :func:`_learn_one`-style record read back from a run directory: its evaluations so far."""
+    import csv
+
+    import yaml
+
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    with open(run_dir / "eval.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    evals = [[int(r["step"]), float(r["mean_return"])] for r in rows]
+    total = int(cfg["train"]["total_steps"])
+    return {
+        "algo": label or cfg.get("algo"),
+        "env": cfg["env"]["id"],
+        "wrappers": cfg["env"].get("wrappers"),
+        "config": str(run_dir / "config.yaml"),
+        "overrides": None,
+        "seed": cfg["train"].get("seed"),
+        "env_steps": evals[-1][0] if evals else 0,
+        "final_return": evals[-1][1] if evals else None,
+        "evals": evals,
+        "wall_s": float(rows[-1]["time_s"]) if rows else None,
+        "run_dir": str(run_dir),
+        "complete": bool(evals) and evals[-1][0] >= total,
+        "total_steps": total,
+    }
+
+
+@subcommand("learn-collect", "a learn JSON + PNG read back from run directories (e.g. runs cut off before "
+            "learn wrote its JSON)", _configure_learn_collect)
+def run_learn_collect(args: argparse.Namespace) -> int:
+    """``final_return`` is each run's last evaluation so far, at ``env_steps``; ``complete`` says
+    whether the run reached its ``total_steps``. Wall time is the last evaluation's ``time_s``."""
+    from rlfunc.runtime.plot import plot_runs
+
+    missing = [str(d) for d in args.run_dirs if not (d / "eval.csv").is_file() or not (d / "config.yaml").is_file()]
+    if missing:
+        print(f"not run directories (no config.yaml and eval.csv): {', '.join(missing)}.", file=sys.stderr)
+        return 2
+    runs = [_collected_run(d, args.label) for d in args.run_dirs]
+    result = {"runs": runs, "summary": _summary(runs),
+              "settings": {"collected_from": [str(d) for d in args.run_dirs],
+                           "final_return": "mean greedy return of each run's last evaluation so far"}}
+    if args.note:
+        result["note"] = args.note
+    write_json(args.out, result)
+    png = plot_runs([str(d) for d in args.run_dirs], args.out.with_suffix(".png"), title=args.title)
+    print_table(
+        [{"algo": k, **v} for k, v in result["summary"].items()],
+        [("algo", "algo", ""), ("seeds", "seeds", "d"), ("median final return", "median_final_return", ".1f")],
+    )
+    incomplete = [f"{r['run_dir']} ({r['env_steps']} of {r['total_steps']})" for r in runs if not r["complete"]]
+    if incomplete:
+        print("cut off before total_steps: " + "; ".join(incomplete))
+    print(f"\nwrote {args.out} and {png}")
+    return 0
+
+
 # --------------------------------------------------------------------------- R2D2: update --algo r2d2, replay, stored-state, learn --algo r2d2
 
 from benchmarks import r2d2_bench as _r2d2_bench  # noqa: E402

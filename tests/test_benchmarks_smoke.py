@@ -116,6 +116,34 @@ def test_learn_merge_combines_runs_of_two_learn_files(tmp_path):
     assert out.with_suffix(".png").stat().st_size > 1000
 
 
+def test_learn_collect_reads_back_runs_cut_off_before_learn_wrote_its_json(tmp_path):
+    """``learn-collect`` rebuilds a learn JSON from run directories: last evaluation so far, cut-off runs named."""
+    for name, seed, returns in (("s0", 0, [100.0, 700.0, 950.0]), ("s1", 1, [90.0, 600.0])):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "config.yaml").write_text(
+            f"algo: drqv2\nenv: {{id: dmc/cartpole_balance-v0}}\ntrain: {{total_steps: 3000, seed: {seed}}}\n")
+        rows = "".join(f"{1000 * (i + 1)},{2000 * (i + 1)},{10.0 * (i + 1)},{r},0.0,10\n" for i, r in enumerate(returns))
+        (d / "eval.csv").write_text("step,frames,time_s,mean_return,std_return,episodes\n" + rows)
+    out = tmp_path / "collected.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "run.py"), "learn-collect", str(tmp_path / "s0"),
+         str(tmp_path / "s1"), "--out", str(out), "--note", "cut off"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(out.read_text())
+    assert [(r["seed"], r["env_steps"], r["final_return"], r["complete"]) for r in got["runs"]] == [
+        (0, 3000, 950.0, True), (1, 2000, 600.0, False)]
+    assert got["summary"]["drqv2"]["median_final_return"] == 775.0
+    assert got["runs"][0]["wall_s"] == 30.0 and got["note"] == "cut off"
+    assert "s1 (2000 of 3000)" in proc.stdout
+    assert out.with_suffix(".png").stat().st_size > 1000
+    bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "learn-collect", str(tmp_path),
+                          "--out", str(tmp_path / "x.json")], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "not run directories" in bad.stderr
+
+
 def test_update_accepts_all_and_cuda_graph_variant_is_unavailable_on_cpu():
     """``update --algo ALL`` parses (every algo in turn); the CUDA-graph variant explains itself on CPU."""
     import importlib.util
