@@ -1,12 +1,13 @@
 """rlfunc side by side with Stable-Baselines3 and TorchRL, run through ``benchmarks/run.py``:
 
-    python benchmarks/run.py peers [--threads 1] [--quick] [--tiny] [--no-compile]
+    python benchmarks/run.py peers [--threads 1] [--device cpu|cuda] [--quick] [--tiny] [--no-compile]
                                    [--only TASK ...] [--out PATH] [--note TEXT]
 
 Every comparison of a task runs in one process, on identical shapes, batch size
 and thread count, timed with :func:`benchmarks.run.time_interleaved` (each
 repeat runs every variant for one window, in a rotated order; the throughput is
-the median window). Writes ``benchmarks/results/peers.json``::
+the median window). Writes ``benchmarks/results/peers.json`` (``peers_cuda.json``
+with ``--device cuda``)::
 
     {"machine": {...run.machine_info...}, "settings": {...},
      "rows": [{"task", "library", "variant", "throughput", "unit", "ratio_vs_rlfunc",
@@ -106,6 +107,19 @@ and hits dynamo's recompile limit in tensordict helpers (those frames then run
 eagerly): its compiled rows measure what ``torch.compile`` gives a TorchRL user
 today, not a fullgraph compile.
 
+``--device cuda`` (exit code 2 if CUDA is not available) puts every variant on
+the GPU: rlfunc state, batches and replay (``device=``; sampling draws its
+indices with a CUDA generator), the imperative baselines, TorchRL modules,
+losses, batches and ``LazyTensorStorage(device=...)``, SB3 ``device="cuda"``
+(its ``ReplayBuffer`` keeps numpy arrays on the host and copies every sampled
+batch to the GPU: its real behaviour, measured as is and said in the row's
+``note``), and the training loops (rlfunc ``train.device=cuda``, SB3 SAC on
+cuda, TorchRL's ``GymEnv(device="cuda")``; the gymnasium env itself steps on the
+host for all of them). Every timing reads the clock after
+``torch.cuda.synchronize``; rows record ``"device": "cuda"`` and the machine info
+the GPU's name. A task that fails outside its variants' guards becomes one
+``(whole task)`` row with the reason.
+
 Options: ``--quick`` (2 short windows, 2-step loop segments: a smoke test, not
 a measurement), ``--tiny`` (tiny shapes for the tests; the ``problem`` of every
 row says which shapes ran), ``--no-compile`` (skip every compiled row),
@@ -174,6 +188,11 @@ def _reason(exc: BaseException) -> str:
     """One sentence from an exception: its type and first non-empty line."""
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]
+
+
+def _device(args: argparse.Namespace) -> torch.device:
+    """The device every variant runs on (``--device``; ``cpu`` when the option is absent)."""
+    return torch.device(getattr(args, "device", None) or "cpu")
 
 
 def _peer(library: str):
@@ -259,7 +278,8 @@ def _measure(variants: list[Variant], args: argparse.Namespace, run, *, fixed_st
     ``fixed_steps``: every window is one call (a training-loop segment); otherwise
     each window has about ``args.window_s`` seconds of calls.
     """
-    device = torch.device("cpu")
+    device = _device(args)
+    sync = run.sync  # torch.cuda.synchronize(device) before reading the clock on CUDA; no-op on CPU
     warm: dict[int, float] = {}
     pre_calls: dict[int, list[float]] = {}  # seconds of every call before timing
     for i, v in enumerate(variants):
@@ -268,12 +288,16 @@ def _measure(variants: list[Variant], args: argparse.Namespace, run, *, fixed_st
         label = f"{v.library} / {v.variant}"
         try:
             graphs0, breaks0 = _dynamo_counts()
+            sync(device)
             t0 = time.perf_counter()
             v.step = v.setup()
+            sync(device)
             v.extra["setup_s"] = round(time.perf_counter() - t0, 2)
             for _ in range(1 if fixed_steps else 2):  # compiles a compiled variant (guards may fail once more)
+                sync(device)
                 t0 = time.perf_counter()
                 v.step()
+                sync(device)
                 pre_calls.setdefault(i, []).append(time.perf_counter() - t0)
             warm[i] = pre_calls[i][-1]
             if v.compiled:
@@ -300,8 +324,10 @@ def _measure(variants: list[Variant], args: argparse.Namespace, run, *, fixed_st
     for i in list(live):
         v = variants[i]
         try:
+            sync(device)
             t1 = time.perf_counter()
             v.step()
+            sync(device)
             warm[i] = time.perf_counter() - t1
             pre_calls[i].append(warm[i])
         except Exception as exc:  # noqa: BLE001
@@ -310,8 +336,10 @@ def _measure(variants: list[Variant], args: argparse.Namespace, run, *, fixed_st
     if _dynamo_counts()[0] != graphs0:
         print(f"  note: {_dynamo_counts()[0] - graphs0} graph(s) recompiled while settling", flush=True)
         for i in live:  # time once more at the settled state
+            sync(device)
             t1 = time.perf_counter()
             variants[i].step()
+            sync(device)
             warm[i] = time.perf_counter() - t1
             pre_calls[i].append(warm[i])
     for i in live:
@@ -361,7 +389,7 @@ def _measure(variants: list[Variant], args: argparse.Namespace, run, *, fixed_st
             v.extra["recompiled_during_timing"] = recompiled
 
 
-def _rows(task: str, unit: str, problem: dict, variants: list[Variant], threads: int) -> list[dict]:
+def _rows(task: str, unit: str, problem: dict, variants: list[Variant], threads: int, device: str = "cpu") -> list[dict]:
     rows = []
     for v in variants:
         row: dict[str, Any] = {
@@ -372,7 +400,7 @@ def _rows(task: str, unit: str, problem: dict, variants: list[Variant], threads:
             "unit": unit,
             "ratio_vs_rlfunc": None,
             "threads": threads,
-            "device": "cpu",
+            "device": device,
             "versions": _versions(v.library),
             "problem": problem,
         }
@@ -403,14 +431,19 @@ def _unavailable_peers(libraries: tuple[str, ...]) -> dict[str, str]:
 # --------------------------------------------------------------------------- TorchRL builders
 
 
-def _torchrl_actor_critic(obs: int, act: int, hidden: tuple[int, ...], low: float = -1.0, high: float = 1.0):
-    """TorchRL modules equivalent to rlfunc's REDQ nets: tanh-Gaussian actor, MLP critic on concat(obs, action)."""
+def _torchrl_actor_critic(obs: int, act: int, hidden: tuple[int, ...], low: float = -1.0, high: float = 1.0,
+                          device: torch.device = torch.device("cpu")):
+    """TorchRL modules equivalent to rlfunc's REDQ nets: tanh-Gaussian actor, MLP critic on concat(obs, action).
+
+    Built on the CPU and moved to ``device`` here, before a loss wraps them (TorchRL's losses
+    take their device, e.g. ``log_alpha``'s, from the modules' parameters)."""
     from tensordict.nn import NormalParamExtractor, TensorDictModule
     from torch import nn
     from torchrl.data import Bounded
     from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
 
-    spec = Bounded(torch.full((act,), low), torch.full((act,), high), (act,))
+    spec = Bounded(torch.full((act,), low), torch.full((act,), high), (act,),
+                   device=None if device.type == "cpu" else device)
     actor_net = nn.Sequential(
         MLP(in_features=obs, out_features=2 * act, num_cells=list(hidden), activation_class=nn.ReLU),
         NormalParamExtractor(scale_mapping="exp"),  # log-std head, as rlfunc's (no clamp: speed-neutral)
@@ -424,7 +457,7 @@ def _torchrl_actor_critic(obs: int, act: int, hidden: tuple[int, ...], low: floa
         MLP(in_features=obs + act, out_features=1, num_cells=list(hidden), activation_class=nn.ReLU),
         in_keys=["observation", "action"],
     )
-    return actor, critic, spec
+    return actor.to(device), critic.to(device), spec
 
 
 class _TorchRLSAC:
@@ -436,10 +469,10 @@ class _TorchRLSAC:
     """
 
     def __init__(self, obs: int, act: int, hidden, critics: int, subset: int, *, compile: bool,
-                 low: float = -1.0, high: float = 1.0) -> None:
+                 low: float = -1.0, high: float = 1.0, device: torch.device = torch.device("cpu")) -> None:
         from torchrl.objectives import REDQLoss, SACLoss, SoftUpdate
 
-        actor, critic, spec = _torchrl_actor_critic(obs, act, hidden, low, high)
+        actor, critic, spec = _torchrl_actor_critic(obs, act, hidden, low, high, device)
         self.actor = actor
         if critics == 2 and subset == 2:
             self.loss = SACLoss(actor, critic, num_qvalue_nets=2, loss_function="l2", action_spec=spec)
@@ -447,6 +480,8 @@ class _TorchRLSAC:
             self.loss = REDQLoss(actor, critic, num_qvalue_nets=critics, sub_sample_len=subset,
                                  loss_function="l2", action_spec=spec)
         self.loss.make_value_estimator(gamma=0.99)
+        if device.type != "cpu":
+            self.loss.to(device)  # anything the loss created off its modules' device (a no-op on CPU)
         self.updater = SoftUpdate(self.loss, tau=0.005)
         self.critic_opt = torch.optim.Adam(list(self.loss.qvalue_network_params.values(True, True)), lr=3e-4)
         self.actor_opt = torch.optim.Adam(list(self.loss.actor_network_params.values(True, True)), lr=3e-4)
@@ -507,7 +542,7 @@ def task_critic_update(task: str, args, run, sz: dict) -> list[dict]:
     G, B, H = sz["utd"], sz["batch"], tuple(sz["hidden"])
     ns = argparse.Namespace(obs_dim=sz["obs"], act_dim=sz["act"], utd=G, batch=B, critics=critics,
                             subset=subset, hidden=list(H))
-    device = torch.device("cpu")
+    device = _device(args)
     redq, config, obs_space, act_space, batch, noise = run._redq_problem(ns, device)
     mode = redq.Config().ensemble_mode
     problem = {"critics": critics, "subset": subset, "utd": G, "batch": B, "hidden": list(H),
@@ -527,15 +562,16 @@ def task_critic_update(task: str, args, run, sz: dict) -> list[dict]:
         return setup
 
     def imperative():
-        agent = ImperativeREDQ.from_functional_state(redq.init(config(mode), obs_space, act_space, seed=0))
+        # built on the state's device (ImperativeREDQ.from_functional_state reads it off the critic)
+        agent = ImperativeREDQ.from_functional_state(redq.init(config(mode), obs_space, act_space, seed=0, device=device))
         return lambda: agent.update(batch, noise)
 
     name = "REDQLoss" if task == "redq_critic_update" else "SACLoss"
 
     def torchrl_setup(compiled: bool):
         def setup():
-            trl = _TorchRLSAC(sz["obs"], sz["act"], H, critics, subset, compile=compiled)
-            tb = _torchrl_batch(batch)
+            trl = _TorchRLSAC(sz["obs"], sz["act"], H, critics, subset, compile=compiled, device=device)
+            tb = _torchrl_batch(batch)  # on the batch's device
             batches = [tb[g] for g in range(G)]
             return lambda: trl.env_step(batches)
 
@@ -559,7 +595,7 @@ def task_critic_update(task: str, args, run, sz: dict) -> list[dict]:
                             if task == "redq_critic_update" else
                             "SB3's SAC.train samples its own replay inside; compared in pendulum_train_loop_utd20"))
     _measure(variants, args, run)
-    return _rows(task, "critic updates/s", problem, variants, args.threads)
+    return _rows(task, "critic updates/s", problem, variants, args.threads, _device(args).type)
 
 
 # --------------------------------------------------------------------------- task: Pendulum training loop
@@ -579,6 +615,7 @@ def _rlfunc_loop(config_path: str, sz: dict, args, *, compile: bool, agent: dict
             "train.threads": args.threads,
             "train.progress": False,
             "train.compile": compile,
+            "train.device": _device(args).type,  # state, replay and sampling on the device; env on the host
             "agent.updates_per_step": sz["loop_utd"],
             "agent.batch_size": sz["loop_batch"],
             "agent.hidden_sizes": list(sz["loop_hidden"]),
@@ -618,7 +655,7 @@ def _sb3_loop(sz: dict, args):
             "MlpPolicy", gym.make("Pendulum-v1"), learning_rate=3e-4, buffer_size=sz["loop_replay"],
             learning_starts=sz["loop_random_steps"], batch_size=sz["loop_batch"], tau=0.005, gamma=0.99,
             train_freq=1, gradient_steps=sz["loop_utd"], ent_coef="auto",
-            policy_kwargs={"net_arch": list(sz["loop_hidden"])}, seed=0, device="cpu", verbose=0,
+            policy_kwargs={"net_arch": list(sz["loop_hidden"])}, seed=0, device=_device(args).type, verbose=0,
         )
         torch.set_num_threads(args.threads)
         model.learn(total_timesteps=sz["loop_random_steps"] + args.loop_warmup)
@@ -628,19 +665,25 @@ def _sb3_loop(sz: dict, args):
     return setup
 
 
+def _lazy_storage(cls, capacity: int, device: torch.device):
+    """TorchRL's ``LazyTensorStorage(capacity)``, on ``device`` when that is not the CPU (CPU: built as before)."""
+    return cls(capacity) if device.type == "cpu" else cls(capacity, device=device)
+
+
 def _torchrl_loop(sz: dict, args, critics: int, subset: int):
     def setup():
         from torchrl.data import LazyTensorStorage, ReplayBuffer
         from torchrl.envs import ExplorationType, GymEnv, set_exploration_type
 
-        env = GymEnv("Pendulum-v1", device="cpu")
+        device = _device(args)
+        env = GymEnv("Pendulum-v1", device=device)  # gymnasium steps on the host; TorchRL moves each step to device
         env.set_seed(0)
         spec = env.action_spec
         low, high = float(spec.space.low.min()), float(spec.space.high.max())
         obs_dim = env.observation_spec["observation"].shape[-1]
         trl = _TorchRLSAC(obs_dim, spec.shape[-1], tuple(sz["loop_hidden"]), critics, subset, compile=False,
-                          low=low, high=high)
-        rb = ReplayBuffer(storage=LazyTensorStorage(sz["loop_replay"]), batch_size=sz["loop_batch"])
+                          low=low, high=high, device=device)
+        rb = ReplayBuffer(storage=_lazy_storage(LazyTensorStorage, sz["loop_replay"], device), batch_size=sz["loop_batch"])
         G = sz["loop_utd"]
         state = {"td": env.reset(), "steps": 0}
 
@@ -674,27 +717,39 @@ def task_pendulum_loop(task: str, args, run, sz: dict) -> list[dict]:
     redq_n, redq_m = sz["redq_critics"], sz["redq_subset"]
     problem["redq_critics"], problem["redq_subset"] = redq_n, redq_m
     redq_agent = {"num_critics": redq_n, "subset_size": redq_m}
+    device = _device(args)
+    on_dev = device.type != "cpu"
+    if on_dev:
+        problem["env_on"] = "host (gymnasium Pendulum-v1 steps on the CPU for every library)"
+    sb3_note = {"note": f"SB3 SAC with device='{device.type}': networks and updates on {device.type}; its ReplayBuffer "
+                        f"stores numpy arrays on the host and copies every sampled batch to {device.type} "
+                        "(SB3's real behaviour, measured as is)"} if on_dev else {}
+    trl_note = {"note": f"GymEnv(device='{device.type}') steps gymnasium on the host and moves each step to "
+                        f"{device.type}; LazyTensorStorage(device='{device.type}'); loss and modules on {device.type}"
+                } if on_dev else {}
+    rl_note = {"note": f"train.device={device.type}: state, replay and sampling on {device.type}; env on the host"
+               } if on_dev else {}
     variants = [
         Variant("rlfunc", f"REDQ N={redq_n} eager (configs/redq/pendulum.yaml)",
                 _rlfunc_loop("configs/redq/pendulum.yaml", sz, args, compile=False, agent=redq_agent), units=args.segment_steps,
-                algo="redq", critics=redq_n),
+                algo="redq", critics=redq_n, **rl_note),
         Variant("rlfunc", "SAC N=2 eager (configs/sac/pendulum.yaml, updates_per_step=G)",
                 _rlfunc_loop("configs/sac/pendulum.yaml", sz, args, compile=False), units=args.segment_steps,
-                algo="sac", critics=2),
+                algo="sac", critics=2, **rl_note),
     ]
     if not args.no_compile:
         variants.append(Variant("rlfunc", f"REDQ N={redq_n} compiled (train.compile=true, compile_mode=step)",
                                 _rlfunc_loop("configs/redq/pendulum.yaml", sz, args, compile=True, agent=redq_agent),
-                                units=args.segment_steps, compiled=True, algo="redq", critics=redq_n))
+                                units=args.segment_steps, compiled=True, algo="redq", critics=redq_n, **rl_note))
     variants += [
         Variant("stable-baselines3", f"SAC N=2 (gradient_steps={G}, train_freq=1)", _sb3_loop(sz, args),
-                units=args.segment_steps, unavailable=missing.get("stable-baselines3"), algo="sac", critics=2),
+                units=args.segment_steps, unavailable=missing.get("stable-baselines3"), algo="sac", critics=2, **sb3_note),
         Variant("torchrl", f"REDQ N={redq_n} loop from components (recipe not shipped in the wheel)",
                 _torchrl_loop(sz, args, redq_n, redq_m), units=args.segment_steps,
-                unavailable=missing.get("torchrl"), algo="redq", critics=redq_n),
+                unavailable=missing.get("torchrl"), algo="redq", critics=redq_n, **trl_note),
     ]
     _measure(variants, args, run, fixed_steps=True)
-    return _rows(task, "env steps/s", problem, variants, args.threads)
+    return _rows(task, "env steps/s", problem, variants, args.threads, _device(args).type)
 
 
 # --------------------------------------------------------------------------- task: DRQN sequence update
@@ -703,7 +758,7 @@ def task_pendulum_loop(task: str, args, run, sz: dict) -> list[dict]:
 class _TorchRLDRQN:
     """TorchRL DQN on an LSTM: encoder -> ``LSTMModule`` (recurrent mode) -> head -> ``QValueModule``; ``DQNLoss``."""
 
-    def __init__(self, sz: dict, *, compile: bool) -> None:
+    def __init__(self, sz: dict, *, compile: bool, device: torch.device = torch.device("cpu")) -> None:
         from tensordict.nn import TensorDictModule, TensorDictSequential
         from torch import nn
         from torchrl.data import OneHot
@@ -714,10 +769,12 @@ class _TorchRLDRQN:
         enc = TensorDictModule(nn.Sequential(nn.Linear(O, E), nn.ReLU()), in_keys=["observation"], out_keys=["embed"])
         lstm = LSTMModule(input_size=E, hidden_size=H, in_key="embed", out_key="features", default_recurrent_mode=True)
         head = TensorDictModule(nn.Linear(H, A), in_keys=["features"], out_keys=["action_value"])
-        spec = OneHot(A)
-        policy = TensorDictSequential(enc, lstm, head, QValueModule(spec=spec))
+        spec = OneHot(A, device=None if device.type == "cpu" else device)
+        policy = TensorDictSequential(enc, lstm, head, QValueModule(spec=spec)).to(device)  # before the loss wraps it
         self.loss = DQNLoss(policy, action_space=spec, delay_value=True, loss_function="smooth_l1")
         self.loss.make_value_estimator(gamma=0.99)
+        if device.type != "cpu":
+            self.loss.to(device)
         self.updater = HardUpdate(self.loss, value_network_update_interval=1000)
         self.opt = torch.optim.Adam(self.loss.parameters(), lr=1e-3)
         self.update = torch.compile(self._update) if compile else self._update
@@ -774,14 +831,16 @@ def task_sequence_update(task: str, args, run, sz: dict) -> list[dict]:
     config = drqn.Config(lstm_size=sz["drqn_lstm"], sequence_length=T, batch_size=B, encoder_sizes=(sz["drqn_encoder"],))
     obs_space = gym.spaces.Box(-np.inf, np.inf, (O,), np.float32)
     act_space = gym.spaces.Discrete(A)
-    batch = run.drqn_batch(T, B, O, A)
+    device = _device(args)
+    batch_host = run.drqn_batch(T, B, O, A)  # built on the CPU (seeded), then moved
+    batch = batch_host if device.type == "cpu" else batch_host.to(device)
     problem = {"batch": B, "window": T, "lstm_size": sz["drqn_lstm"], "encoder_sizes": [sz["drqn_encoder"]],
                "obs_dim": O, "num_actions": A, "work_per_call": "1 update: online + target unroll, Huber TD, Adam, target copy",
                "data": "pre-sampled window batch with padded tails; no replay"}
 
     def functional(fn):
         def setup():
-            holder = {"state": drqn.init(config, obs_space, act_space, seed=0)}
+            holder = {"state": drqn.init(config, obs_space, act_space, seed=0, device=device)}
 
             def step() -> None:
                 holder["state"], _ = fn(holder["state"], batch)
@@ -792,12 +851,16 @@ def task_sequence_update(task: str, args, run, sz: dict) -> list[dict]:
 
     def imperative():
         agent = ImperativeDRQN.from_functional(drqn.init(config, obs_space, act_space, seed=0), config)
+        if device.type != "cpu":  # as `update --algo drqn`: modules moved in place (Adam keeps the same Parameters)
+            agent.q.to(device)
+            agent.target.to(device)
         return lambda: agent.update(batch)
 
     def torchrl_setup(compiled: bool):
         def setup():
-            trl = _TorchRLDRQN(sz, compile=compiled)
-            tb = _TorchRLDRQN.batch(batch, sz)
+            trl = _TorchRLDRQN(sz, compile=compiled, device=device)
+            tb = _TorchRLDRQN.batch(batch_host, sz)
+            tb = tb if device.type == "cpu" else tb.to(device)
             return lambda: trl.update(tb)
 
         return setup
@@ -815,7 +878,7 @@ def task_sequence_update(task: str, args, run, sz: dict) -> list[dict]:
                                 unavailable=missing.get("torchrl"), compiled=True))
     variants.append(Variant("stable-baselines3", "-", unavailable="SB3 has no recurrent off-policy (DRQN/R2D2) learner"))
     _measure(variants, args, run)
-    return _rows(task, "updates/s", problem, variants, args.threads)
+    return _rows(task, "updates/s", problem, variants, args.threads, _device(args).type)
 
 
 # --------------------------------------------------------------------------- task: replay sampling
@@ -844,33 +907,36 @@ def task_replay_sample(task: str, args, run, sz: dict) -> list[dict]:
     from rlfunc.replay.uniform import UniformReplay
 
     C, B, O, A = sz["replay_capacity"], sz["replay_batch"], sz["obs"], sz["act"]
-    data = _transitions(C, O, A)
+    device = _device(args)
+    data = _transitions(C, O, A)  # host data, stored into each buffer (on ``device`` where the buffer supports it)
     problem = {"stored_transitions": C, "batch": B, "obs_dim": O, "act_dim": A,
                "keys": "obs, action, reward, next_obs, terminated (float32)", "work_per_call": f"sample {B} transitions"}
 
     def rl_uniform():
-        rb = UniformReplay(C)
+        rb = UniformReplay(C, device=device)
         rb.add(data)
-        g = torch.Generator().manual_seed(1)
+        g = torch.Generator(device=device).manual_seed(1)  # sampling draws its indices on ``device``
         return lambda: rb.sample(B, generator=g)
 
     def rl_prioritized():
         envs = 1000 if C % 1000 == 0 else 100
-        rb = PrioritizedSequenceReplay(C, 1, num_envs=envs, period=1)
+        rb = PrioritizedSequenceReplay(C, 1, num_envs=envs, period=1, device=device)
         zeros = torch.zeros(envs, dtype=torch.bool)
         for i in range(C // envs):
             rows = data[i * envs:(i + 1) * envs]
             rb.add(TensorDict({**rows.to_dict(), "truncated": zeros}, batch_size=[envs]))
         g = torch.Generator().manual_seed(1)
         rb.update_priorities(torch.arange(C), torch.rand(C, generator=g) * 10)
-        return lambda: rb.sample(B, generator=g)
+        gen = g if device.type == "cpu" else torch.Generator(device=device).manual_seed(1)  # sampling's, on device
+        return lambda: rb.sample(B, generator=gen)
 
     def sb3_uniform():
         import gymnasium as gym
         from stable_baselines3.common.buffers import ReplayBuffer
 
+        # SB3 stores numpy arrays on the host whatever ``device`` is; sample() copies the batch to ``device``
         rb = ReplayBuffer(C, gym.spaces.Box(-np.inf, np.inf, (O,), np.float32), gym.spaces.Box(-1, 1, (A,), np.float32),
-                          device="cpu", n_envs=1)
+                          device=device.type, n_envs=1)
         arrays = {k: v.numpy() for k, v in data.items()}
         info = [{}]
         for i in range(C):
@@ -881,31 +947,37 @@ def task_replay_sample(task: str, args, run, sz: dict) -> list[dict]:
     def trl_uniform():
         from torchrl.data import LazyTensorStorage, ReplayBuffer
 
-        rb = ReplayBuffer(storage=LazyTensorStorage(C), batch_size=B)
+        rb = ReplayBuffer(storage=_lazy_storage(LazyTensorStorage, C, device), batch_size=B)
         rb.extend(data)
         return lambda: rb.sample()
 
     def trl_prioritized():
         from torchrl.data import LazyTensorStorage, PrioritizedReplayBuffer
 
-        rb = _torchrl_prioritized(lambda: PrioritizedReplayBuffer(alpha=0.9, beta=0.6, storage=LazyTensorStorage(C),
-                                                                  batch_size=B))
+        rb = _torchrl_prioritized(lambda: PrioritizedReplayBuffer(
+            alpha=0.9, beta=0.6, storage=_lazy_storage(LazyTensorStorage, C, device), batch_size=B))
         rb.extend(data)
         return lambda: rb.sample()
 
     missing = _unavailable_peers(("torchrl", "stable-baselines3"))
+    on_dev = device.type != "cpu"
+    if on_dev:
+        problem["storage"] = (f"rlfunc and TorchRL store on {device.type} (rlfunc device=, LazyTensorStorage(device=)); "
+                              f"SB3 stores numpy on the host and copies each sample to {device.type}")
+    sb3_note = {"note": f"SB3's ReplayBuffer(device='{device.type}') stores numpy arrays on the host and copies every "
+                        f"sampled batch to {device.type} (its real behaviour, measured as is)"} if on_dev else {}
     variants = [
         Variant("rlfunc", "UniformReplay", rl_uniform),
         Variant("rlfunc", "PrioritizedSequenceReplay, 1-step windows (prioritized transitions)", rl_prioritized,
                 prioritized=True),
         Variant("stable-baselines3", "ReplayBuffer (numpy storage, returns torch tensors)", sb3_uniform,
-                unavailable=missing.get("stable-baselines3")),
+                unavailable=missing.get("stable-baselines3"), **sb3_note),
         Variant("torchrl", "ReplayBuffer(LazyTensorStorage)", trl_uniform, unavailable=missing.get("torchrl")),
         Variant("torchrl", "PrioritizedReplayBuffer(LazyTensorStorage)", trl_prioritized,
                 unavailable=missing.get("torchrl"), prioritized=True),
     ]
     _measure(variants, args, run)
-    return _rows(task, "batches/s", problem, variants, args.threads)
+    return _rows(task, "batches/s", problem, variants, args.threads, _device(args).type)
 
 
 def task_replay_sample_sequence(task: str, args, run, sz: dict) -> list[dict]:
@@ -916,6 +988,7 @@ def task_replay_sample_sequence(task: str, args, run, sz: dict) -> list[dict]:
 
     C, T, B, L = sz["replay_capacity"], sz["seq_window"], sz["seq_batch"], sz["seq_episode"]
     O = sz["drqn_obs"]
+    device = _device(args)
     envs = C // L  # envs in lockstep, one episode of L steps each
     g = torch.Generator().manual_seed(0)
     obs = torch.randn(L, envs, O, generator=g)
@@ -935,12 +1008,12 @@ def task_replay_sample_sequence(task: str, args, run, sz: dict) -> list[dict]:
 
     def rl(cls):
         def setup():
-            rb = cls(C // T, T, num_envs=envs, period=T)
+            rb = cls(C // T, T, num_envs=envs, period=T, device=device)
             for td in steps:
                 rb.add(td)
             if hasattr(rb, "update_priorities"):
                 rb.update_priorities(torch.arange(len(rb)), torch.rand(len(rb), generator=g) * 10)
-            gen = torch.Generator().manual_seed(1)
+            gen = torch.Generator(device=device).manual_seed(1)  # sampling draws its indices on ``device``
             return lambda: rb.sample(B, generator=gen)
 
         return setup
@@ -957,7 +1030,7 @@ def task_replay_sample_sequence(task: str, args, run, sz: dict) -> list[dict]:
                     max_capacity=envs * L, alpha=0.9, beta=0.6, slice_len=T, traj_key="episode"))
             else:
                 sampler = SliceSampler(slice_len=T, traj_key="episode")
-            rb = ReplayBuffer(storage=LazyTensorStorage(envs * L), sampler=sampler, batch_size=B * T)
+            rb = ReplayBuffer(storage=_lazy_storage(LazyTensorStorage, envs * L, device), sampler=sampler, batch_size=B * T)
             rb.extend(flat)
             return lambda: rb.sample()
 
@@ -973,7 +1046,7 @@ def task_replay_sample_sequence(task: str, args, run, sz: dict) -> list[dict]:
         Variant("stable-baselines3", "-", unavailable="SB3 has no sequence replay (sb3-contrib's recurrent buffers are on-policy rollouts)"),
     ]
     _measure(variants, args, run)
-    return _rows(task, "batches/s", problem, variants, args.threads)
+    return _rows(task, "batches/s", problem, variants, args.threads, _device(args).type)
 
 
 TASK_FNS: dict[str, Callable[..., list[dict]]] = {
@@ -1023,7 +1096,9 @@ def plot(rows: list[dict], path: Path, title: str) -> Path | None:
                 f" ({r['ratio_vs_rlfunc']:.2f}x)" if r.get("ratio_vs_rlfunc") is not None else "")
             ax.text(v + 0.01 * top, yi, text, va="center", fontsize=7)
         ax.set_xlim(0, top * 1.3)
-        ax.set_title(f"{task} ({sub[0]['unit']}, {sub[0]['threads']} thread(s))", fontsize=9)
+        dev = sub[0].get("device", "cpu")
+        ax.set_title(f"{task} ({sub[0]['unit']}, {sub[0]['threads']} thread(s)" + (f", {dev})" if dev != "cpu" else ")"),
+                     fontsize=9)
         ax.tick_params(axis="x", labelsize=7)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 0.98))
@@ -1037,6 +1112,9 @@ def plot(rows: list[dict], path: Path, title: str) -> Path | None:
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads for every variant (default 1)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="device of every variant's state, batches and buffers (default cpu); "
+                        "cuda writes benchmarks/results/peers_cuda.json by default")
     p.add_argument("--quick", action="store_true", help="2 short windows and 2-step loop segments: a smoke test")
     p.add_argument("--tiny", action="store_true", help="tiny shapes (tests); every row's 'problem' records the shapes")
     p.add_argument("--only", nargs="+", choices=TASKS, default=None, metavar="TASK",
@@ -1050,21 +1128,36 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="timed segments per training-loop variant (default 3; 2 with --quick)")
     p.add_argument("--loop-warmup", type=int, default=None,
                    help="learning env steps run before timing the loop (default 3; 1 with --quick)")
-    p.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/results/peers.json); PNG beside it")
+    p.add_argument("--out", type=Path, default=None,
+                   help="JSON path (default benchmarks/results/peers.json, peers_cuda.json with --device cuda); PNG beside it")
     p.add_argument("--note", default=None, help="free text stored in the JSON")
     p.add_argument("--traceback", action="store_true", help="print the traceback of every failing variant")
 
 
 def _command(args: argparse.Namespace) -> str:
-    flags = [f"--threads {args.threads}"]
+    flags = [f"--threads {args.threads}"] + [f"--device {args.device}"] * (_device(args).type != "cpu")
     flags += ["--quick"] * bool(args.quick) + ["--tiny"] * bool(args.tiny) + ["--no-compile"] * bool(args.no_compile)
     if args.only:
         flags.append("--only " + " ".join(args.only))
     return "python benchmarks/run.py peers " + " ".join(flags)
 
 
+def _failed_task_row(task: str, exc: BaseException, threads: int, device: str) -> dict:
+    """The row of a task that raised outside its variants' guards (e.g. a CUDA error surfacing at a sync)."""
+    return {"task": task, "library": "rlfunc", "variant": "(whole task)", "throughput": None, "unit": "-",
+            "ratio_vs_rlfunc": None, "threads": threads, "device": device, "versions": _versions("rlfunc"),
+            "problem": {}, "unavailable": f"the task failed: {_reason(exc)}"}
+
+
 def run_peers(args: argparse.Namespace, run) -> int:
     from rlfunc.runtime.perf import tune_allocator
+
+    if getattr(args, "device", None) is None:
+        args.device = "cpu"
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("--device cuda: no CUDA device is available here.", file=sys.stderr)
+        return 2
+    device = _device(args)
 
     if args.repeats is None:
         args.repeats = 2 if args.quick else 5
@@ -1081,14 +1174,21 @@ def run_peers(args: argparse.Namespace, run) -> int:
     sz = SIZES["tiny" if args.tiny else "full"]
     tasks = [t for t in TASKS if args.only is None or t in args.only]
     peers = {lib: (_peer(lib)[1] or "installed") for lib in _PEER_MODULES}
-    print(f"peers on {run.cpu_model()}, threads={args.threads}, tasks={tasks}, sizes={'tiny' if args.tiny else 'full'}; "
+    machine = run.machine_info(device, allocator_tuned)
+    where = run.cpu_model() if device.type == "cpu" else f"{machine.get('gpu', device.type)} ({device.type}; host {run.cpu_model()})"
+    print(f"peers on {where}, threads={args.threads}, tasks={tasks}, sizes={'tiny' if args.tiny else 'full'}; "
           + ", ".join(f"{k}: {v}" for k, v in peers.items()), flush=True)
-    machine = run.machine_info(torch.device("cpu"), allocator_tuned)
     rows: list[dict] = []
     for task in tasks:
         print(f"{task}:", flush=True)
         t0 = time.perf_counter()
-        rows += TASK_FNS[task](task, args, run, sz)
+        try:
+            rows += TASK_FNS[task](task, args, run, sz)
+        except Exception as exc:  # noqa: BLE001 -- one task's failure must not lose the others' rows
+            print(f"  TASK FAILED: {task}: {_reason(exc)}", flush=True)
+            if getattr(args, "traceback", False):
+                traceback.print_exc()
+            rows.append(_failed_task_row(task, exc, args.threads, device.type))
         torch.set_num_threads(args.threads)  # a peer may have changed it
         print(f"  {task} done in {time.perf_counter() - t0:.0f} s", flush=True)
     result = {
@@ -1097,6 +1197,7 @@ def run_peers(args: argparse.Namespace, run) -> int:
         "settings": {
             "command": _command(args),
             "threads": args.threads,
+            "device": device.type,
             "sizes": "tiny" if args.tiny else "full",
             "repeats": args.repeats,
             "window_s": args.window_s,
@@ -1112,10 +1213,11 @@ def run_peers(args: argparse.Namespace, run) -> int:
         result["quick"] = True
     if args.note:
         result["note"] = args.note
-    out = args.out or run.RESULTS_DIR / "peers.json"
+    out = args.out or run.RESULTS_DIR / ("peers.json" if device.type == "cpu" else f"peers_{device.type}.json")
     run.write_json(out, result)
+    on = f"{machine['cpu']}" if device.type == "cpu" else f"{device.type}: {machine.get('gpu', '?')}, host {machine['cpu']}"
     png = plot(rows, out.with_suffix(".png"),
-               title=f"rlfunc vs peers ({args.threads} thread(s), {machine['cpu']}; "
+               title=f"rlfunc vs peers ({args.threads} thread(s), {on}; "
                      f"{'tiny shapes, ' if args.tiny else ''}{'quick' if args.quick else 'median of windows'})")
     print()
     table = [dict(r, unavailable=(r.get("unavailable") or "")[:70]) for r in rows]

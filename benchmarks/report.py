@@ -23,7 +23,7 @@ def _fmt(x, digits: int = 2) -> str:
 
 
 def _machine(m: dict) -> str:
-    keys = ("cpu", "cores", "device_name", "torch", "tensordict", "python", "date", "allocator_tuned", "loadavg_at_start")
+    keys = ("cpu", "cores", "device_name", "gpu", "torch", "tensordict", "python", "date", "allocator_tuned", "loadavg_at_start")
     return ", ".join(f"{k}={m[k]}" for k in keys if k in m)
 
 
@@ -37,6 +37,8 @@ def _command(stem: str) -> str:
         return "python benchmarks/run.py replay"
     if stem == "peers":
         return "python benchmarks/run.py peers --threads 1"
+    if stem.startswith("peers_"):  # peers_cuda.json: python benchmarks/run.py peers --device cuda
+        return f"python benchmarks/run.py peers --threads 1 --device {stem.partition('_')[2]}"
     return f"(written by benchmarks/ for {stem})"
 
 
@@ -66,13 +68,13 @@ def _learn_table(d: dict) -> list[str]:
 
 
 def _peers_table(d: dict) -> list[str]:
-    """``peers.json``: one line per (task, library, variant); unavailable rows give their reason."""
+    """``peers.json`` / ``peers_cuda.json``: one line per (task, library, variant); unavailable rows give their reason."""
     lines = [
         "| task | library | variant | throughput | unit | ratio vs best rlfunc | note |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in d.get("rows", []):
-        note = r.get("unavailable") or ""
+        note = r.get("unavailable") or r.get("note") or ""
         if r.get("compile_s") is not None:
             note = f"compile {r['compile_s']:.0f} s (excluded)"
         note = note.replace("|", "/")
@@ -84,7 +86,9 @@ def _peers_table(d: dict) -> list[str]:
     if d.get("quick") or settings.get("sizes") == "tiny":
         lines += ["", "Smoke run (--quick or --tiny): not a measurement."]
     if settings:
-        lines += ["", f"Settings: `{settings.get('command')}`; threads={settings.get('threads')}, sizes={settings.get('sizes')}, "
+        device = settings.get("device") or next((r.get("device") for r in d.get("rows", [])), None) or "cpu"
+        lines += ["", f"Settings: `{settings.get('command')}`; device={device}, threads={settings.get('threads')}, "
+                      f"sizes={settings.get('sizes')}, "
                       f"repeats={settings.get('repeats')}, window_s={settings.get('window_s')}, "
                       f"segment_steps={settings.get('segment_steps')}, compile={settings.get('compile')}; "
                       f"peers: {settings.get('peers')}"]

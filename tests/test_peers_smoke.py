@@ -122,3 +122,37 @@ def test_peers_replay_with_installed_peers(tmp_path):
                 assert r["throughput"] or "C++" in r["unavailable"], r
         else:
             assert all(r["throughput"] is None and library in r["unavailable"] for r in mine)
+
+
+def test_peers_device_cuda_without_cuda_exits_2(tmp_path, monkeypatch, capsys):
+    """``--device cuda`` where CUDA is not available: one sentence on stderr, exit code 2, nothing written."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    run = _run_module()
+    out = tmp_path / "peers_cuda.json"
+    rc = run.main(["peers", "--device", "cuda", "--quick", "--tiny", "--no-compile", "--out", str(out)])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "--device cuda" in err and "no CUDA device is available" in err
+    assert not out.exists()
+
+
+def test_peers_rows_record_device_and_report_renders_cuda(tmp_path):
+    """Rows carry the device they ran on; report.py renders a peers_cuda.json as its own section with the GPU."""
+    import argparse
+
+    from benchmarks import peers
+    from benchmarks.report import build_report
+
+    v = peers.Variant("rlfunc", "eager", None)
+    v.throughput, v.windows_s = 10.0, [0.1, 0.1]
+    rows = peers._rows("replay_sample", "batches/s", {}, [v], 1, "cuda")
+    assert rows[0]["device"] == "cuda" and rows[0]["ratio_vs_rlfunc"] == pytest.approx(1.0)
+    assert peers._rows("replay_sample", "batches/s", {}, [v], 1)[0]["device"] == "cpu"  # the default
+    ns = argparse.Namespace(threads=1, device="cuda", quick=True, tiny=False, no_compile=False, only=None)
+    assert "--device cuda" in peers._command(ns)
+    assert "--device" not in peers._command(argparse.Namespace(**{**vars(ns), "device": "cpu"}))
+    data = {"machine": {"cpu": "x", "gpu": "NVIDIA Test GPU"}, "rows": rows,
+            "settings": {"command": "python benchmarks/run.py peers --device cuda", "device": "cuda"}}
+    (tmp_path / "peers_cuda.json").write_text(json.dumps(data))
+    md = build_report(tmp_path)
+    assert "## peers_cuda" in md and "gpu=NVIDIA Test GPU" in md and "device=cuda" in md
