@@ -110,7 +110,12 @@ def env_throughput(steps: int) -> dict:
         2,
     ))
     for name, make, repeat in cases:
-        env = make()
+        try:
+            env = make()
+        except Exception as exc:  # e.g. gymnasium's classic-control renderer needs pygame
+            out[name] = {"unavailable": f"{type(exc).__name__}: {exc}"}
+            print(f"  env {name}: unavailable ({type(exc).__name__}: {exc})", flush=True)
+            continue
         env.reset(seed=0)
         rng = np.random.default_rng(0)
         for _ in range(3):
@@ -134,14 +139,15 @@ def env_throughput(steps: int) -> dict:
     return out
 
 
-def replay_throughput(batch: int, transitions: int, repeats: int) -> dict:
-    """PixelReplay memory per transition and sampling speed (84x84, 3-stack, n = 3)."""
+def replay_throughput(batch: int, transitions: int, repeats: int, device: torch.device | str = "cpu") -> dict:
+    """PixelReplay memory per transition and sampling speed (84x84, 3-stack, n = 3), storage on ``device``."""
     from rlfunc.replay.pixels import PixelReplay
 
     ep_len = 500
     episodes = max(1, transitions // ep_len)
     capacity = episodes * (ep_len + 1)
-    replay = PixelReplay(capacity, (9, 84, 84), 6, frame_stack=3, nstep=3, gamma=0.99)
+    replay = PixelReplay(capacity, (9, 84, 84), 6, frame_stack=3, nstep=3, gamma=0.99, device=device)
+    device = torch.device(device)
     rng = np.random.default_rng(0)
     base = rng.integers(0, 256, (9, 84, 84), dtype=np.uint8)
     t0 = time.perf_counter()
@@ -153,15 +159,17 @@ def replay_throughput(batch: int, transitions: int, repeats: int) -> dict:
             obs = nxt
     add_s = time.perf_counter() - t0
     stored = episodes * ep_len
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator(device=device).manual_seed(0)
     replay.sample(batch, generator=gen)
     times = []
     for _ in range(repeats):
+        _sync(device)
         t0 = time.perf_counter()
         k = 0
         while time.perf_counter() - t0 < 0.5 or k < 3:
             replay.sample(batch, generator=gen)
             k += 1
+        _sync(device)
         times.append((time.perf_counter() - t0) / k)
     med = statistics.median(times)
     frame = 3 * 84 * 84
@@ -180,7 +188,13 @@ def replay_throughput(batch: int, transitions: int, repeats: int) -> dict:
         "ms_per_batch_windows": [t * 1e3 for t in times],
         "adds_per_s": stored / add_s,
         "episode_length": ep_len,
+        "device": device.type,
     }
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def update_drqv2(args: argparse.Namespace, R) -> dict:
@@ -305,7 +319,7 @@ def update_drqv2(args: argparse.Namespace, R) -> dict:
     print("env stepping + rendering ...", flush=True)
     env = env_throughput(env_steps)
     print("pixel replay ...", flush=True)
-    replay = replay_throughput(256, 1000 if args.quick else 20_000, 2 if args.quick else 5)
+    replay = replay_throughput(256, 1000 if args.quick else 20_000, 2 if args.quick else 5, device=device)
     print(f"  replay: {replay['bytes_per_transition']:.0f} bytes/transition (one frame = {replay['frame_bytes']}), "
           f"{replay['samples_per_s']:.0f} samples/s at batch 256", flush=True)
     torch.set_num_threads(threads_list[0])

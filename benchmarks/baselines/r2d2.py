@@ -181,9 +181,9 @@ class ImperativeR2D2:
         T, B = r.shape
         out = torch.zeros_like(r)
         for t in range(T):
-            ret = torch.zeros(B, dtype=r.dtype)
-            scale = torch.ones(B, dtype=r.dtype)
-            last = torch.full((B,), t, dtype=torch.long)
+            ret = torch.zeros(B, dtype=r.dtype, device=r.device)
+            scale = torch.ones(B, dtype=r.dtype, device=r.device)
+            last = torch.full((B,), t, dtype=torch.long, device=r.device)
             for k in range(self.n_step):
                 inside = (t + k < valid_len) & (t + k < T)
                 idx = min(t + k, T - 1)
@@ -223,7 +223,7 @@ class ImperativeR2D2:
             targets = h(self._targets(reward[burn:], discount, v, mask.sum(0)), self.rescale_eps)
         q_a = q_online[:-1].gather(-1, action[burn:].unsqueeze(-1)).squeeze(-1)
         td = torch.where(mask, targets - q_a, torch.zeros_like(q_a))
-        weight = batch["weight"][0].to(td.dtype) if "weight" in batch.keys() else torch.ones(B)
+        weight = batch["weight"][0].to(td.dtype) if "weight" in batch.keys() else torch.ones(B, device=td.device)
         loss = (weight * 0.5 * td.pow(2).sum(0)).mean()
         abs_td = td.detach().abs()
         priorities = self.priority_eta * abs_td.max(0).values + (1 - self.priority_eta) * abs_td.sum(0) / mask.sum(0).clamp(min=1)

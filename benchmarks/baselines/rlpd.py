@@ -135,6 +135,7 @@ class ImperativeRLPD(ImperativeREDQ):
             backup_entropy=config.backup_entropy,
             log_std_min=config.log_std_min,
             log_std_max=config.log_std_max,
+            device=params["log_alpha"].device,
         )
         with torch.no_grad():
             for i in range(config.num_critics):

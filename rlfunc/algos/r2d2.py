@@ -122,7 +122,6 @@ import dataclasses
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 from tensordict import TensorDict
 from torch.func import grad_and_value
 
@@ -316,7 +315,10 @@ def _embed(params: TensorDict, obs: torch.Tensor, prev_action: torch.Tensor, pre
         )
     parts = [x]
     if extra in (num_actions, num_actions + 1):
-        parts.append(F.one_hot(prev_action.long(), num_actions).to(x.dtype))
+        # A comparison, not F.one_hot: torch < 2.13 checks one_hot's class range with a host read
+        # (.item()), which breaks sync-free CUDA updates and graph capture.
+        classes = torch.arange(num_actions, device=prev_action.device)
+        parts.append((prev_action.long().unsqueeze(-1) == classes).to(x.dtype))
     if extra in (1, num_actions + 1):
         parts.append(torch.tanh(prev_reward.to(x.dtype)).unsqueeze(-1))
     return torch.cat(parts, dim=-1) if len(parts) > 1 else x
