@@ -144,6 +144,40 @@ def test_learn_collect_reads_back_runs_cut_off_before_learn_wrote_its_json(tmp_p
     assert bad.returncode == 2 and "not run directories" in bad.stderr
 
 
+def test_plot_of_runs_with_one_evaluation_draws_a_point_with_its_range(tmp_path):
+    """Runs cut off after one evaluation still plot: the mean as a point, the seeds' min-max as its bar."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    from rlfunc.runtime.plot import plot_runs
+
+    dirs = []
+    for seed, ret in enumerate((970.0, 988.0)):
+        d = tmp_path / f"drqv2-s{seed}"
+        d.mkdir()
+        (d / "config.yaml").write_text("algo: drqv2\nenv: {id: dmc/cartpole_balance-v0}\n")
+        (d / "eval.csv").write_text(f"step,frames,time_s,mean_return,std_return,episodes\n10000,20000,190.0,{ret},1.0,10\n")
+        dirs.append(d)
+    shown = {}
+    real_errorbar = matplotlib.axes.Axes.errorbar
+
+    def spy(self, x, y, *args, **kwargs):
+        shown["x"], shown["y"], shown["yerr"] = list(x), list(y), kwargs.get("yerr")
+        return real_errorbar(self, x, y, *args, **kwargs)
+
+    matplotlib.axes.Axes.errorbar = spy
+    try:
+        png = plot_runs(dirs, tmp_path / "one.png", title="one evaluation")
+    finally:
+        matplotlib.axes.Axes.errorbar = real_errorbar
+        plt.close("all")
+    assert shown["x"] == [10000] and shown["y"] == [979.0]
+    assert [float(v[0]) for v in shown["yerr"]] == [9.0, 9.0]
+    assert png.stat().st_size > 1000
+
+
 def test_update_accepts_all_and_cuda_graph_variant_is_unavailable_on_cpu():
     """``update --algo ALL`` parses (every algo in turn); the CUDA-graph variant explains itself on CPU."""
     import importlib.util

@@ -52,7 +52,11 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, title: str | None = N
             continue
         ys = np.stack([np.interp(common, s, r) for s, r in curves])
         mean = ys.mean(axis=0)
-        ax.plot(common, mean, label=f"{label} (n={len(curves)})")
+        if len(common) == 1:  # one evaluation (a short or cut-off run): a point with its min-max bar
+            ax.errorbar(common, mean, yerr=[mean - ys.min(axis=0), ys.max(axis=0) - mean], fmt="o", capsize=5,
+                        label=f"{label} (n={len(curves)})")
+            continue
+        ax.plot(common, mean, marker="o" if len(common) <= 5 else None, label=f"{label} (n={len(curves)})")
         if len(curves) > 1:
             ax.fill_between(common, ys.min(axis=0), ys.max(axis=0), alpha=0.25)
     ax.set_xlabel("environment steps")
