@@ -139,8 +139,10 @@ def env_throughput(steps: int) -> dict:
     return out
 
 
-def replay_throughput(batch: int, transitions: int, repeats: int, device: torch.device | str = "cpu") -> dict:
-    """PixelReplay memory per transition and sampling speed (84x84, 3-stack, n = 3), storage on ``device``."""
+def replay_throughput(batch: int, transitions: int, repeats: int, device: torch.device | str = "cpu",
+                      sync: Callable[[torch.device], None] = lambda device: None) -> dict:
+    """PixelReplay memory per transition and sampling speed (84x84, 3-stack, n = 3), storage on ``device``
+    (``sync``: run.py's ``sync``, so CUDA timings read the clock after the device finished)."""
     from rlfunc.replay.pixels import PixelReplay
 
     ep_len = 500
@@ -163,13 +165,13 @@ def replay_throughput(batch: int, transitions: int, repeats: int, device: torch.
     replay.sample(batch, generator=gen)
     times = []
     for _ in range(repeats):
-        _sync(device)
+        sync(device)
         t0 = time.perf_counter()
         k = 0
         while time.perf_counter() - t0 < 0.5 or k < 3:
             replay.sample(batch, generator=gen)
             k += 1
-        _sync(device)
+        sync(device)
         times.append((time.perf_counter() - t0) / k)
     med = statistics.median(times)
     frame = 3 * 84 * 84
@@ -191,10 +193,6 @@ def replay_throughput(batch: int, transitions: int, repeats: int, device: torch.
         "device": device.type,
     }
 
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def update_drqv2(args: argparse.Namespace, R) -> dict:
@@ -319,7 +317,8 @@ def update_drqv2(args: argparse.Namespace, R) -> dict:
     print("env stepping + rendering ...", flush=True)
     env = env_throughput(env_steps)
     print("pixel replay ...", flush=True)
-    replay = replay_throughput(256, 1000 if args.quick else 20_000, 2 if args.quick else 5, device=device)
+    replay = replay_throughput(256, 1000 if args.quick else 20_000, 2 if args.quick else 5, device=device,
+                               sync=R.sync)
     print(f"  replay: {replay['bytes_per_transition']:.0f} bytes/transition (one frame = {replay['frame_bytes']}), "
           f"{replay['samples_per_s']:.0f} samples/s at batch 256", flush=True)
     torch.set_num_threads(threads_list[0])
