@@ -200,6 +200,9 @@ def update_drqv2(args: argparse.Namespace, R) -> dict:
     from benchmarks.baselines.drqv2 import ImperativeDrQV2
 
     device = torch.device(args.device)
+    # As the official train.py and rlfunc's PixelLearner on CUDA: cuDNN picks the fastest conv algorithms.
+    cudnn_benchmark = device.type == "cuda" and not getattr(args, "no_cudnn_benchmark", False)
+    torch.backends.cudnn.benchmark = cudnn_benchmark
     drqv2, config, obs_space, act_space, batch, noise = _problem(args, device)
     state0 = drqv2.init(config, obs_space, act_space, seed=0, device=device)
     state0["agent_step"] = torch.tensor(50_000, device=device)
@@ -334,6 +337,7 @@ def update_drqv2(args: argparse.Namespace, R) -> dict:
             "feature_dim": config.feature_dim,
             "hidden_dim": config.hidden_dim,
             "update_every": config.update_every,
+            "cudnn_benchmark": cudnn_benchmark,
             "work_per_update": "2 random shifts, next_obs encode (no grad), target, encoder+critic fwd/bwd + 2 Adam, "
                                "actor fwd/bwd through the critic + Adam, polyak",
             "data": "pre-sampled batch and noise (rlfunc.algos.drqv2.draw_noise); no replay sampling",

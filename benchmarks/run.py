@@ -599,6 +599,8 @@ def _configure_update(p: argparse.ArgumentParser) -> None:
     p.add_argument("--image-size", type=int, default=84, help="DrQ-v2: square image side (9 channels)")
     p.add_argument("--drqv2-hidden", type=int, default=1024, help="DrQ-v2: actor/critic head width")
     p.add_argument("--env-steps", type=int, default=300, help="DrQ-v2: agent steps timed per pixel env")
+    p.add_argument("--no-cudnn-benchmark", action="store_true",
+                   help="DrQ-v2 on CUDA: leave torch.backends.cudnn.benchmark off (the official train.py turns it on)")
 
 
 @subcommand("update", "learner throughput: functional update vs the imperative baseline", _configure_update)

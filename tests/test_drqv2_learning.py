@@ -104,8 +104,8 @@ def test_drqv2_learns_pixel_reach(tmp_path):
         rows = list(csv.DictReader(f))
     assert "frames" not in rows[0]  # action repeat 1: frames == steps, no extra column
     assert float(rows[-1]["stddev"]) == pytest.approx(0.1)
-    last = rows[-1]  # one update per agent step from step random_steps on
-    assert int(float(last["updates"])) == int(float(last["step"])) - 150 + 1
+    last = rows[-1]  # one update per agent step from step random_steps on, before that step's env step (official order)
+    assert int(float(last["updates"])) == int(float(last["step"])) - 150
 
 
 def test_drqv2_runtime_frames_checkpoint_resume(tmp_path):
@@ -134,3 +134,34 @@ def test_drqv2_runtime_frames_checkpoint_resume(tmp_path):
         obs = np.zeros((6, 12, 12), np.uint8)
         a = policy.act(obs)
         assert a.shape == (1,) and -1.0 <= float(a[0]) <= 1.0
+
+
+def test_drqv2_updates_between_acting_and_the_env_step(tmp_path, monkeypatch):
+    """The official order (drqv2 train.py: act, update, env.step): the update at agent step t
+    sees the t steps stored before it and reads t for the sigma schedule, every update_every steps."""
+    from rlfunc.runtime.learners import PixelLearner
+
+    _register()
+    seen = []
+    real_observe, real_learn = PixelLearner.observe, PixelLearner.learn
+
+    def observe(self, rows):
+        self.stored = getattr(self, "stored", 0) + rows.batch_size[0]
+        return real_observe(self, rows)
+
+    def learn(self):
+        metrics = real_learn(self)
+        seen.append((self._env_step, getattr(self, "stored", 0), int(self.state["agent_step"])))
+        return metrics
+
+    monkeypatch.setattr(PixelLearner, "observe", observe)
+    monkeypatch.setattr(PixelLearner, "learn", learn)
+    raw = {
+        **CONFIG,
+        "train": {**CONFIG["train"], "total_steps": 40, "random_steps": 30, "eval_every": 40, "eval_episodes": 1,
+                  "checkpoint_every": 40, "log_every": 20},
+        "agent": {**CONFIG["agent"], "batch_size": 8, "hidden_dim": 16, "update_every": 2},
+    }
+    res = rlfunc.train(raw, run_dir=tmp_path / "run")
+    assert res.env_steps == 40
+    assert seen == [(t, t, t) for t in range(30, 40, 2)]

@@ -472,6 +472,45 @@ def test_train_with_cuda_graph_on_cuda(tmp_path):
 
 
 
+@needs_cuda
+def test_trainer_queues_the_updates_of_an_env_step_without_a_host_sync(tmp_path, monkeypatch):
+    """The trainer reads an update's finiteness later (once per env step), not right after it."""
+    import rlfunc
+    from rlfunc.runtime.trainer import Trainer
+
+    real, calls = Trainer._learn, {"n": 0}
+
+    def strict(self):
+        calls["n"] += 1
+        if calls["n"] <= 2:  # warm-up and graph capture may sync
+            return real(self)
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            return real(self)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+    monkeypatch.setattr(Trainer, "_learn", strict)
+    res = rlfunc.train(
+        None,
+        overrides={
+            "train.device": "cuda",
+            "train.cuda_graph": True,
+            "train.total_steps": 220,
+            "train.random_steps": 200,
+            "train.eval_every": 220,
+            "train.eval_episodes": 1,
+            "train.progress": False,
+            "agent.hidden_sizes": [32, 32],
+            "agent.num_critics": 2,
+            "agent.updates_per_step": 2,
+        },
+        run_dir=tmp_path / "redq-no-sync",
+    )
+    assert res.env_steps == 220 and calls["n"] == 21
+
+
 def test_graphs_module_doctest():
     import doctest
 

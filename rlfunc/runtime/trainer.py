@@ -171,6 +171,7 @@ class Trainer:
         self.evals: list[tuple[int, float]] = []
         self.ckpt_dir = self.run_dir / "checkpoints"
         self._last_good_ckpt: Path | None = None
+        self._unchecked: list[tuple[int, list, torch.Tensor]] = []  # updates whose finiteness is not read yet
 
     # -- checkpoints ----------------------------------------------------------
     def save(self) -> Path:
@@ -244,11 +245,17 @@ class Trainer:
         window_t, window_steps = time.monotonic(), 0
         steps_per_s = 0.0
         metrics = None
+        # DrQ-v2's official order is act, update, env step (drqv2 train.py); the others update after storing the step.
+        learn_first = bool(getattr(self.learner, "learns_before_env_step", False))
+        self._unchecked = []
         try:
             while self.env_step < cfg.total_steps:
+                self._check_finite()  # the last step's updates are done by now (explore syncs anyway)
                 actions = self.learner.explore(
                     self.collector.obs, self.env_step, episode_start=self.collector.episode_start
                 )
+                if learn_first and self.learner.ready(self.env_step):
+                    metrics = self._learn()  # runs on the device while the env steps on the host
                 rows, finished = self.collector.step(actions)
                 self.learner.observe(rows)
                 recent_returns.extend(r for _, r, _ in finished)
@@ -256,23 +263,25 @@ class Trainer:
                     prev = self.env_step
                     self.env_step += 1
                     window_steps += 1
-                    if self.learner.ready(self.env_step):
-                        metrics = self.learner.learn()
-                        self.updates += 1
-                        self._check_finite(metrics)
+                    if not learn_first and self.learner.ready(self.env_step):
+                        metrics = self._learn()
                     if self.env_step // cfg.log_every > prev // cfg.log_every:
+                        self._check_finite()
                         now = time.monotonic()
                         steps_per_s = window_steps / max(now - window_t, 1e-9)
                         window_t, window_steps = now, 0
                         self._log(metrics, steps_per_s, recent_returns)
                         recent_returns = recent_returns[-10:]
                     if self.env_step // cfg.eval_every > prev // cfg.eval_every:
+                        self._check_finite()
                         last_eval = self.evaluate()
                     if self.env_step // cfg.checkpoint_every > prev // cfg.checkpoint_every:
+                        self._check_finite()
                         self.save()
                     if self.env_step >= cfg.total_steps:
                         break
                 progress.update(self.env_step, steps_per_s, last_eval)
+            self._check_finite()
             if not self.evals or self.evals[-1][0] != self.env_step:
                 last_eval = self.evaluate()
             self.save()
@@ -302,14 +311,35 @@ class Trainer:
         """``{"frames": env frames}`` for action-repeated envs (agent steps stay in ``step``)."""
         return {"frames": self.env_step * self.frames_per_step} if self.frames_per_step != 1 else {}
 
-    def _check_finite(self, metrics) -> None:
-        values = [v for v in metrics.values(True, True) if v.is_floating_point()]
-        if not bool(torch.stack([torch.isfinite(v).all() for v in values]).all()):
-            bad = [k for k, v in metrics.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
-            raise NonFiniteLossError(
-                f"Training stopped at env step {self.env_step}: non-finite {', '.join(bad)}. "
-                f"The last good checkpoint is kept at {self._last_good_ckpt}; lower the learning rates or check the rewards."
-            )
+    def _learn(self):
+        """One ``learner.learn()``; its metrics' finiteness is queued on the device, read by :meth:`_check_finite`."""
+        metrics = self.learner.learn()
+        self.updates += 1
+        keys = [k for k, v in metrics.items(True, True) if v.is_floating_point()]
+        # Reduced now (a CUDA graph overwrites its metrics at the next replay), read later: no host sync per update.
+        finite = torch.stack([torch.isfinite(metrics[k]).all() for k in keys])
+        self._unchecked.append((self.env_step, keys, finite))
+        return metrics
+
+    def _check_finite(self) -> None:
+        """Raise :class:`NonFiniteLossError` if an update since the last check had a non-finite metric.
+
+        Called once per loop iteration (before acting, which waits for the
+        device anyway) and before logging, evaluating and saving, so the
+        updates of one env step run without a host sync between them.
+        """
+        if not self._unchecked:
+            return
+        pending, self._unchecked = self._unchecked, []
+        flags = torch.stack([f.all() for _, _, f in pending]).cpu()
+        if bool(flags.all()):
+            return
+        step, keys, finite = pending[int((~flags).nonzero()[0, 0])]
+        bad = [k if isinstance(k, str) else ".".join(k) for k, ok in zip(keys, finite.tolist()) if not ok]
+        raise NonFiniteLossError(
+            f"Training stopped at env step {step}: non-finite {', '.join(bad)}. "
+            f"The last good checkpoint is kept at {self._last_good_ckpt}; lower the learning rates or check the rewards."
+        )
 
     def _log(self, metrics, steps_per_s: float, recent_returns: list[float]) -> None:
         row: dict[str, Any] = {

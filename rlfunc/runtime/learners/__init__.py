@@ -8,7 +8,10 @@ its random generator, and exposes what the training loop needs:
   ``episode_start [num_envs]`` marks observations that begin an episode, where
   recurrent learners reset their carry);
 * ``observe(rows)`` stores transitions from the collector;
-* ``learn()`` -> metrics (or ``None`` while there is too little data);
+* ``ready(env_step)`` says whether to run ``learn()`` -> metrics at this step;
+  the trainer calls it after storing each step, or, for a learner with
+  ``learns_before_env_step = True`` (DrQ-v2's official order), between
+  acting and stepping the env;
 * ``policy()`` -> a deterministic :class:`~rlfunc.runtime.policy.Policy`;
 * ``state_tensors()`` / ``load_state_tensors(td)`` for checkpoints.
 

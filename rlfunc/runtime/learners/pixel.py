@@ -27,10 +27,20 @@ class PixelLearner(TransitionLearner):
     * :meth:`ready` is True every ``agent.update_every`` agent steps once
       ``train.random_steps`` were collected; :meth:`learn` writes the agent
       step into ``state["agent_step"]`` (what the sigma schedule reads),
-      samples one ``[B]`` batch and runs one pure ``update``.
+      samples one ``[B]`` batch and runs one pure ``update``;
+    * the trainer runs the update between acting and stepping the env
+      (``learns_before_env_step``), the official order (drqv2 ``train.py``:
+      ``act``, ``agent.update(replay_iter, global_step)``, ``env.step``): the
+      update at agent step ``t`` sees ``t`` stored steps, uses ``t`` for the
+      schedule, and runs on the device while the env renders on the host;
+    * on CUDA it turns on ``torch.backends.cudnn.benchmark`` as the official
+      ``train.py`` does (fixed image shapes: cuDNN times its convolution
+      algorithms once and keeps the fastest).
 
     One env only (``env.num_envs: 1``), as in the official code.
     """
+
+    learns_before_env_step = True
 
     def __init__(self, entry, run_config, obs_space: gym.Space, act_space: gym.Space) -> None:
         from rlfunc.replay.pixels import PixelReplay
@@ -56,6 +66,8 @@ class PixelLearner(TransitionLearner):
             device=self.device,
         )
         self._env_step = 0
+        if self.device.type == "cuda":
+            torch.backends.cudnn.benchmark = True
 
     def explore(self, obs: np.ndarray, env_step: int, episode_start: np.ndarray | None = None) -> np.ndarray:
         self._env_step = int(env_step)
@@ -90,8 +102,9 @@ class PixelLearner(TransitionLearner):
         return self.replay.sample(self.config.batch_size, generator=self.generator)
 
     def learn(self) -> TensorDict:
-        # In place (a fill kernel, no host sync): with train.cuda_graph the state's buffers must not move.
-        self.state["agent_step"].fill_(self._env_step + 1)
+        # The agent step explore() was called with (learn runs right after it); in place (a fill kernel,
+        # no host sync): with train.cuda_graph the state's buffers must not move.
+        self.state["agent_step"].fill_(self._env_step)
         batch = self.sample_batch()
         noise = self.algo.draw_noise(
             self.config, batch.batch_size[0], self.act_dim, generator=self.generator, device=self.device
