@@ -3,17 +3,19 @@
 #   1. the card, torch, and one headless DMC frame (EGL must not return a black image);
 #   2. `update --algo ALL --device cuda` (imperative vs functional eager vs +cudagraph);
 #   3. `peers --device cuda` update tasks (rlfunc vs Stable-Baselines3 / TorchRL on the same card);
-#   4. DrQ-v2 on DMC cartpole_balance with the official settings, 3 seeds, 100k frames, on CUDA
-#      with the update replayed as a CUDA graph, while tests/test_gpu_path.py runs beside it;
-#   5. if time is left: the peers training-loop and replay tasks, then REDQ's compiled (+cudagraph) update.
+#   4. tests/test_gpu_path.py;
+#   5. DrQ-v2 on DMC cartpole_balance with the official settings, 3 seeds x 100k frames, on CUDA
+#      with the update replayed as a CUDA graph, one process per seed sharing the card;
+#   6. if time is left: the peers training-loop and replay tasks, then REDQ's compiled (+cudagraph) update.
 # Usage: benchmarks/gpu_checks.sh OUT_DIR [SECONDS]   (SECONDS: the whole budget, default 540)
-#   STAGES="card update peers drqv2 extra" (default: all) picks stages, e.g. STAGES="card drqv2" to give
-#   a whole lease to DrQ-v2; DRQV2_SEEDS (default 3) and DRQV2_FIRST_SEED (default 0) split its seeds
-#   over leases (one process per seed; they share the card). On an H100, 3 processes ran ~51 agent
-#   steps/s each (a 100k-frame run is 50k agent steps).
+#   STAGES="card update peers tests drqv2 extra" (default: all) picks stages, e.g. STAGES="card drqv2" to
+#   give a whole lease to DrQ-v2; DRQV2_SEEDS (default 3) and DRQV2_FIRST_SEED (default 0) split its
+#   seeds over leases; DRQV2_EVAL_EVERY (agent steps, default 25000 = every 50k frames) spaces the
+#   evaluations (10 episodes = 5000 agent steps each). A watchdog stops the highest running seed when
+#   the slowest one would miss the budget, so the others reach 100k frames.
 # Every stage has its own time limit, taken from what is left, so OUT_DIR always ends complete
 # with what finished: JSON/PNG per benchmark, logs, and the DrQ-v2 run directories (eval.csv).
-# A DrQ-v2 learn cut off by the budget leaves no JSON: `run.py learn-collect OUT_DIR/runs/*/*`
+# A DrQ-v2 learn cut off by the budget leaves no JSON: `run.py learn-collect OUT_DIR/runs/s*/*/*`
 # builds it from the run directories (each run's evaluations so far).
 set -u
 OUT=${1:?usage: benchmarks/gpu_checks.sh OUT_DIR [SECONDS]}
@@ -24,9 +26,10 @@ left() { echo $((BUDGET - ($(date +%s) - T0))); }
 stage() { echo "== [$(($(date +%s) - T0)) s] $*"; }
 export PYTHONUNBUFFERED=1 OMP_WAIT_POLICY=PASSIVE
 PY=${PYTHON:-python3}
-STAGES=${STAGES:-card update peers drqv2 extra}
+STAGES=${STAGES:-card update peers tests drqv2 extra}
 SEEDS=${DRQV2_SEEDS:-3}
 FIRST_SEED=${DRQV2_FIRST_SEED:-0}
+EVAL_EVERY=${DRQV2_EVAL_EVERY:-25000}
 want() { case " $STAGES " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
 if want card; then
@@ -57,22 +60,64 @@ timeout 100 $PY benchmarks/run.py peers --device cuda --threads 1 --no-compile -
     --note "gpu_checks.sh: 3 windows of 0.3 s" 2>&1 | tee "$OUT/peers.log" | tail -40
 fi
 
-if want drqv2; then
-stage "DrQ-v2 faithful: $SEEDS seed(s) from $FIRST_SEED x 100k frames on cuda (+ tests/test_gpu_path.py beside it)"
-LEARN_S=$(($(left) - 45))
-timeout 240 $PY -m pytest -q -rs -p no:cacheprovider tests/test_gpu_path.py > "$OUT/pytest_gpu.log" 2>&1 &
-TESTS=$!
-timeout $LEARN_S $PY benchmarks/run.py learn --config configs/drqv2/cartpole_balance.yaml --seeds "$SEEDS" \
-    --first-seed "$FIRST_SEED" --jobs "$SEEDS" \
-    --threads 1 --set train.device=cuda --set train.cuda_graph=true --set train.replay_size=100000 \
-    --set train.eval_every=10000 --set train.checkpoint_every=50000 --runs-dir "$OUT/runs" --out "$OUT/learn_drqv2_gpu.json" \
-    --note "official settings on CUDA; replay_size 100000 frames holds every frame of a 100k-frame run, as 1M would; evaluated every 20k frames (official: 10k) and checkpointed at the end only: neither changes training" \
-    > "$OUT/learn_drqv2.log" 2>&1
-echo "learn exit $? (124 = cut off at ${LEARN_S} s)"
-tail -8 "$OUT/learn_drqv2.log"
-wait $TESTS
+if want tests; then
+stage "tests/test_gpu_path.py"
+timeout $(( $(left) < 240 ? $(left) : 240 )) $PY -m pytest -q -rs -p no:cacheprovider tests/test_gpu_path.py \
+    > "$OUT/pytest_gpu.log" 2>&1
 tail -15 "$OUT/pytest_gpu.log"
-for f in "$OUT"/runs/*/*/eval.csv; do echo "$f"; tail -3 "$f"; done
+fi
+
+if want drqv2; then
+stage "DrQ-v2 faithful: $SEEDS seed(s) from $FIRST_SEED x 100k frames on cuda, one process each"
+LEARN_S=$(($(left) - 40))
+mkdir -p "$OUT/runs"
+declare -A PIDS
+for ((k = FIRST_SEED; k < FIRST_SEED + SEEDS; k++)); do
+    setsid timeout $LEARN_S $PY benchmarks/run.py learn --config configs/drqv2/cartpole_balance.yaml --seeds 1 \
+        --first-seed $k --threads 1 --set train.device=cuda --set train.cuda_graph=true \
+        --set train.replay_size=100000 --set train.eval_every=$EVAL_EVERY --set train.checkpoint_every=50000 \
+        --runs-dir "$OUT/runs/s$k" --out "$OUT/learn_drqv2_gpu_s$k.json" \
+        --note "official settings on CUDA; replay_size 100000 frames holds every frame of a 100k-frame run, as 1M would; evaluated every $((2 * EVAL_EVERY)) frames (official: 10k) and checkpointed at the end only: neither changes training" \
+        > "$OUT/learn_drqv2_s$k.log" 2>&1 &
+    PIDS[$k]=$!
+done
+# Watchdog: seeds share the card; when the slowest running seed's projected finish (its last
+# steps/s from metrics.csv, plus the evaluations still due) passes the deadline, stop the
+# highest seed so the others finish (what it trained stays in its run directory).
+DEADLINE=$(( $(date +%s) + LEARN_S - 15 ))
+sleep 100
+while true; do
+    RUNNING=()
+    for k in "${!PIDS[@]}"; do kill -0 ${PIDS[$k]} 2>/dev/null && RUNNING+=($k); done
+    [ ${#RUNNING[@]} -le 1 ] && break
+    LATE=$($PY - "$OUT/runs" $((DEADLINE - $(date +%s))) $EVAL_EVERY "${RUNNING[@]}" <<'PYEOF'
+import csv, glob, sys
+root, left, every = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+late = 0
+for k in sys.argv[4:]:
+    rows = [r for f in glob.glob(f"{root}/s{k}/**/metrics.csv", recursive=True) for r in csv.DictReader(open(f))]
+    if not rows or float(rows[-1]["steps_per_s"]) <= 0:
+        continue
+    step, rate = int(rows[-1]["step"]), float(rows[-1]["steps_per_s"])
+    need = (50000 - step) / rate + 20 * ((50000 // every) - (step // every))
+    print(f"  seed {k}: step {step}, {rate:.0f} steps/s, needs ~{need:.0f} s of {left:.0f} s", file=sys.stderr)
+    late |= need > left
+print(int(late))
+PYEOF
+)
+    if [ "$LATE" = 1 ]; then
+        LAST=$(printf '%s\n' "${RUNNING[@]}" | sort -n | tail -1)
+        stage "watchdog: stopping seed $LAST so the others finish in time"
+        kill -TERM -- -${PIDS[$LAST]} 2>/dev/null
+        unset "PIDS[$LAST]"
+        sleep 60
+    else
+        sleep 30
+    fi
+done
+wait
+for f in $(find "$OUT/runs" -name eval.csv | sort); do echo "$f"; tail -3 "$f"; done
+for f in "$OUT"/learn_drqv2_s*.log; do echo "$f"; tail -4 "$f"; done
 fi
 
 if want extra && [ "$(left)" -gt 90 ]; then
