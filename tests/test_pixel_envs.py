@@ -121,3 +121,23 @@ def test_dmc_default_render_is_the_papers():
         assert obs.shape == (9, 16, 16) and obs.any()
     finally:
         env.close()
+
+
+def test_dmc_frames_equal_physics_render_and_are_not_views():
+    """The env's kept camera gives physics.render's image (what the official dmc.py calls), each frame its own copy."""
+    _skip_without_dmc()
+    from rlfunc.envs.dmc import DMCPixels
+
+    env = DMCPixels("cartpole", "swingup", size=24, frame_stack=1, action_repeat=1)
+    try:
+        first, _ = env.reset(seed=0)
+        physics = env._env.physics
+        np.testing.assert_array_equal(first, physics.render(24, 24, camera_id=0).transpose(2, 0, 1))
+        frames = [first]
+        for _ in range(5):
+            obs, *_ = env.step(np.ones(1, np.float32))
+            np.testing.assert_array_equal(obs, physics.render(24, 24, camera_id=0).transpose(2, 0, 1))
+            frames.append(obs)
+        assert not np.array_equal(frames[0], frames[-1])  # the cart moved; earlier frames were not overwritten
+    finally:
+        env.close()
