@@ -130,3 +130,34 @@ def test_existing_run_dir_is_not_overwritten(tmp_path):
 
     with pytest.raises(ConfigError, match="rlfunc resume"):
         rlfunc.train(None, overrides={**TINY, "train.total_steps": 300}, run_dir=tmp_path / "x")
+
+
+def test_sigterm_saves_progress(tmp_path):
+    """`kill`, `timeout` or a scheduler's SIGTERM saves the run like any other crash (exit status 143)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    run_dir = tmp_path / "term"
+    code = (
+        "import torch, rlfunc; torch.set_num_threads(1); "
+        f"rlfunc.train(None, overrides={dict(TINY, **{'train.total_steps': 100_000, 'train.checkpoint_every': 100_000})!r}, "
+        f"run_dir={str(run_dir)!r})"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        deadline = time.monotonic() + 240
+        metrics = run_dir / "metrics.csv"
+        while time.monotonic() < deadline and proc.poll() is None:
+            if metrics.exists() and len(metrics.read_text().splitlines()) >= 3:  # header + 2 rows: learning
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None, "the run ended before it could be stopped"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 128 + signal.SIGTERM
+    finally:
+        proc.kill()
+    _, meta = load_checkpoint(run_dir)
+    assert meta["env_step"] > 300  # saved on the way out, past the random phase

@@ -13,7 +13,7 @@
 ``resume(run_dir)`` continues from the latest checkpoint with the same state,
 optimizer, replay, generators and counters. A non-finite loss stops training
 with :class:`NonFiniteLossError` and never overwrites the last good checkpoint;
-any other crash (or Ctrl-C) first saves the current state if it is finite.
+any other crash (or Ctrl-C, or SIGTERM) first saves the current state if it is finite.
 """
 
 from __future__ import annotations
@@ -21,10 +21,12 @@ from __future__ import annotations
 import csv
 import dataclasses
 import math
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import gymnasium as gym
 import numpy as np
@@ -245,6 +247,7 @@ class Trainer:
         window_t, window_steps = time.monotonic(), 0
         steps_per_s = 0.0
         metrics = None
+        restore_sigterm = _save_on_sigterm()
         # DrQ-v2's official order is act, update, env step (drqv2 train.py); the others update after storing the step.
         learn_first = bool(getattr(self.learner, "learns_before_env_step", False))
         self._unchecked = []
@@ -297,6 +300,8 @@ class Trainer:
             except Exception:  # never mask the original error
                 pass
             raise
+        finally:
+            restore_sigterm()
         progress.update(self.env_step, steps_per_s, last_eval, force=True)
         progress.close()
         return TrainResult(
@@ -354,6 +359,20 @@ class Trainer:
             for k, v in metrics.items():
                 row[k] = float(v)
         self._metrics_log.write(row)
+
+
+def _exit_on_sigterm(signum, frame) -> None:
+    raise SystemExit(128 + signum)  # the shell's status for a TERM-killed process (143)
+
+
+def _save_on_sigterm() -> Callable[[], None]:
+    """Make SIGTERM (``kill``, ``timeout``, a batch scheduler) raise ``SystemExit`` in the loop,
+    so the run saves its state like any other crash. Returns what restores the previous handler
+    (nothing to do off the main thread, where Python cannot install one)."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    return lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def _new_run_dir(config: RunConfig) -> Path:
