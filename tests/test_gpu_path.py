@@ -448,24 +448,29 @@ def test_cuda_graph_with_compiled_update_matches_eager():
         torch.testing.assert_close(m_g["loss"], m_e["loss"], rtol=1e-4, atol=1e-5)
 
 
+def _tiny_redq_on_cuda(total_steps: int) -> dict:
+    """A small REDQ run on CUDA with graph replay: 200 random steps, then learning, one evaluation at the end."""
+    return {
+        "train.device": "cuda",
+        "train.cuda_graph": True,
+        "train.total_steps": total_steps,
+        "train.random_steps": 200,
+        "train.eval_every": total_steps,
+        "train.eval_episodes": 1,
+        "train.progress": False,
+        "agent.hidden_sizes": [32, 32],
+        "agent.num_critics": 2,
+        "agent.updates_per_step": 2,
+    }
+
+
 @needs_cuda
 def test_train_with_cuda_graph_on_cuda(tmp_path):
     import rlfunc
 
     res = rlfunc.train(
         None,
-        overrides={
-            "train.device": "cuda",
-            "train.cuda_graph": True,
-            "train.total_steps": 300,
-            "train.random_steps": 200,
-            "train.eval_every": 300,
-            "train.eval_episodes": 1,
-            "train.progress": False,
-            "agent.hidden_sizes": [32, 32],
-            "agent.num_critics": 2,
-            "agent.updates_per_step": 2,
-        },
+        overrides=_tiny_redq_on_cuda(total_steps=300),
         run_dir=tmp_path / "redq-cuda-graph",
     )
     assert res.env_steps == 300
@@ -494,18 +499,7 @@ def test_trainer_queues_the_updates_of_an_env_step_without_a_host_sync(tmp_path,
     monkeypatch.setattr(Trainer, "_learn", strict)
     res = rlfunc.train(
         None,
-        overrides={
-            "train.device": "cuda",
-            "train.cuda_graph": True,
-            "train.total_steps": 220,
-            "train.random_steps": 200,
-            "train.eval_every": 220,
-            "train.eval_episodes": 1,
-            "train.progress": False,
-            "agent.hidden_sizes": [32, 32],
-            "agent.num_critics": 2,
-            "agent.updates_per_step": 2,
-        },
+        overrides=_tiny_redq_on_cuda(total_steps=220),
         run_dir=tmp_path / "redq-no-sync",
     )
     assert res.env_steps == 220 and calls["n"] == 21
