@@ -13,6 +13,9 @@
 #   seeds over leases; DRQV2_EVAL_EVERY (agent steps, default 25000 = every 50k frames) spaces the
 #   evaluations (10 episodes = 5000 agent steps each). A watchdog stops the highest running seed when
 #   the slowest one would miss the budget, so the others reach 100k frames.
+#   Processes sharing an H100 scaled poorly (1 / 2 / 3 runs: ~120 / 2x74 / 3x51 agent steps/s), and
+#   one 100k-frame run alone takes ~6-7 min: within 10-minute calls, give each seed its own call
+#   (STAGES="card drqv2" DRQV2_SEEDS=1 DRQV2_FIRST_SEED=k).
 # Every stage has its own time limit, taken from what is left, so OUT_DIR always ends complete
 # with what finished: JSON/PNG per benchmark, logs, and the DrQ-v2 run directories (eval.csv).
 # A DrQ-v2 learn cut off by the budget leaves no JSON: `run.py learn-collect OUT_DIR/runs/s*/*/*`
