@@ -167,7 +167,7 @@ class DMCPixels(gym.Env):
         official drqv2 ``dmc.py`` calls), from one ``dm_control`` ``Camera``
         kept for the env's life instead of one built per call: building it
         allocates a whole MuJoCo scene, ~1.7 ms of a ~4.7 ms render on an
-        H100 machine's EGL (benchmarks/RESULTS.md).
+        H100 machine's EGL (README, "On a GPU").
         """
         try:
             if self._camera is None:
