@@ -627,16 +627,15 @@ def _rlfunc_loop(config_path: str, sz: dict, args, *, compile: bool, agent: dict
         learner, collector = trainer.learner, trainer.collector
         collector.reset(seed=cfg.train.seed)
 
-        def env_step() -> None:
+        def env_step() -> None:  # Trainer.run's loop body without logging, evaluation and checkpoints
+            trainer._check_finite()  # the last step's updates (one host read per env step)
             actions = learner.explore(collector.obs, trainer.env_step, episode_start=collector.episode_start)
             rows, _ = collector.step(actions)
             learner.observe(rows)
             for _ in range(rows.batch_size[0]):
                 trainer.env_step += 1
                 if learner.ready(trainer.env_step):
-                    metrics = learner.learn()
-                    trainer.updates += 1
-                    trainer._check_finite(metrics)  # as Trainer.run: one host sync per env step
+                    trainer._learn()
 
         for _ in range(sz["loop_random_steps"] + args.loop_warmup):
             env_step()

@@ -107,28 +107,30 @@ def main(args: Args) -> dict:
     evals, episode_returns, episode_return, metrics = [], [], 0.0, None
     start = time.monotonic()
     for step in range(1, args.total_steps + 1):
-        # 1. collect: uniform actions at first, then mean + sigma(step) * noise (unclipped)
-        if step <= args.random_steps:
+        t = step - 1  # the agent step being taken (the official loop's global_step)
+        # 1. act: uniform actions at first, then mean + sigma(t) * noise (unclipped)
+        if t < args.random_steps:
             action = torch.rand((1, act_dim), generator=gen, device=device) * 2.0 - 1.0
         else:
             noise = torch.randn((1, act_dim), generator=gen, device=device)
             obs_t = torch.as_tensor(obs, device=device)[None]
-            action = drqv2.act(state["params"], obs_t, noise, config=config, step=step - 1)
+            action = drqv2.act(state["params"], obs_t, noise, config=config, step=t)
         action = action.cpu().numpy()
+        # 2. update before the env step, as the official loop does (act, update, env.step): every
+        #    `update_every` agent steps on the t steps stored so far; sigma is read from state["agent_step"]
+        if t >= args.random_steps and t % config.update_every == 0 and len(replay) > 0:
+            state["agent_step"] = torch.tensor(t, dtype=torch.int64, device=device)
+            batch = replay.sample(config.batch_size, generator=gen)
+            noise = drqv2.draw_noise(config, config.batch_size, act_dim, generator=gen, device=device)
+            state, metrics = update(state, batch, noise)
         next_obs, reward, terminated, truncated, _ = env.step(action[0])
-        # 2. replay: the newest frame only; n-step windows never cross an episode end
+        # 3. replay: the newest frame only; n-step windows never cross an episode end
         replay.add(obs, action[0], reward, next_obs, terminated, truncated)
         obs, episode_return = next_obs, episode_return + float(reward)
         if terminated or truncated:
             obs, _ = env.reset()
             episode_returns.append(episode_return)
             episode_return = 0.0
-        # 3. update: every `update_every` agent steps; sigma is read from state["agent_step"]
-        if step >= args.random_steps and step % config.update_every == 0 and len(replay) > 0:
-            state["agent_step"] = torch.tensor(step, dtype=torch.int64, device=device)
-            batch = replay.sample(config.batch_size, generator=gen)
-            noise = drqv2.draw_noise(config, config.batch_size, act_dim, generator=gen, device=device)
-            state, metrics = update(state, batch, noise)
         # 4. evaluate
         if step % args.eval_every == 0 or step == args.total_steps:
             evals.append((step, evaluate(state["params"], config, eval_env, args.eval_episodes, args.seed + 10_000, device)))
