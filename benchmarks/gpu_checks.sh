@@ -33,6 +33,8 @@ STAGES=${STAGES:-card update peers tests drqv2 extra}
 SEEDS=${DRQV2_SEEDS:-3}
 FIRST_SEED=${DRQV2_FIRST_SEED:-0}
 EVAL_EVERY=${DRQV2_EVAL_EVERY:-25000}
+DRQV2_CONFIG=configs/drqv2/cartpole_balance.yaml
+TOTAL=$(sed -n 's/^ *total_steps: *\([0-9]*\).*/\1/p' $DRQV2_CONFIG)  # agent steps (50000 = 100k frames)
 want() { case " $STAGES " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
 if want card; then
@@ -76,9 +78,9 @@ LEARN_S=$(($(left) - 40))
 mkdir -p "$OUT/runs"
 declare -A PIDS
 for ((k = FIRST_SEED; k < FIRST_SEED + SEEDS; k++)); do
-    setsid timeout $LEARN_S $PY benchmarks/run.py learn --config configs/drqv2/cartpole_balance.yaml --seeds 1 \
+    setsid timeout $LEARN_S $PY benchmarks/run.py learn --config $DRQV2_CONFIG --seeds 1 \
         --first-seed $k --threads 1 --set train.device=cuda --set train.cuda_graph=true \
-        --set train.replay_size=100000 --set train.eval_every=$EVAL_EVERY --set train.checkpoint_every=50000 \
+        --set train.replay_size=100000 --set train.eval_every=$EVAL_EVERY --set train.checkpoint_every=$TOTAL \
         --runs-dir "$OUT/runs/s$k" --out "$OUT/learn_drqv2_gpu_s$k.json" \
         --note "official settings on CUDA; replay_size 100000 frames holds every frame of a 100k-frame run, as 1M would; evaluated every $((2 * EVAL_EVERY)) frames (official: 10k) and checkpointed at the end only: neither changes training" \
         > "$OUT/learn_drqv2_s$k.log" 2>&1 &
@@ -93,16 +95,16 @@ while true; do
     RUNNING=()
     for k in "${!PIDS[@]}"; do kill -0 ${PIDS[$k]} 2>/dev/null && RUNNING+=($k); done
     [ ${#RUNNING[@]} -le 1 ] && break
-    LATE=$($PY - "$OUT/runs" $((DEADLINE - $(date +%s))) $EVAL_EVERY "${RUNNING[@]}" <<'PYEOF'
+    LATE=$($PY - "$OUT/runs" $((DEADLINE - $(date +%s))) $EVAL_EVERY $TOTAL "${RUNNING[@]}" <<'PYEOF'
 import csv, glob, sys
-root, left, every = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+root, left, every, total = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 late = 0
-for k in sys.argv[4:]:
+for k in sys.argv[5:]:
     rows = [r for f in glob.glob(f"{root}/s{k}/**/metrics.csv", recursive=True) for r in csv.DictReader(open(f))]
     if not rows or float(rows[-1]["steps_per_s"]) <= 0:
         continue
     step, rate = int(rows[-1]["step"]), float(rows[-1]["steps_per_s"])
-    need = (50000 - step) / rate + 20 * ((50000 // every) - (step // every))
+    need = (total - step) / rate + 20 * ((total // every) - (step // every))
     print(f"  seed {k}: step {step}, {rate:.0f} steps/s, needs ~{need:.0f} s of {left:.0f} s", file=sys.stderr)
     late |= need > left
 print(int(late))
