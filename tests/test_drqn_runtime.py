@@ -184,3 +184,39 @@ def test_drqn_on_continuous_actions_is_a_clear_error(tmp_path):
 
     rc = main(["train", CUE, "--set", "env.id=Pendulum-v1", "--set", "env.kwargs={}", "--run-dir", str(tmp_path / "x")])
     assert rc == 2
+
+
+def test_actor_ladder_gives_each_env_its_own_fixed_epsilon(tmp_path, monkeypatch):
+    """``agent.exploration: actor_ladder``: the act call gets the Ape-X per-env rates at every
+    step (no schedule), and a fixed ladder is not logged as an epsilon curve."""
+    n = 4
+    expected = torch.tensor([0.4 ** (1 + 7 * i / (n - 1)) for i in range(n)])
+    used = []
+    real = drqn.act
+
+    def spy(params, obs, carry, epsilon, noise=None, *, reset=None):
+        used.append(torch.broadcast_to(torch.as_tensor(epsilon), (obs.shape[0],)).clone())
+        return real(params, obs, carry, epsilon, noise, reset=reset)
+
+    monkeypatch.setattr(drqn, "act", spy)
+    sets = {**TINY, "env.num_envs": n, "train.total_steps": 200, "train.eval_every": 200, "train.log_every": 100}
+    run = tmp_path / "ladder"
+    rlfunc.train(
+        "configs/drqn/cartpole_novel.yaml", overrides={**sets, "agent.exploration": "actor_ladder"}, run_dir=run
+    )
+    assert len(used) >= 200 // n  # (a vector step that resets an env stores no row for it)
+    for eps in used:
+        torch.testing.assert_close(eps, expected)
+    assert "epsilon" not in (run / "metrics.csv").read_text().splitlines()[0].split(",")
+
+    used.clear()  # the default schedule: one rate for every env, decaying from 1
+    rlfunc.train("configs/drqn/cartpole_novel.yaml", overrides=sets, run_dir=tmp_path / "schedule")
+    assert float(used[0][0]) == 1.0 and all(float(e.min()) == float(e.max()) for e in used)
+    assert float(used[-1][0]) < 1.0
+
+
+def test_exploration_config_errors_are_clear():
+    with pytest.raises(ValueError, match="exploration must be 'schedule'"):
+        drqn.Config(exploration="ladder")
+    with pytest.raises(ValueError, match="epsilon_base must be in"):
+        drqn.Config(exploration="actor_ladder", epsilon_base=0.0)

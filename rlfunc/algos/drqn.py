@@ -36,7 +36,10 @@ the paper, off by default: ``double_q`` (van Hasselt et al. 2016),
 ``initial_state="stored"`` (start both unrolls from the actor state stored
 with the window, R2D2's "stored state" without burn-in) and
 ``lr_decay_updates``/``lr_end`` (a linear learning-rate decay in updates; the
-paper's rate is constant).
+paper's rate is constant) and ``exploration="actor_ladder"`` (each env of the
+vector env acts with its own fixed ``eps_i = epsilon_base^(1 + epsilon_alpha i
+/ (N - 1))`` from the first step, Ape-X's and R2D2's actors,
+:func:`actor_epsilons`, instead of the one decaying schedule of :func:`epsilon`).
 
 Window placement (``sequence_period``): the default 1 starts a window at every
 step that has ``sequence_length`` steps after it in the episode, the paper's
@@ -97,6 +100,7 @@ from torch.func import grad_and_value
 from rlfunc.algos._qstate import check_lr_decay, lr_metric, q_learning_rate, q_learning_state, q_optimizer
 from rlfunc.core import nets
 from rlfunc.core import returns
+from rlfunc.core.exploration import actor_epsilons
 from rlfunc.core.optim import global_norm, linear_schedule
 from rlfunc.core.targets import periodic_copy
 
@@ -112,6 +116,7 @@ __all__ = [
     "greedy_action",
     "draw_act_noise",
     "epsilon",
+    "actor_epsilons",
     "carry_to_td",
     "carry_from_td",
 ]
@@ -140,6 +145,9 @@ class Config:
     eps_start: float = 1.0
     eps_end: float = 0.05
     eps_decay_steps: int = 10_000
+    exploration: str = "schedule"  # "schedule" (DQN: eps_start -> eps_end) or "actor_ladder" (Ape-X)
+    epsilon_base: float = 0.4  # actor_ladder: eps_i = epsilon_base^(1 + epsilon_alpha i / (N - 1))
+    epsilon_alpha: float = 7.0
     eval_epsilon: float = 0.0
     # Read by the training runtime, not by update():
     buffer_windows: int = 50_000
@@ -171,6 +179,16 @@ class Config:
             raise ValueError(f"initial_state must be 'zeros' or 'stored', got {self.initial_state!r}.")
         if self.huber_delta is not None and self.huber_delta <= 0:
             raise ValueError(f"huber_delta must be positive or None (squared error), got {self.huber_delta}.")
+        if self.exploration not in ("schedule", "actor_ladder"):
+            raise ValueError(
+                f"exploration must be 'schedule' (one decaying epsilon) or 'actor_ladder' "
+                f"(one fixed epsilon per env), got {self.exploration!r}."
+            )
+        if not 0.0 < self.epsilon_base <= 1.0 or self.epsilon_alpha < 0.0:
+            raise ValueError(
+                f"epsilon_base must be in (0, 1] and epsilon_alpha non-negative, "
+                f"got {self.epsilon_base} and {self.epsilon_alpha}."
+            )
         for name in ("eps_start", "eps_end", "eval_epsilon"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
@@ -405,7 +423,8 @@ def update(
 
 def epsilon(config: Config, step: int | torch.Tensor) -> torch.Tensor:
     """Exploration rate at env step ``step``: linear ``eps_start -> eps_end`` over
-    ``eps_decay_steps``, then constant (DQN's schedule). Pure; 0-dim tensor."""
+    ``eps_decay_steps``, then constant (DQN's schedule). Pure; 0-dim tensor.
+    With ``exploration="actor_ladder"`` the runtime uses :func:`actor_epsilons` instead."""
     return linear_schedule(config.eps_start, config.eps_end, config.eps_decay_steps)(step)
 
 

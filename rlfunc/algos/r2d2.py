@@ -128,6 +128,7 @@ from torch.func import grad_and_value
 from rlfunc.algos._qstate import check_lr_decay, lr_metric, q_learning_rate, q_learning_state, q_optimizer
 from rlfunc.core import nets
 from rlfunc.core import returns
+from rlfunc.core.exploration import actor_epsilons
 from rlfunc.core.optim import global_norm
 from rlfunc.core.targets import periodic_copy
 
@@ -592,21 +593,6 @@ def update(
 
 
 # ------------------------------------------------------------------ acting
-def actor_epsilons(num_actors: int, base: float = 0.4, alpha: float = 7.0) -> torch.Tensor:
-    """Per-actor exploration ``eps_i = base^(1 + alpha i / (N - 1))``, ``i = 0..N-1`` (Ape-X, R2D2).
-
-    ``[N]`` float32, from ``base`` (0.4) down to ``base^(1 + alpha)``
-    (``0.4^8 = 6.6e-4``); one actor gets ``base``. Acme draws its actors'
-    epsilons from the same grid (``np.logspace(1, 8, N, base=0.4)``).
-    """
-    if num_actors < 1:
-        raise ValueError(f"num_actors must be at least 1, got {num_actors}.")
-    if num_actors == 1:
-        return torch.tensor([base], dtype=torch.float32)
-    i = torch.arange(num_actors, dtype=torch.float64)
-    return (base ** (1.0 + alpha * i / (num_actors - 1))).to(torch.float32)
-
-
 def draw_act_noise(
     batch: int, *, generator: torch.Generator | None = None, device: torch.device | str = "cpu"
 ) -> torch.Tensor:

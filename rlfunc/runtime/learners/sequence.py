@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from rlfunc.core.exploration import actor_epsilons
 from rlfunc.replay.sequence import SequenceReplay
 from rlfunc.runtime.learners.base import TransitionLearner, _fixed_state, _generator, learner_update
 
@@ -30,7 +31,9 @@ class SequenceLearner(TransitionLearner):
     * :meth:`explore` keeps one recurrent carry per env, zeroes it where
       ``episode_start`` is True, and acts epsilon-greedily with the schedule
       ``epsilon(config, env_step)`` (no separate uniform warm-up: the schedule
-      starts at ``eps_start = 1``);
+      starts at ``eps_start = 1``), or, with ``agent.exploration:
+      actor_ladder``, with one fixed rate per env
+      (:func:`rlfunc.core.exploration.actor_epsilons`);
     * :meth:`observe` feeds a :class:`~rlfunc.replay.sequence.SequenceReplay`
       (``agent.buffer_windows`` windows of ``agent.sequence_length`` steps,
       a new window every ``agent.sequence_period`` steps) with the rows'
@@ -55,6 +58,9 @@ class SequenceLearner(TransitionLearner):
         self.generator = _generator(self.device, seed + 1)
         self.carry = self.algo.initial_carry(self.config, self.num_envs, device=self.device)
         self._carry_before = self.carry  # the carry each env acted from at the last explore
+        self._epsilons = None  # [num_envs] fixed per-env rates, or None for the schedule
+        if getattr(self.config, "exploration", "schedule") == "actor_ladder":
+            self._epsilons = self._actor_epsilons()
         self._env_step = 0
         self._batch_keys = ["obs", "action", "reward", "next_obs", "terminated", "mask"]
         if self.store_carry:
@@ -72,8 +78,18 @@ class SequenceLearner(TransitionLearner):
         )
 
     # -- acting -------------------------------------------------------------
+    def _actor_epsilons(self) -> torch.Tensor:
+        return actor_epsilons(self.num_envs, self.config.epsilon_base, self.config.epsilon_alpha).to(self.device)
+
     def _epsilon(self, env_step: int) -> torch.Tensor:
+        if self._epsilons is not None:
+            return self._epsilons
         return self.algo.epsilon(self.config, env_step)
+
+    @property
+    def epsilons(self) -> torch.Tensor:
+        """``[num_envs]`` exploration rate of each env at the last explored step."""
+        return torch.broadcast_to(self._epsilon(self._env_step), (self.num_envs,)).clone()
 
     def _carry_before_step(self, start: torch.Tensor | None):
         """The carry each env acts from: the last one, zeroed where ``start [n]`` (bool) is True."""
@@ -134,7 +150,8 @@ class SequenceLearner(TransitionLearner):
 
     def learn(self) -> TensorDict:
         self.state, metrics = self._update(self.state, self.sample_batch())
-        metrics["epsilon"] = self._epsilon(self._env_step)
+        if self._epsilons is None:  # a fixed ladder is not a training curve
+            metrics["epsilon"] = self._epsilon(self._env_step)
         return metrics
 
     # -- saving -----------------------------------------------------------------
@@ -160,7 +177,7 @@ class R2D2Learner(SequenceLearner):
 
     * **actors**: every env of the vector env is one actor with its own
       ``eps_i = epsilon_base^(1 + epsilon_alpha i / (N - 1))``
-      (:func:`rlfunc.algos.r2d2.actor_epsilons`; Ape-X / R2D2). Inference is
+      (:func:`rlfunc.core.exploration.actor_epsilons`; Ape-X / R2D2). Inference is
       batched centrally, SEED-RL style: one ``act`` call per vector step
       computes the Q-values of all ``N`` actors with the learner's current
       parameters (no parameter lag, unlike the paper's distributed actors);
@@ -190,9 +207,7 @@ class R2D2Learner(SequenceLearner):
 
     def __init__(self, entry, run_config, obs_space: gym.Space, act_space: gym.Space) -> None:
         super().__init__(entry, run_config, obs_space, act_space)
-        self._epsilons = self.algo.actor_epsilons(
-            self.num_envs, self.config.epsilon_base, self.config.epsilon_alpha
-        ).to(self.device)
+        self._epsilons = self._actor_epsilons()
         self._batch_keys.append("weight")
         self._updates = 0  # = int(state["step"]), kept on the host (no device sync per env step)
 
@@ -204,14 +219,6 @@ class R2D2Learner(SequenceLearner):
         )
 
     # -- acting -------------------------------------------------------------
-    def _epsilon(self, env_step: int) -> torch.Tensor:
-        return self._epsilons
-
-    @property
-    def epsilons(self) -> torch.Tensor:
-        """``[num_envs]`` exploration rate of each actor (fixed for the whole run)."""
-        return self._epsilons.clone()
-
     def _carry_before_step(self, start: torch.Tensor | None):
         return self.algo.prepare_carry(self.carry, reset=start)
 
