@@ -52,15 +52,28 @@ def _batch(T=3, B=2, O=2, A=2, seed=0, pad=((2, 1),)):
 def _modules(p):
     enc = nn.Linear(*p["encoder", "0", "weight"].shape[::-1])
     cell = nn.LSTMCell(p["lstm", "weight_ih"].shape[1], p["lstm", "weight_hh"].shape[1])
-    head = nn.Linear(*p["head", "weight"].shape[::-1])
     with torch.no_grad():
         enc.weight.copy_(p["encoder", "0", "weight"])
         enc.bias.copy_(p["encoder", "0", "bias"])
         for n in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
             getattr(cell, n).copy_(p["lstm", n])
-        head.weight.copy_(p["head", "weight"])
-        head.bias.copy_(p["head", "bias"])
-    return enc, cell, head
+    if "advantage" in p["head"].keys():  # dueling: q = v + a - mean_a a (Wang et al. 2016)
+        value, adv = (_linear_module(p["head", k, "0"]) for k in ("value", "advantage"))
+
+        def head(h):
+            a = adv(h)
+            return value(h) + a - a.mean(dim=-1, keepdim=True)
+
+        return enc, cell, head
+    return enc, cell, _linear_module(p["head"])
+
+
+def _linear_module(p):
+    layer = nn.Linear(*p["weight"].shape[::-1])
+    with torch.no_grad():
+        layer.weight.copy_(p["weight"])
+        layer.bias.copy_(p["bias"])
+    return layer
 
 
 def _hand_loss(state, batch, gamma, double_q):
@@ -98,9 +111,9 @@ def _hand_loss(state, batch, gamma, double_q):
     return total / count
 
 
-@pytest.mark.parametrize("double_q", [False, True])
-def test_loss_equals_hand_computation(double_q):
-    config = _tiny(double_q=double_q, gamma=0.9)
+@pytest.mark.parametrize("double_q,dueling", [(False, False), (True, False), (True, True)])
+def test_loss_equals_hand_computation(double_q, dueling):
+    config = _tiny(double_q=double_q, dueling=dueling, gamma=0.9)
     state = drqn.init(config, OBS, ACT, seed=0)
     # a target network that differs from the online one
     state["target"] = state["target"].apply(lambda x: x + 0.3 * torch.randn_like(x))
@@ -258,8 +271,9 @@ def test_learns_from_sequence_replay_batches():
 
 
 @pytest.mark.compile
-def test_update_compiles_fullgraph_and_matches_eager():
-    config = _tiny(double_q=True, target_period=2)
+@pytest.mark.parametrize("dueling", [False, True])
+def test_update_compiles_fullgraph_and_matches_eager(dueling):
+    config = _tiny(double_q=True, dueling=dueling, target_period=2)
     state = drqn.init(config, OBS, ACT, seed=0)
     batches = [_batch(seed=s) for s in range(3)]
     compiled = torch.compile(drqn.update, fullgraph=True)

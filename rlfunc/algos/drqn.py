@@ -36,7 +36,9 @@ the paper, off by default: ``double_q`` (van Hasselt et al. 2016),
 ``initial_state="stored"`` (start both unrolls from the actor state stored
 with the window, R2D2's "stored state" without burn-in) and
 ``lr_decay_updates``/``lr_end`` (a linear learning-rate decay in updates; the
-paper's rate is constant) and ``exploration="actor_ladder"`` (each env of the
+paper's rate is constant), ``dueling`` (the linear Q head split into linear
+value and advantage heads, ``q = v + a - mean_a a``, Wang et al. 2016, as
+R2D2's; meant for small action gaps) and ``exploration="actor_ladder"`` (each env of the
 vector env acts with its own fixed ``eps_i = epsilon_base^(1 + epsilon_alpha i
 / (N - 1))`` from the first step, Ape-X's and R2D2's actors,
 :func:`actor_epsilons`, instead of the one decaying schedule of :func:`epsilon`).
@@ -140,6 +142,7 @@ class Config:
     huber_delta: float | None = 1.0
     target_period: int = 1_000
     double_q: bool = False
+    dueling: bool = False  # option: value + advantage linear heads on the LSTM output (Wang et al. 2016)
     initial_state: str = "zeros"  # "zeros" (DRQN) or "stored" (the replayed actor state)
     core: str = "lstm"  # "lstm" (DRQN) or "mlp" (memory-less control: a ReLU layer in its place)
     eps_start: float = 1.0
@@ -224,7 +227,9 @@ def _network_init(config: Config, obs_dim: int, num_actions: int, gen: torch.Gen
             if enc
             else TensorDict({}, batch_size=[]),
             core_key: core,
-            "head": nets.linear_init(config.lstm_size, num_actions, init=config.init, generator=gen),
+            "head": nets.dueling_init(config.lstm_size, (), num_actions, init=config.init, generator=gen)
+            if config.dueling
+            else nets.linear_init(config.lstm_size, num_actions, init=config.init, generator=gen),
         },
         batch_size=[],
     )
@@ -241,7 +246,8 @@ def init(
 
     ``params`` holds ``encoder`` (MLP, ReLU after every layer), ``lstm``
     (``torch.nn.LSTM`` layout; ``fc``, a linear layer, for ``core="mlp"``)
-    and ``head`` (linear). The static ``config`` is
+    and ``head`` (linear; ``value`` and ``advantage`` linear layers with
+    ``dueling``). The static ``config`` is
     stored as a non-tensor entry.
     """
     obs_dim, num_actions = _space_dims(obs_space, act_space)
@@ -275,6 +281,8 @@ def _encode(params: TensorDict, obs: torch.Tensor) -> torch.Tensor:
 
 
 def _head(params: TensorDict, h: torch.Tensor) -> torch.Tensor:
+    if "advantage" in params["head"].keys():  # dueling=True
+        return nets.dueling_apply(params["head"], h)
     return F.linear(h, params["head", "weight"], params["head", "bias"])
 
 
@@ -290,7 +298,7 @@ def q_unroll(
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
     """Q-values over a sequence: ``obs [T, B, O]`` -> ``(q [T, B, A], final carry)``.
 
-    Encoder -> LSTM -> linear head. ``reset [T, B]`` zeroes the carry before
+    Encoder -> LSTM -> linear (or dueling) head. ``reset [T, B]`` zeroes the carry before
     the marked steps (episode starts), as :func:`rlfunc.core.nets.lstm_unroll`.
     """
     if obs.dim() != 3:

@@ -268,13 +268,7 @@ def _network_init(config: Config, obs_dim: int, num_actions: int, gen: torch.Gen
     lstm_in = features + num_actions * int(config.action_input) + int(config.reward_input)
     H, hidden = config.lstm_size, tuple(config.head_sizes)
     if config.dueling:
-        head = TensorDict(
-            {
-                "value": nets.mlp_init((H, *hidden, 1), init=config.init, generator=gen),
-                "advantage": nets.mlp_init((H, *hidden, num_actions), init=config.init, generator=gen),
-            },
-            batch_size=[],
-        )
+        head = nets.dueling_init(H, hidden, num_actions, init=config.init, generator=gen)
     else:
         head = TensorDict({"q": nets.mlp_init((H, *hidden, num_actions), init=config.init, generator=gen)}, [])
     return TensorDict(
@@ -328,9 +322,7 @@ def _embed(params: TensorDict, obs: torch.Tensor, prev_action: torch.Tensor, pre
 def _head(params: TensorDict, h: torch.Tensor) -> torch.Tensor:
     head = params["head"]
     if "advantage" in head.keys():
-        value = nets.mlp_apply(head["value"], h)
-        advantage = nets.mlp_apply(head["advantage"], h)
-        return value + advantage - advantage.mean(dim=-1, keepdim=True)
+        return nets.dueling_apply(head, h)
     return nets.mlp_apply(head["q"], h)
 
 

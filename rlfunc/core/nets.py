@@ -174,6 +174,35 @@ def mlp_apply(
     return h
 
 
+__all__ += ["dueling_init", "dueling_apply"]
+
+
+def dueling_init(
+    in_dim: int,
+    hidden_sizes: Sequence[int],
+    num_actions: int,
+    *,
+    init: str = "xavier_uniform",
+    generator: torch.Generator | None = None,
+) -> TensorDict:
+    """Dueling Q head (Wang et al. 2016): ``value`` (``in -> hidden... -> 1``) and
+    ``advantage`` (``in -> hidden... -> num_actions``) MLPs, initialised in that order."""
+    return TensorDict(
+        {
+            "value": mlp_init((in_dim, *hidden_sizes, 1), init=init, generator=generator),
+            "advantage": mlp_init((in_dim, *hidden_sizes, num_actions), init=init, generator=generator),
+        },
+        batch_size=[],
+    )
+
+
+def dueling_apply(head: Mapping, h: torch.Tensor) -> torch.Tensor:
+    """``q = v(h) + a(h) - mean_a a(h)`` (Wang et al. 2016, eq. 9) for a head from :func:`dueling_init`."""
+    value = mlp_apply(head["value"], h)
+    advantage = mlp_apply(head["advantage"], h)
+    return value + advantage - advantage.mean(dim=-1, keepdim=True)
+
+
 def _top_keys(params: Mapping) -> set:
     if isinstance(params, TensorDict):
         return set(params.keys())
