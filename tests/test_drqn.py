@@ -76,8 +76,9 @@ def _linear_module(p):
     return layer
 
 
-def _hand_loss(state, batch, gamma, double_q):
-    """Per-sequence, per-step Python loops with nn modules: what the paper describes."""
+def _hand_loss(state, batch, gamma, double_q, n_step=1):
+    """Per-sequence, per-step Python loops with nn modules: what the paper describes
+    (``n_step > 1``: the return summed over up to n valid steps of the window)."""
     online, target = _modules(state["params"]), _modules(state["target"])
     T, B = batch.batch_size
     H = state["params", "lstm", "weight_hh"].shape[1]
@@ -96,31 +97,39 @@ def _hand_loss(state, batch, gamma, double_q):
         seq = [batch["obs"][0, b]] + [batch["next_obs"][t, b] for t in range(T)]
         q_on = unroll(online, seq)
         q_tg = unroll(target, seq)
+        last_valid = max(t for t in range(T) if batch["mask"][t, b])
         for t in range(T):
             if not batch["mask"][t, b]:
                 continue
             a = int(batch["action"][t, b])
+            y, scale = 0.0, 1.0
+            for k in range(t, min(t + n_step - 1, last_valid) + 1):
+                y = y + scale * batch["reward"][k, b]
+                scale = scale * gamma * (1.0 - float(batch["terminated"][k, b]))
             if double_q:
-                boot = q_tg[t + 1][int(torch.argmax(q_on[t + 1]))]
+                boot = q_tg[k + 1][int(torch.argmax(q_on[k + 1]))]
             else:
-                boot = q_tg[t + 1].max()
-            y = batch["reward"][t, b] + gamma * (1.0 - float(batch["terminated"][t, b])) * boot
+                boot = q_tg[k + 1].max()
+            y = y + scale * boot
             td = y.detach() - q_on[t][a]
             total = total + (0.5 * td**2 if abs(td.item()) <= 1 else abs(td) - 0.5)
             count += 1
     return total / count
 
 
-@pytest.mark.parametrize("double_q,dueling", [(False, False), (True, False), (True, True)])
-def test_loss_equals_hand_computation(double_q, dueling):
-    config = _tiny(double_q=double_q, dueling=dueling, gamma=0.9)
+@pytest.mark.parametrize(
+    "double_q,dueling,n_step",
+    [(False, False, 1), (True, False, 1), (True, True, 1), (False, False, 3), (True, False, 2)],
+)
+def test_loss_equals_hand_computation(double_q, dueling, n_step):
+    config = _tiny(double_q=double_q, dueling=dueling, gamma=0.9, n_step=n_step)
     state = drqn.init(config, OBS, ACT, seed=0)
     # a target network that differs from the online one
     state["target"] = state["target"].apply(lambda x: x + 0.3 * torch.randn_like(x))
     batch = _batch()
     batch["reward"] = batch["reward"] * 3  # some TD errors beyond the Huber threshold
     value, aux = drqn.loss(state["params"], state["target"], config, batch)
-    expected = _hand_loss(state, batch, 0.9, double_q)
+    expected = _hand_loss(state, batch, 0.9, double_q, n_step)
     torch.testing.assert_close(value, expected.detach().reshape(()), rtol=1e-5, atol=1e-6)
     assert aux["td_error"].shape == (3, 2) and float(aux["td_error"][2, 1]) == 0.0
 
@@ -236,6 +245,8 @@ def test_epsilon_schedule_and_config_errors():
         drqn.init(drqn.Config(), OBS, gym.spaces.Box(-1.0, 1.0, (2,)))
     with pytest.raises(ValueError, match="sequence_period"):
         drqn.Config(sequence_length=4, sequence_period=5)
+    with pytest.raises(ValueError, match="n_step must be between 1 and sequence_length"):
+        drqn.Config(sequence_length=4, n_step=5)
     with pytest.raises(ValueError, match=r"\[T, B\]"):
         drqn.update(drqn.init(_tiny(), OBS, ACT), _batch()[0])
 
@@ -271,9 +282,9 @@ def test_learns_from_sequence_replay_batches():
 
 
 @pytest.mark.compile
-@pytest.mark.parametrize("dueling", [False, True])
-def test_update_compiles_fullgraph_and_matches_eager(dueling):
-    config = _tiny(double_q=True, dueling=dueling, target_period=2)
+@pytest.mark.parametrize("dueling,n_step", [(False, 1), (True, 1), (False, 3)])
+def test_update_compiles_fullgraph_and_matches_eager(dueling, n_step):
+    config = _tiny(double_q=True, dueling=dueling, target_period=2, n_step=n_step)
     state = drqn.init(config, OBS, ACT, seed=0)
     batches = [_batch(seed=s) for s in range(3)]
     compiled = torch.compile(drqn.update, fullgraph=True)

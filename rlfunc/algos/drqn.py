@@ -38,7 +38,10 @@ with the window, R2D2's "stored state" without burn-in) and
 ``lr_decay_updates``/``lr_end`` (a linear learning-rate decay in updates; the
 paper's rate is constant), ``dueling`` (the linear Q head split into linear
 value and advantage heads, ``q = v + a - mean_a a``, Wang et al. 2016, as
-R2D2's; meant for small action gaps) and ``exploration="actor_ladder"`` (each env of the
+R2D2's; meant for small action gaps), ``n_step`` (the target is the n-step
+return ``r_t + ... + gamma^{n-1} r_{t+n-1} + gamma^n max_a Q'(h'_{t+n}, a)``
+summed inside the window, cut short at its end, R2D2's return without value
+rescaling; the paper's DRQN and DQN use n = 1) and ``exploration="actor_ladder"`` (each env of the
 vector env acts with its own fixed ``eps_i = epsilon_base^(1 + epsilon_alpha i
 / (N - 1))`` from the first step, Ape-X's and R2D2's actors,
 :func:`actor_epsilons`, instead of the one decaying schedule of :func:`epsilon`).
@@ -142,6 +145,7 @@ class Config:
     huber_delta: float | None = 1.0
     target_period: int = 1_000
     double_q: bool = False
+    n_step: int = 1  # option: n-step return inside the window (R2D2's; the paper's target is one-step)
     dueling: bool = False  # option: value + advantage linear heads on the LSTM output (Wang et al. 2016)
     initial_state: str = "zeros"  # "zeros" (DRQN) or "stored" (the replayed actor state)
     core: str = "lstm"  # "lstm" (DRQN) or "mlp" (memory-less control: a ReLU layer in its place)
@@ -171,6 +175,11 @@ class Config:
             raise ValueError(
                 f"sequence_period must be between 1 and sequence_length ({self.sequence_length}), "
                 f"got {self.sequence_period}."
+            )
+        if not 1 <= self.n_step <= self.sequence_length:
+            raise ValueError(
+                f"n_step must be between 1 and sequence_length ({self.sequence_length}): the return is "
+                f"summed inside one window; got {self.n_step}."
             )
         if not 0.0 < self.gamma <= 1.0:
             raise ValueError(f"gamma must be in (0, 1], got {self.gamma}.")
@@ -346,13 +355,16 @@ def _check_batch(batch: TensorDict) -> tuple[int, int]:
 def loss(
     params: TensorDict, target: TensorDict, config: Config, batch: TensorDict
 ) -> tuple[torch.Tensor, TensorDict]:
-    """Masked one-step TD loss over a ``[T, B]`` window batch. Returns ``(loss, aux)``.
+    """Masked TD loss over a ``[T, B]`` window batch. Returns ``(loss, aux)``.
 
     Online Q-values ``q_tm1`` come from unrolling ``params`` over ``obs`` from
     the start state (zeros by default); target values ``q_t`` from unrolling
     ``target`` over ``obs_0, next_obs_0, ..., next_obs_{T-1}`` from its own
     start state, so ``q_t[t]`` is the target network's Q at ``o_{t+1}`` after
-    seeing the window up to it. The loss is the mean over valid steps
+    seeing the window up to it. The target is one-step (the paper's); with
+    ``n_step > 1`` it is the n-step return summed inside the window
+    (:func:`rlfunc.core.returns.n_step_bootstrapped_returns`: cut short at the
+    window's last valid step, stopped by termination). The loss is the mean over valid steps
     (``mask``) of the Huber (or squared) TD error. ``aux`` holds metrics and
     the per-step ``td_error [T, B]`` (zero on padding; R2D2 priorities).
     """
@@ -374,7 +386,11 @@ def loss(
     with torch.no_grad():
         target_carry = _start_carry(config, batch, batch_size, obs)
         q_t = q_unroll(target, seq, target_carry)[0][1:]
-    if config.double_q:
+    if config.n_step > 1:
+        v_t = returns.double_q_values(q_t, q_selector) if config.double_q else returns.greedy_values(q_t)
+        target_t = returns.n_step_bootstrapped_returns(r_t, discount_t, v_t, config.n_step, mask).detach()
+        td = target_t - returns.select_action_values(q_tm1, a_tm1)
+    elif config.double_q:
         td = returns.double_q_learning(q_tm1, a_tm1, r_t, discount_t, q_t, q_selector)
     else:
         td = returns.q_learning(q_tm1, a_tm1, r_t, discount_t, q_t)
