@@ -1,5 +1,7 @@
 """DRQN pure pieces: loss by hand, masking, target copies, acting, compile parity."""
 
+import math
+
 import gymnasium as gym
 import pytest
 import torch
@@ -76,9 +78,20 @@ def _linear_module(p):
     return layer
 
 
-def _hand_loss(state, batch, gamma, double_q, n_step=1):
+def _h(x, eps=1e-3):
+    """R2D2's value rescaling, textbook form, in float64."""
+    return math.copysign(math.sqrt(abs(x) + 1.0) - 1.0, x) + eps * x
+
+
+def _h_inv(y, eps=1e-3):
+    z = (math.sqrt(1.0 + 4.0 * eps * (abs(y) + 1.0 + eps)) - 1.0) / (2.0 * eps)
+    return math.copysign(z * z - 1.0, y)
+
+
+def _hand_loss(state, batch, gamma, double_q, n_step=1, rescale=False):
     """Per-sequence, per-step Python loops with nn modules: what the paper describes
-    (``n_step > 1``: the return summed over up to n valid steps of the window)."""
+    (``n_step > 1``: the return summed over up to n valid steps of the window;
+    ``rescale``: R2D2's ``h(return with bootstrap h^-1(Q'))``)."""
     online, target = _modules(state["params"]), _modules(state["target"])
     T, B = batch.batch_size
     H = state["params", "lstm", "weight_hh"].shape[1]
@@ -110,7 +123,10 @@ def _hand_loss(state, batch, gamma, double_q, n_step=1):
                 boot = q_tg[k + 1][int(torch.argmax(q_on[k + 1]))]
             else:
                 boot = q_tg[k + 1].max()
-            y = y + scale * boot
+            if rescale:
+                y = torch.tensor(_h(float(y) + float(scale) * _h_inv(float(boot))))
+            else:
+                y = y + scale * boot
             td = y.detach() - q_on[t][a]
             total = total + (0.5 * td**2 if abs(td.item()) <= 1 else abs(td) - 0.5)
             count += 1
@@ -118,18 +134,26 @@ def _hand_loss(state, batch, gamma, double_q, n_step=1):
 
 
 @pytest.mark.parametrize(
-    "double_q,dueling,n_step",
-    [(False, False, 1), (True, False, 1), (True, True, 1), (False, False, 3), (True, False, 2)],
+    "double_q,dueling,n_step,rescale",
+    [
+        (False, False, 1, False),
+        (True, False, 1, False),
+        (True, True, 1, False),
+        (False, False, 3, False),
+        (True, False, 2, False),
+        (False, False, 1, True),
+        (True, False, 3, True),
+    ],
 )
-def test_loss_equals_hand_computation(double_q, dueling, n_step):
-    config = _tiny(double_q=double_q, dueling=dueling, gamma=0.9, n_step=n_step)
+def test_loss_equals_hand_computation(double_q, dueling, n_step, rescale):
+    config = _tiny(double_q=double_q, dueling=dueling, gamma=0.9, n_step=n_step, value_rescaling=rescale)
     state = drqn.init(config, OBS, ACT, seed=0)
     # a target network that differs from the online one
     state["target"] = state["target"].apply(lambda x: x + 0.3 * torch.randn_like(x))
     batch = _batch()
     batch["reward"] = batch["reward"] * 3  # some TD errors beyond the Huber threshold
     value, aux = drqn.loss(state["params"], state["target"], config, batch)
-    expected = _hand_loss(state, batch, 0.9, double_q, n_step)
+    expected = _hand_loss(state, batch, 0.9, double_q, n_step, rescale)
     torch.testing.assert_close(value, expected.detach().reshape(()), rtol=1e-5, atol=1e-6)
     assert aux["td_error"].shape == (3, 2) and float(aux["td_error"][2, 1]) == 0.0
 
@@ -282,9 +306,9 @@ def test_learns_from_sequence_replay_batches():
 
 
 @pytest.mark.compile
-@pytest.mark.parametrize("dueling,n_step", [(False, 1), (True, 1), (False, 3)])
-def test_update_compiles_fullgraph_and_matches_eager(dueling, n_step):
-    config = _tiny(double_q=True, dueling=dueling, target_period=2, n_step=n_step)
+@pytest.mark.parametrize("dueling,n_step,rescale", [(False, 1, False), (True, 1, False), (False, 3, True)])
+def test_update_compiles_fullgraph_and_matches_eager(dueling, n_step, rescale):
+    config = _tiny(double_q=True, dueling=dueling, target_period=2, n_step=n_step, value_rescaling=rescale)
     state = drqn.init(config, OBS, ACT, seed=0)
     batches = [_batch(seed=s) for s in range(3)]
     compiled = torch.compile(drqn.update, fullgraph=True)

@@ -41,7 +41,10 @@ value and advantage heads, ``q = v + a - mean_a a``, Wang et al. 2016, as
 R2D2's; meant for small action gaps), ``n_step`` (the target is the n-step
 return ``r_t + ... + gamma^{n-1} r_{t+n-1} + gamma^n max_a Q'(h'_{t+n}, a)``
 summed inside the window, cut short at its end, R2D2's return without value
-rescaling; the paper's DRQN and DQN use n = 1) and ``exploration="actor_ladder"`` (each env of the
+rescaling; the paper's DRQN and DQN use n = 1), ``value_rescaling`` (the target
+is ``h(r_t + ... + gamma^n h^-1(max_a Q'))`` with R2D2's ``h(x) = sign(x)
+(sqrt(|x| + 1) - 1) + eps x``, Pohlen et al. 2018, so the network learns
+squashed values) and ``exploration="actor_ladder"`` (each env of the
 vector env acts with its own fixed ``eps_i = epsilon_base^(1 + epsilon_alpha i
 / (N - 1))`` from the first step, Ape-X's and R2D2's actors,
 :func:`actor_epsilons`, instead of the one decaying schedule of :func:`epsilon`).
@@ -146,6 +149,8 @@ class Config:
     target_period: int = 1_000
     double_q: bool = False
     n_step: int = 1  # option: n-step return inside the window (R2D2's; the paper's target is one-step)
+    value_rescaling: bool = False  # option: R2D2's h(.) transform of the target (Pohlen et al. 2018)
+    rescale_eps: float = 1e-3
     dueling: bool = False  # option: value + advantage linear heads on the LSTM output (Wang et al. 2016)
     initial_state: str = "zeros"  # "zeros" (DRQN) or "stored" (the replayed actor state)
     core: str = "lstm"  # "lstm" (DRQN) or "mlp" (memory-less control: a ReLU layer in its place)
@@ -181,6 +186,8 @@ class Config:
                 f"n_step must be between 1 and sequence_length ({self.sequence_length}): the return is "
                 f"summed inside one window; got {self.n_step}."
             )
+        if self.rescale_eps < 0:
+            raise ValueError(f"rescale_eps must be >= 0, got {self.rescale_eps}.")
         if not 0.0 < self.gamma <= 1.0:
             raise ValueError(f"gamma must be in (0, 1], got {self.gamma}.")
         if self.target_period < 1:
@@ -362,9 +369,10 @@ def loss(
     ``target`` over ``obs_0, next_obs_0, ..., next_obs_{T-1}`` from its own
     start state, so ``q_t[t]`` is the target network's Q at ``o_{t+1}`` after
     seeing the window up to it. The target is one-step (the paper's); with
-    ``n_step > 1`` it is the n-step return summed inside the window
-    (:func:`rlfunc.core.returns.n_step_bootstrapped_returns`: cut short at the
-    window's last valid step, stopped by termination). The loss is the mean over valid steps
+    ``n_step > 1`` it is the n-step return summed inside the window, cut short
+    at the window's last valid step and stopped by termination, and with
+    ``value_rescaling`` it is squashed by R2D2's ``h``
+    (:func:`rlfunc.core.returns.transformed_n_step_targets`). The loss is the mean over valid steps
     (``mask``) of the Huber (or squared) TD error. ``aux`` holds metrics and
     the per-step ``td_error [T, B]`` (zero on padding; R2D2 priorities).
     """
@@ -386,9 +394,16 @@ def loss(
     with torch.no_grad():
         target_carry = _start_carry(config, batch, batch_size, obs)
         q_t = q_unroll(target, seq, target_carry)[0][1:]
-    if config.n_step > 1:
-        v_t = returns.double_q_values(q_t, q_selector) if config.double_q else returns.greedy_values(q_t)
-        target_t = returns.n_step_bootstrapped_returns(r_t, discount_t, v_t, config.n_step, mask).detach()
+    if config.n_step > 1 or config.value_rescaling:
+        target_t = returns.transformed_n_step_targets(
+            r_t,
+            discount_t,
+            q_t,
+            q_selector if config.double_q else q_t,  # selecting by the target's own Q = plain max
+            config.n_step,
+            mask=mask,
+            rescale_eps=config.rescale_eps if config.value_rescaling else None,
+        )
         td = target_t - returns.select_action_values(q_tm1, a_tm1)
     elif config.double_q:
         td = returns.double_q_learning(q_tm1, a_tm1, r_t, discount_t, q_t, q_selector)
