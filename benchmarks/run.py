@@ -1137,7 +1137,8 @@ def _configure_learn_collect(p: argparse.ArgumentParser) -> None:
 
 
 def _collected_run(run_dir: Path, label: str | None) -> dict:
-    """One :func:`_learn_one`-style record read back from a run directory: its evaluations so far."""
+    """One :func:`_learn_one`-style record read back from a run directory: its evaluations so far,
+    with the run's ``agent`` settings (overrides included) copied from its ``config.yaml``."""
     import csv
 
     import yaml
@@ -1153,6 +1154,7 @@ def _collected_run(run_dir: Path, label: str | None) -> dict:
         "wrappers": cfg["env"].get("wrappers"),
         "config": str(run_dir / "config.yaml"),
         "overrides": None,
+        "agent": cfg.get("agent"),  # the run's effective agent settings: its config.yaml may not be kept
         "seed": cfg["train"].get("seed"),
         "env_steps": evals[-1][0] if evals else 0,
         "final_return": evals[-1][1] if evals else None,

@@ -122,7 +122,8 @@ def test_learn_collect_reads_back_runs_cut_off_before_learn_wrote_its_json(tmp_p
         d = tmp_path / name
         d.mkdir()
         (d / "config.yaml").write_text(
-            f"algo: drqv2\nenv: {{id: dmc/cartpole_balance-v0}}\ntrain: {{total_steps: 3000, seed: {seed}}}\n")
+            f"algo: drqv2\nenv: {{id: dmc/cartpole_balance-v0}}\ntrain: {{total_steps: 3000, seed: {seed}}}\n"
+            "agent: {batch_size: 64}\n")
         rows = "".join(f"{1000 * (i + 1)},{2000 * (i + 1)},{10.0 * (i + 1)},{r},0.0,10\n" for i, r in enumerate(returns))
         (d / "eval.csv").write_text("step,frames,time_s,mean_return,std_return,episodes\n" + rows)
     out = tmp_path / "collected.json"
@@ -137,6 +138,7 @@ def test_learn_collect_reads_back_runs_cut_off_before_learn_wrote_its_json(tmp_p
         (0, 3000, 950.0, True), (1, 2000, 600.0, False)]
     assert got["summary"]["drqv2"]["median_final_return"] == 775.0
     assert got["runs"][0]["wall_s"] == 30.0 and got["note"] == "cut off"
+    assert got["runs"][1]["agent"] == {"batch_size": 64}  # overrides survive the run directory
     assert "s1 (2000 of 3000)" in proc.stdout
     assert out.with_suffix(".png").stat().st_size > 1000
     bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "learn-collect", str(tmp_path),
