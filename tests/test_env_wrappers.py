@@ -6,7 +6,8 @@ import pytest
 
 import rlfunc.envs  # noqa: F401  (registers rlfunc/CueMemory-v0)
 from rlfunc.envs.memory import CueMemory
-from rlfunc.envs.wrappers import FlickerObservation, MaskVelocity
+from rlfunc.envs import build_wrappers, make_env
+from rlfunc.envs.wrappers import FlickerObservation, MaskVelocity, ScaleObservation
 
 
 def test_mask_velocity_zeroes_cartpole_velocities():
@@ -31,6 +32,36 @@ def test_mask_velocity_generic_indices_and_errors():
         MaskVelocity(gym.make("rlfunc/CueMemory-v0"))
     with pytest.raises(ValueError, match="out of range"):
         MaskVelocity(gym.make("CartPole-v1"), indices=[7])
+
+
+def test_scale_obs_is_affine_per_entry_and_maps_bounds():
+    raw = gym.make("CartPole-v1")
+    scaled = ScaleObservation(gym.make("CartPole-v1"), scale=[2.0, 1.0, 10.0, 1.0], offset=[0.5, 0.0, 0.0, 0.0])
+    o_raw, _ = raw.reset(seed=3)
+    o_scl, _ = scaled.reset(seed=3)
+    for _ in range(20):
+        np.testing.assert_allclose(o_scl, (o_raw - [0.5, 0, 0, 0]) * [2.0, 1.0, 10.0, 1.0], rtol=1e-6)
+        assert o_scl.dtype == np.float32 and scaled.observation_space.contains(o_scl)
+        o_raw, _, term, trunc, _ = raw.step(1)
+        o_scl, *_ = scaled.step(1)
+        if term or trunc:
+            break
+    np.testing.assert_allclose(scaled.observation_space.high[[0, 2]], (raw.observation_space.high[[0, 2]] - [0.5, 0]) * [2, 10])
+    assert np.isinf(scaled.observation_space.high[1])  # infinite bounds stay infinite
+    # From a config, after masking: the velocity entries stay zero.
+    env = make_env("CartPole-v1", wrappers=build_wrappers(["mask_velocity", {"scale_obs": {"scale": 10.0}}]))
+    obs, _ = env.reset(seed=0)
+    np.testing.assert_allclose(obs[[1, 3]], 0.0)
+    assert np.abs(obs[[0, 2]]).max() > 0.05  # reset draws entries in +-0.05, now scaled by 10
+
+
+def test_scale_obs_rejects_bad_constants():
+    with pytest.raises(ValueError, match="list of 4 numbers"):
+        ScaleObservation(gym.make("CartPole-v1"), scale=[1.0, 2.0])
+    with pytest.raises(ValueError, match="positive"):
+        ScaleObservation(gym.make("CartPole-v1"), scale=[1.0, 0.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match="finite"):
+        ScaleObservation(gym.make("CartPole-v1"), offset=float("nan"))
 
 
 def _flicker_run(seed, steps=400):

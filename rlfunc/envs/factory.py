@@ -96,6 +96,7 @@ def env_spaces(env) -> tuple[gym.Space, gym.Space]:
 WRAPPERS: dict[str, str] = {
     "mask_velocity": "rlfunc.envs.wrappers:MaskVelocity",
     "flicker": "rlfunc.envs.wrappers:FlickerObservation",
+    "scale_obs": "rlfunc.envs.wrappers:ScaleObservation",
     "pixels": "rlfunc.envs.pixels:PixelObservation",
 }
 """Names usable in a config's ``env.wrappers`` list -> ``module:class``."""

@@ -10,6 +10,14 @@
 
 Both work on any env with a ``Box`` observation space and are reproducible:
 randomness comes from the env's own seeded ``np_random``.
+
+* :class:`ScaleObservation` maps a vector observation to ``(obs - offset) * scale``
+  with fixed, per-entry constants from the config: input preprocessing, as
+  DQN's division of Atari pixels by 255, for tasks whose informative entries are
+  tiny (balanced CartPole's pole angle has std ~0.005 rad). Fixed constants keep
+  replayed observations and the evaluation env consistent, unlike running
+  statistics (RL Zoo's ``VecNormalize``, which its PPO-LSTM uses on
+  ``CartPoleNoVel-v1``).
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from typing import Sequence
 import gymnasium as gym
 import numpy as np
 
-__all__ = ["MaskVelocity", "FlickerObservation", "VELOCITY_INDICES"]
+__all__ = ["MaskVelocity", "FlickerObservation", "ScaleObservation", "VELOCITY_INDICES"]
 
 VELOCITY_INDICES: dict[str, tuple[int, ...]] = {
     "CartPole": (1, 3),
@@ -100,3 +108,37 @@ class FlickerObservation(gym.ObservationWrapper):
         if self.np_random.random() < self.p:
             return np.full_like(observation, self.fill)
         return observation
+
+
+class ScaleObservation(gym.ObservationWrapper):
+    """Return ``(observation - offset) * scale`` with fixed per-entry constants.
+
+    ``scale`` and ``offset`` are a number or one value per entry of a flat
+    ``Box`` observation; ``scale`` must be positive (so bounds keep their order).
+    The observation space's bounds are mapped the same way (infinite stay infinite).
+    """
+
+    def __init__(self, env: gym.Env, scale: float | Sequence[float] = 1.0, offset: float | Sequence[float] = 0.0) -> None:
+        super().__init__(env)
+        space = env.observation_space
+        if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+            raise ValueError(f"ScaleObservation needs a flat 1-D Box observation space, got {space}.")
+        dim = space.shape[0]
+        consts = []
+        for name, value in (("scale", scale), ("offset", offset)):
+            arr = np.asarray(value, dtype=np.float64)
+            if arr.ndim > 1 or (arr.ndim == 1 and arr.shape[0] != dim):
+                raise ValueError(f"ScaleObservation {name} must be a number or a list of {dim} numbers, got {value!r}.")
+            if not np.all(np.isfinite(arr)):
+                raise ValueError(f"ScaleObservation {name} must be finite, got {value!r}.")
+            consts.append(np.broadcast_to(arr, (dim,)).astype(space.dtype))
+        self.scale, self.offset = consts
+        if np.any(self.scale <= 0):
+            raise ValueError(f"ScaleObservation scale must be positive in every entry, got {scale!r}.")
+        with np.errstate(invalid="ignore", over="ignore"):
+            low = (space.low - self.offset) * self.scale
+            high = (space.high - self.offset) * self.scale
+        self.observation_space = gym.spaces.Box(low=low, high=high, shape=space.shape, dtype=space.dtype)
+
+    def observation(self, observation):
+        return ((observation - self.offset) * self.scale).astype(self.observation_space.dtype, copy=False)
