@@ -106,6 +106,16 @@ def _rows_table(d: dict) -> list[str]:
     return lines
 
 
+def _episode_ends_table(d: dict) -> list[str]:
+    lines = ["| checkpoint | env step | carried: mean return | carried: ends | windowed: mean return | windowed: ends |",
+             "|---|---|---|---|---|---|"]
+    for r in d["rows"]:
+        ends = {m: ", ".join(f"{k} {v}" for k, v in r[m]["ends"].items()) for m in ("carried", "windowed")}
+        lines.append(f"| `{r['checkpoint']}` | {r['env_step']} | {_fmt(r['carried']['mean_return'], 1)} | {ends['carried']} "
+                     f"| {_fmt(r['windowed']['mean_return'], 1)} (window {r['window']}) | {ends['windowed']} |")
+    return lines
+
+
 def _reference_table(d: dict) -> list[str]:
     lines = ["| task | policy | median return | episodes |", "|---|---|---|---|"]
     for task, policies in d["tasks"].items():
@@ -134,6 +144,8 @@ def build_report(results_dir: Path = RESULTS) -> str:
             out += _update_table(d)
         elif "runs" in d:
             out += _learn_table(d)
+        elif d.get("benchmark") == "drqn_episode_ends":
+            out += _episode_ends_table(d)
         elif "rows" in d and any("library" in r for r in d["rows"]):
             out += _peers_table(d)
         elif "rows" in d:

@@ -3,7 +3,7 @@
     python benchmarks/run.py update --algo redq|rlpd|drqn|r2d2|drqv2|ALL [--device cpu|cuda] [--threads 1 2]
                                     [--repeats R] [--quick] [--no-compile] [--out PATH]
     python benchmarks/run.py learn --algo redq --seeds 3 [--steps N] [--jobs J] [--set key=value ...]
-    python benchmarks/run.py replay | stored-state RUN_DIR | peers | report
+    python benchmarks/run.py replay | stored-state RUN_DIR | drqn-episodes CHECKPOINT... | peers | report
 
 ``update`` measures learner throughput (critic updates per second) of the
 functional update against the imperative baseline of ``benchmarks/baselines``,
@@ -14,7 +14,9 @@ With ``--device cuda`` it adds the update replayed as one CUDA graph
 with ``"unavailable"`` and the reason.
 ``learn`` trains the configs of an algorithm's table over seeds (JSON + PNG);
 ``replay`` times prioritized sequence sampling (``benchmarks/r2d2_bench.py``);
-``stored-state`` is R2D2's stored-state diagnostic; ``peers`` puts rlfunc beside
+``stored-state`` is R2D2's stored-state diagnostic; ``drqn-episodes`` shows how a
+DRQN agent's greedy episodes end, acting from the carried state and from zero-state
+windows (``benchmarks/drqn_bench.py``); ``peers`` puts rlfunc beside
 Stable-Baselines3 and TorchRL (``benchmarks/peers.py``); ``report`` writes
 ``benchmarks/RESULTS.md`` from ``benchmarks/results/*.json``.
 
@@ -1206,6 +1208,11 @@ _r2d2_bench.register(sys.modules[__name__])
 from benchmarks import rlpd_bench as _rlpd_bench  # noqa: E402
 
 _rlpd_bench.register(sys.modules[__name__])
+
+# DRQN: drqn-episodes (how greedy episodes end, carried state vs zero-state windows), benchmarks/drqn_bench.py
+from benchmarks import drqn_bench as _drqn_bench  # noqa: E402
+
+_drqn_bench.register(sys.modules[__name__])
 
 # peers: rlfunc side by side with Stable-Baselines3 and TorchRL, benchmarks/peers.py
 from benchmarks import peers as _peers  # noqa: E402
