@@ -27,8 +27,6 @@ Differences from the official file, none of which changes a number:
 
 from __future__ import annotations
 
-import copy
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
