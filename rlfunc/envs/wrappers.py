@@ -1,4 +1,4 @@
-"""Observation wrappers that make fully observed gymnasium tasks partially observed.
+"""Observation wrappers: partial observability of fully observed tasks, and fixed input scaling.
 
 * :class:`MaskVelocity` zeroes the velocity entries of a vector observation
   (CartPole's cart and pole velocities, indices 1 and 3: the "no velocity"
@@ -9,7 +9,7 @@
   fully revealed or fully obscured with p = 0.5).
 
 Both work on any env with a ``Box`` observation space and are reproducible:
-randomness comes from the env's own seeded ``np_random``.
+randomness comes from the env's own seeded ``np_random``. Also here:
 
 * :class:`ScaleObservation` maps a vector observation to ``(obs - offset) * scale``
   with fixed, per-entry constants from the config: input preprocessing, as
