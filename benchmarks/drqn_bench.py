@@ -7,7 +7,8 @@ DRQN trains on windows unrolled from a zero state (Hausknecht & Stone 2015,
 whole episode. For each checkpoint (a run directory or ``checkpoints/step_*``)
 this plays the same greedy episodes twice, on the env the run trained on:
 
-* ``carried``: as evaluation does (:class:`rlfunc.runtime.policy.Policy`);
+* ``carried``: as evaluation does (:class:`rlfunc.runtime.policy.Policy`), greedy
+  even if the run set ``eval_epsilon``;
 * ``windowed``: at every step the last ``--window`` observations are unrolled
   from zeros and the last step's Q-values act -- the view the training windows had.
 
@@ -20,6 +21,7 @@ alike, the train/act state mismatch is not what limits the agent.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -99,6 +101,8 @@ def run_episodes_diagnostic(args: argparse.Namespace, run) -> int:
         cfg = policy.run_config
         if cfg.algo != "drqn":
             raise SystemExit(f"drqn-episodes: {path} is a {cfg.algo!r} run, not drqn.")
+        # Both modes greedy: a run's eval_epsilon would make only the carried mode explore.
+        policy.config = dataclasses.replace(policy.config, eval_epsilon=0.0)
         window = args.window or policy.config.sequence_length
         env = make_env(cfg.env.id, kwargs=cfg.env.kwargs, wrappers=build_wrappers(cfg.env.wrappers))
         meta = json.loads((resolve_checkpoint(path) / "meta.json").read_text())

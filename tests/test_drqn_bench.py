@@ -17,7 +17,7 @@ if str(ROOT) not in sys.path:
 torch.set_num_threads(1)
 
 
-def _tiny_drqn_run(tmp_path):
+def _tiny_drqn_run(tmp_path, extra=None):
     import rlfunc
 
     return rlfunc.train(
@@ -27,13 +27,14 @@ def _tiny_drqn_run(tmp_path):
             "agent.learning_starts": 50, "agent.buffer_windows": 200, "env.num_envs": 2,
             "train.total_steps": 200, "train.eval_every": 200, "train.checkpoint_every": 200,
             "train.eval_episodes": 1, "train.compile": False, "train.progress": False,
+            **(extra or {}),
         },
         run_dir=tmp_path / "run",
     )
 
 
 def test_drqn_episodes_subcommand(tmp_path):
-    res = _tiny_drqn_run(tmp_path)
+    res = _tiny_drqn_run(tmp_path, {"agent.eval_epsilon": 0.5})  # the diagnostic plays both modes greedily
     out = tmp_path / "ends.json"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "run.py"), "drqn-episodes", str(res.run_dir),
@@ -44,6 +45,14 @@ def test_drqn_episodes_subcommand(tmp_path):
     data = json.loads(out.read_text())
     assert data["benchmark"] == "drqn_episode_ends" and data["note"] == "tiny run"
     (row,) = data["rows"]
+    whole = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "run.py"), "drqn-episodes", str(res.run_dir),
+         "--episodes", "3", "--window", "1000", "--out", str(tmp_path / "whole.json")],
+        cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=300,
+    )
+    assert whole.returncode == 0, whole.stdout + whole.stderr
+    (w,) = json.loads((tmp_path / "whole.json").read_text())["rows"]
+    assert w["windowed"]["returns"] == w["carried"]["returns"] == row["carried"]["returns"]
     assert row["env_step"] == 200 and row["window"] == 10  # the config's sequence_length
     for mode in ("carried", "windowed"):
         r = row[mode]
