@@ -36,11 +36,12 @@ class Args:
     num_envs: int = arg(8, "envs stepped together (a gymnasium vector env when > 1)")
     seed: int = arg(0, "init uses seed, actions and sampling seed + 1, envs seed + i, evaluation seed + 10000")
     total_steps: int = arg(150_000, "environment steps (transitions, all envs together)")
-    sequence_length: int = arg(10, "T: steps per replayed window (paper: 10)")
-    sequence_period: int = arg(10, "a window starts every this many steps of an episode")
+    sequence_length: int = arg(20, "T: steps per replayed window (paper: 10)")
+    sequence_period: int = arg(20, "a window starts every this many steps of an episode")
+    n_step: int = arg(5, "return length inside the window (beyond the paper, whose target is one-step: 1)")
     encoder_size: int = arg(128, "units of the ReLU layer before the LSTM")
     lstm_size: int = arg(128, "LSTM units")
-    batch_size: int = arg(32, "windows per update")
+    batch_size: int = arg(16, "windows per update")
     lr: float = arg(1e-3, "Adam learning rate")
     target_period: int = arg(250, "updates between target copies")
     double_q: bool = arg(True, "double Q-learning target (an option; the paper uses the plain max)")
@@ -48,7 +49,7 @@ class Args:
     eps_decay_steps: int = arg(15_000, "env steps of the linear epsilon decay 1.0 -> 0.05")
     learning_starts: int = arg(2000, "env steps before the first update")
     train_every: int = arg(2, "env steps per update")
-    buffer_windows: int = arg(10_000, "replay capacity in windows")
+    buffer_windows: int = arg(5000, "replay capacity in windows")
     eval_every: int = arg(5000, "env steps between evaluations")
     eval_episodes: int = arg(10, "greedy episodes per evaluation")
     compile: bool = arg(False, "torch.compile the update (fullgraph)")
@@ -93,6 +94,7 @@ def main(args: Args) -> dict:
         sequence_length=args.sequence_length, sequence_period=args.sequence_period, lstm_size=args.lstm_size,
         encoder_sizes=(args.encoder_size,), batch_size=args.batch_size, lr=args.lr, target_period=args.target_period,
         double_q=args.double_q, max_grad_norm=args.max_grad_norm or None, eps_decay_steps=args.eps_decay_steps,
+        n_step=args.n_step,
     )  # every other field: the module's default (zero-state windows, Huber)
     state = drqn.init(config, obs_space, act_space, seed=args.seed, device=device)
     update = torch.compile(drqn.update, fullgraph=True) if args.compile else drqn.update
