@@ -920,8 +920,41 @@ LEARN_ALGOS: dict[str, list[tuple[str, str]]] = {
 config). Generic: any algorithm the runtime trains; add a table entry for a new one."""
 
 
+def _stop_when_parent_dies(parent_pid: int, every_s: float = 1.0) -> None:
+    """In a pool worker: send this process SIGTERM once the ``learn`` command that started it is
+    gone (killed on its own). The run then saves its crash checkpoint and ends, instead of
+    training on for nobody and then waiting forever for the next job."""
+    import signal
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(every_s)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="stop-when-parent-dies", daemon=True).start()
+
+
 def _learn_one(job: dict) -> dict:
-    """One training run (own process): ``rlfunc.train`` with a seed and the overrides."""
+    """One training run (own process): ``rlfunc.train`` with a seed and the overrides.
+
+    In a pool worker, a SIGTERM or Ctrl-C ends the worker process once the trainer has saved the
+    run (the pool would otherwise hand the error back and keep the worker waiting for jobs)."""
+    import multiprocessing
+
+    if multiprocessing.parent_process() is None:
+        return _train_one(job)
+    _stop_when_parent_dies(os.getppid())
+    try:
+        return _train_one(job)
+    except (SystemExit, KeyboardInterrupt) as stop:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        code = stop.code if isinstance(stop, SystemExit) and isinstance(stop.code, int) else 130
+        os._exit(code)
+
+
+def _train_one(job: dict) -> dict:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import rlfunc
 
@@ -1039,13 +1072,21 @@ def run_learn(args: argparse.Namespace) -> int:
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        with ProcessPoolExecutor(max_workers=args.jobs, mp_context=mp.get_context("spawn")) as pool:
-            futures = [pool.submit(_learn_one, job) for job in jobs]
-            for fut in as_completed(futures):
-                r = fut.result()
-                runs.append(r)
-                print(f"  {r['algo']} seed {r['seed']}: final {r['final_return']:.1f} after {r['env_steps']} steps "
-                      f"({r['wall_s']:.0f} s)", flush=True)
+        from concurrent.futures.process import BrokenProcessPool
+
+        try:
+            with ProcessPoolExecutor(max_workers=args.jobs, mp_context=mp.get_context("spawn")) as pool:
+                futures = [pool.submit(_learn_one, job) for job in jobs]
+                for fut in as_completed(futures):
+                    r = fut.result()
+                    runs.append(r)
+                    print(f"  {r['algo']} seed {r['seed']}: final {r['final_return']:.1f} after {r['env_steps']} "
+                          f"steps ({r['wall_s']:.0f} s)", flush=True)
+        except BrokenProcessPool:
+            print(f"learn: a run was stopped (SIGTERM or Ctrl-C), so the others were too; each saved its state "
+                  f"under {args.runs_dir} (rlfunc resume RUN_DIR continues one; learn-collect gathers them).",
+                  file=sys.stderr, flush=True)
+            return 1
         order = {(j["label"], j["seed"]): i for i, j in enumerate(jobs)}
         runs.sort(key=lambda r: order[(r["algo"], r["seed"])])
     result = {
