@@ -75,12 +75,17 @@ def _assert_saved(run_dirs: list[Path]) -> None:
         assert meta["env_step"] > 200, run_dir  # saved on the way out, past the random steps
 
 
+def _workers(proc: subprocess.Popen) -> list[int]:
+    workers = [p for p in _children(proc.pid) if Path(f"/proc/{p}/cmdline").read_bytes().count(b"spawn")]
+    assert len(workers) == 2, workers
+    return workers
+
+
 def test_killing_the_learn_command_stops_and_saves_its_runs(tmp_path):
     proc, runs = _start_learn(tmp_path)
     try:
         run_dirs = _wait_until_both_runs_learn(proc, runs)
-        workers = [p for p in _children(proc.pid) if Path(f"/proc/{p}/cmdline").read_bytes().count(b"spawn")]
-        assert len(workers) == 2, workers
+        workers = _workers(proc)
         proc.send_signal(signal.SIGTERM)  # the command alone, not its process group
         proc.wait(timeout=60)
         _wait_gone(workers)
@@ -93,8 +98,7 @@ def test_killing_one_run_stops_the_others_and_the_command_says_where_they_are(tm
     proc, runs = _start_learn(tmp_path)
     try:
         run_dirs = _wait_until_both_runs_learn(proc, runs)
-        workers = [p for p in _children(proc.pid) if Path(f"/proc/{p}/cmdline").read_bytes().count(b"spawn")]
-        assert len(workers) == 2, workers
+        workers = _workers(proc)
         os.kill(workers[0], signal.SIGTERM)
         _, err = proc.communicate(timeout=180)
         assert proc.returncode == 1, err
