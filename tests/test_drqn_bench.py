@@ -53,7 +53,7 @@ def test_drqn_episodes_subcommand(tmp_path):
     assert whole.returncode == 0, whole.stdout + whole.stderr
     (w,) = json.loads((tmp_path / "whole.json").read_text())["rows"]
     assert w["windowed"]["returns"] == w["carried"]["returns"] == row["carried"]["returns"]
-    assert row["env_step"] == 200 and row["window"] == 10  # the config's sequence_length
+    assert row["env_step"] == 200 and row["window"] == 20  # the config's sequence_length
     for mode in ("carried", "windowed"):
         r = row[mode]
         assert sum(r["ends"].values()) == 3 and set(r["ends"]) <= {"pole", "cart", "truncated"}

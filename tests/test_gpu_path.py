@@ -349,7 +349,7 @@ def test_transition_learner_wires_cuda_graph_to_fixed_buffers():
 def test_sequence_learner_wires_cuda_graph_to_fixed_buffers():
     cfg = _forced_cuda_graph_on_cpu(
         "configs/drqn/cartpole_novel.yaml",
-        {"agent.lstm_size": 8, "agent.encoder_sizes": [8], "agent.batch_size": 2, "agent.sequence_length": 4, "agent.sequence_period": 2,
+        {"agent.lstm_size": 8, "agent.encoder_sizes": [8], "agent.batch_size": 2, "agent.sequence_length": 4, "agent.sequence_period": 2, "agent.n_step": 2,
          "agent.learning_starts": 0, "agent.buffer_windows": 50},
     )
     learner, env = _learner(cfg)
