@@ -55,8 +55,10 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    # a zombie (exited, not yet reaped by its parent) has ended too
-    return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    try:  # a zombie (exited, not yet reaped by its parent) has ended too
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:  # reaped since the kill(0) above
+        return False
 
 
 def _wait_gone(pids: list[int], timeout: float = 120) -> None:
