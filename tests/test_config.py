@@ -1,6 +1,10 @@
+from pathlib import Path
+
 import pytest
 
 from rlfunc.runtime.config import ConfigError, apply_overrides, build_config, load_config, parse_overrides
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_default_config_is_redq_pendulum_with_paper_agent():
@@ -15,6 +19,18 @@ def test_repo_configs_load():
     for path in ["configs/redq/pendulum.yaml", "configs/redq/hopper.yaml", "configs/sac/pendulum.yaml"]:
         cfg = build_config(load_config(path))
         assert cfg.agent.num_critics in (2, 10)
+
+
+def test_every_shipped_config_builds():
+    """Each YAML under configs/ validates (algo, env, train, agent, data); RLPD's need the user's data.path."""
+    paths = sorted((ROOT / "configs").rglob("*.yaml"))
+    assert len(paths) >= 15
+    for path in paths:
+        raw = load_config(str(path))
+        if raw["algo"] == "rlpd":
+            raw = apply_overrides(raw, {"data.path": "prior.npz"})
+        cfg = build_config(raw)
+        assert cfg.algo == raw["algo"] and cfg.train.total_steps > 0, path
     sac = build_config(load_config("configs/sac/pendulum.yaml")).agent
     assert (sac.num_critics, sac.subset_size, sac.updates_per_step) == (2, 2, 1)
 
