@@ -60,6 +60,12 @@ def test_resume_continues_exactly(tmp_path):
     straight = rlfunc.train(None, overrides={**TINY, "train.total_steps": 2000}, run_dir=tmp_path / "straight")
     first = rlfunc.train(None, overrides={**TINY, "train.total_steps": 1000}, run_dir=tmp_path / "split")
     assert first.env_steps == 1000
+    # The checkpoint records the run's wall time; pretend the first part took 10^5 s so that
+    # the resumed part's clock visibly continues from it.
+    meta_path = tmp_path / "split" / "checkpoints" / "step_000001000" / "meta.json"
+    meta_first = json.loads(meta_path.read_text())
+    assert 0 < meta_first["wall_s"] <= first.wall_s
+    meta_path.write_text(json.dumps({**meta_first, "wall_s": 1e5}))
     resumed = rlfunc.resume(tmp_path / "split", total_steps=2000)
     assert resumed.env_steps == 2000
     a, meta_a = load_checkpoint(straight.run_dir)
@@ -69,9 +75,12 @@ def test_resume_continues_exactly(tmp_path):
     for key in a["state"].keys(True, True):
         assert torch.equal(a["state"][key], b["state"][key]), key
     assert torch.equal(a["replay", "storage", "obs"], b["replay", "storage", "obs"])
-    # eval.csv of the resumed run continues the first part
-    steps = [int(line.split(",")[0]) for line in (tmp_path / "split" / "eval.csv").read_text().splitlines()[1:]]
-    assert steps == [1000, 2000]
+    # eval.csv of the resumed run continues the first part, its time_s too
+    rows = [line.split(",") for line in (tmp_path / "split" / "eval.csv").read_text().splitlines()]
+    time_col = rows[0].index("time_s")
+    assert [int(r[0]) for r in rows[1:]] == [1000, 2000]
+    assert float(rows[1][time_col]) < 1e5 < float(rows[2][time_col])
+    assert 1e5 < resumed.wall_s and 1e5 < meta_b["wall_s"]
 
 
 def test_trained_agent_loads_and_evaluates(tmp_path):

@@ -61,7 +61,7 @@ class TrainResult:
     env_steps: int
     final_return: float | None
     evals: list[tuple[int, float]]
-    wall_s: float
+    wall_s: float  # training wall time of the whole run, including the parts before a resume
 
 
 class _CsvLog:
@@ -174,6 +174,8 @@ class Trainer:
         self.ckpt_dir = self.run_dir / "checkpoints"
         self._last_good_ckpt: Path | None = None
         self._unchecked: list[tuple[int, list, torch.Tensor]] = []  # updates whose finiteness is not read yet
+        self._prior_wall = 0.0  # seconds of training behind the restored checkpoint (0 for a new run)
+        self._t0 = time.monotonic()
 
     # -- checkpoints ----------------------------------------------------------
     def save(self) -> Path:
@@ -189,6 +191,7 @@ class Trainer:
             "episodes": self.collector.episodes,
             "env_rng": self.collector.rng_state(),
             "evals": self.evals,
+            "wall_s": self._wall_s(),
             "config": to_dict(self.config),
             **self.learner.export_meta(),
         }
@@ -207,6 +210,7 @@ class Trainer:
         self.updates = int(meta["updates"])
         self.collector.episodes = int(meta.get("episodes", 0))
         self.evals = [(int(s), float(r)) for s, r in meta.get("evals", [])]
+        self._prior_wall = float(meta.get("wall_s", 0.0))  # older checkpoints lack it: counted from 0
         self.collector.restore(meta["env_rng"])
         self._last_good_ckpt = resolve_checkpoint(checkpoint)
 
@@ -221,7 +225,7 @@ class Trainer:
             {
                 "step": self.env_step,
                 **self._frames(),
-                "time_s": round(time.monotonic() - self._t0 + self._prior_wall, 3),
+                "time_s": round(self._wall_s(), 3),
                 "mean_return": mean,
                 "std_return": float(np.std(returns)),
                 "episodes": len(returns),
@@ -238,7 +242,6 @@ class Trainer:
         self._eval_log = _CsvLog(self.run_dir / "eval.csv", truncate_after=self.env_step if resumed else None)
         if not resumed:
             self.collector.reset(seed=cfg.seed)
-        self._prior_wall = 0.0
         self._t0 = time.monotonic()
         label = f"{self.config.algo} {self.config.env.id}"
         progress = _Progress(cfg.progress, cfg.total_steps, label)
@@ -309,8 +312,13 @@ class Trainer:
             env_steps=self.env_step,
             final_return=last_eval,
             evals=list(self.evals),
-            wall_s=time.monotonic() - self._t0,
+            wall_s=self._wall_s(),
         )
+
+    def _wall_s(self) -> float:
+        """Training wall time of the run so far, counting the parts before each resume
+        (``time_s`` in the CSV logs, ``wall_s`` in checkpoints)."""
+        return time.monotonic() - self._t0 + self._prior_wall
 
     def _frames(self) -> dict[str, int]:
         """``{"frames": env frames}`` for action-repeated envs (agent steps stay in ``step``)."""
@@ -351,7 +359,7 @@ class Trainer:
             "step": self.env_step,
             **self._frames(),
             "updates": self.updates,
-            "time_s": round(time.monotonic() - self._t0 + self._prior_wall, 3),
+            "time_s": round(self._wall_s(), 3),
             "steps_per_s": round(steps_per_s, 3),
             "episode_return": float(np.mean(recent_returns[-10:])) if recent_returns else math.nan,
         }
