@@ -163,19 +163,24 @@ def test_plot_of_runs_with_one_evaluation_draws_a_point_with_its_range(tmp_path)
         (d / "eval.csv").write_text(f"step,frames,time_s,mean_return,std_return,episodes\n10000,20000,190.0,{ret},1.0,10\n")
         dirs.append(d)
     shown = {}
-    real_errorbar = matplotlib.axes.Axes.errorbar
+    real_errorbar, real_set_xlabel = matplotlib.axes.Axes.errorbar, matplotlib.axes.Axes.set_xlabel
 
     def spy(self, x, y, *args, **kwargs):
         shown["x"], shown["y"], shown["yerr"] = list(x), list(y), kwargs.get("yerr")
         return real_errorbar(self, x, y, *args, **kwargs)
 
-    matplotlib.axes.Axes.errorbar = spy
+    def spy_xlabel(self, label, *args, **kwargs):
+        shown["xlabel"] = label
+        return real_set_xlabel(self, label, *args, **kwargs)
+
+    matplotlib.axes.Axes.errorbar, matplotlib.axes.Axes.set_xlabel = spy, spy_xlabel
     try:
         png = plot_runs(dirs, tmp_path / "one.png", title="one evaluation")
     finally:
-        matplotlib.axes.Axes.errorbar = real_errorbar
+        matplotlib.axes.Axes.errorbar, matplotlib.axes.Axes.set_xlabel = real_errorbar, real_set_xlabel
         plt.close("all")
-    assert shown["x"] == [10000] and shown["y"] == [979.0]
+    assert shown["x"] == [20000] and shown["y"] == [979.0]  # action-repeated runs plot against env frames
+    assert shown["xlabel"] == "env frames"
     assert [float(v[0]) for v in shown["yerr"]] == [9.0, 9.0]
     assert png.stat().st_size > 1000
 

@@ -12,16 +12,22 @@ import yaml
 __all__ = ["plot_runs", "read_evals", "run_label"]
 
 
-def read_evals(run_dir: str | Path) -> tuple[np.ndarray, np.ndarray]:
-    """``(steps, mean_returns)`` from a run's ``eval.csv``."""
+def read_evals(run_dir: str | Path, x: str = "step") -> tuple[np.ndarray, np.ndarray]:
+    """``(x values, mean_returns)`` from a run's ``eval.csv``; ``x`` is its ``step`` or ``frames`` column."""
     path = Path(run_dir) / "eval.csv"
     if not path.exists():
         raise FileNotFoundError(f"{str(run_dir)!r} has no eval.csv; pass run directories made by `rlfunc train`.")
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
-    steps = np.array([int(float(r["step"])) for r in rows])
+    steps = np.array([int(float(r[x])) for r in rows])
     returns = np.array([float(r["mean_return"]) for r in rows])
     return steps, returns
+
+
+def _logs_frames(run_dir: str | Path) -> bool:
+    """Whether the run's ``eval.csv`` has a ``frames`` column (action-repeated envs: agent steps != frames)."""
+    with open(Path(run_dir) / "eval.csv", newline="") as f:
+        return "frames" in (next(csv.reader(f), None) or [])
 
 
 def run_label(run_dir: str | Path) -> str:
@@ -33,7 +39,9 @@ def run_label(run_dir: str | Path) -> str:
 def plot_runs(run_dirs: list[str | Path], out: str | Path, title: str | None = None) -> Path:
     """Plot eval curves; runs with the same label are averaged (line) with min-max band.
 
-    Curves of different seeds are aligned on the steps they share.
+    Curves of different seeds are aligned on the steps they share. When every run logs env
+    frames (action repeat, e.g. DrQ-v2), the x axis is frames, as in the papers' curves;
+    otherwise it is environment steps.
     """
     try:
         import matplotlib
@@ -42,9 +50,10 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, title: str | None = N
         import matplotlib.pyplot as plt
     except ImportError as exc:
         raise RuntimeError("Plotting needs matplotlib: pip install -e '.[plots]'.") from exc
+    x = "frames" if all(_logs_frames(d) for d in run_dirs) else "step"
     groups: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
     for d in run_dirs:
-        groups[run_label(d)].append(read_evals(d))
+        groups[run_label(d)].append(read_evals(d, x))
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for label, curves in groups.items():
         common = sorted(set.intersection(*[set(s.tolist()) for s, _ in curves]))
@@ -59,7 +68,7 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, title: str | None = N
         ax.plot(common, mean, marker="o" if len(common) <= 5 else None, label=f"{label} (n={len(curves)})")
         if len(curves) > 1:
             ax.fill_between(common, ys.min(axis=0), ys.max(axis=0), alpha=0.25)
-    ax.set_xlabel("environment steps")
+    ax.set_xlabel("env frames" if x == "frames" else "environment steps")
     ax.set_ylabel("evaluation return")
     if title:
         ax.set_title(title)
