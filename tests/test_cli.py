@@ -3,8 +3,6 @@
 import subprocess
 import sys
 
-import pytest
-
 from rlfunc.runtime.cli import main
 
 TINY = [
@@ -51,3 +49,18 @@ def test_bad_input_is_one_clear_line(tmp_path, capsys):
 def test_console_script_help():
     out = subprocess.run([sys.executable, "-m", "rlfunc.runtime.cli", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "train" in out.stdout and "resume" in out.stdout
+
+
+def test_progress_line_never_shows_nan(capsys):
+    """The rate is measured over ``log_every`` steps: unknown before the first log row (n/a), not 0 with ETA nan."""
+    from rlfunc.runtime.trainer import _Progress
+
+    progress = _Progress(True, 400, "drqv2 dmc/cartpole_balance-v0")
+    progress.update(100, 0.0, None, force=True)
+    progress.update(200, 50.0, None, force=True)
+    progress.update(400, 0.0, 135.4, force=True)
+    err = capsys.readouterr().err
+    assert "nan" not in err.lower()
+    assert "100/400 steps | n/a steps/s | ETA n/a | eval n/a" in err
+    assert "200/400 steps | 50.0 steps/s | ETA 4s | eval n/a" in err
+    assert "400/400 steps | n/a steps/s | done | eval 135.4" in err

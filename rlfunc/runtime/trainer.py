@@ -117,11 +117,19 @@ class _Progress:
         self.last = now
         frac = step / max(self.total, 1)
         bar = "#" * int(20 * frac) + "-" * (20 - int(20 * frac))
-        eta = (self.total - step) / steps_per_s if steps_per_s > 0 else float("nan")
         ev = "n/a" if last_eval is None else f"{last_eval:.1f}"
-        line = f"[{self.label}] [{bar}] {step}/{self.total} steps | {steps_per_s:.1f} steps/s | eval {ev} | ETA {eta:.0f}s"
+        line = f"[{self.label}] [{bar}] {step}/{self.total} steps | {self._rate_and_eta(step, steps_per_s)} | eval {ev}"
         sys.stderr.write(("\r" + line) if self.tty else (line + "\n"))
         sys.stderr.flush()
+
+    def _rate_and_eta(self, step: int, steps_per_s: float) -> str:
+        """``"N steps/s | ETA Ts"``; the rate is measured over ``log_every`` steps, so before the first
+        log row (or in a run shorter than that) it is unknown: ``n/a``."""
+        if step >= self.total:
+            return ("n/a" if steps_per_s <= 0 else f"{steps_per_s:.1f}") + " steps/s | done"
+        if steps_per_s <= 0:
+            return "n/a steps/s | ETA n/a"
+        return f"{steps_per_s:.1f} steps/s | ETA {(self.total - step) / steps_per_s:.0f}s"
 
     def close(self) -> None:
         if self.enabled and self.tty:
