@@ -5,7 +5,6 @@ rate limiter, and the previous reward fed at evaluation."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 
 import rlfunc

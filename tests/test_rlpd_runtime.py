@@ -10,7 +10,7 @@ import torch
 
 from rlfunc.runtime.cli import main
 from rlfunc.runtime.config import ConfigError, build_config, load_config
-from rlfunc.runtime.trainer import Trainer, train
+from rlfunc.runtime.trainer import Trainer
 
 torch.set_num_threads(1)
 
