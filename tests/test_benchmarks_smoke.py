@@ -219,3 +219,19 @@ def test_reference_returns_of_cartpole_balance_put_doing_nothing_above_random(tm
         {"benchmark": "reference-returns", "tasks": {"dmc/cartpole_balance-v0": ref}}))
     md = build_report(tmp_path)
     assert f"| dmc/cartpole_balance-v0 | zero | {ref['zero']['median']:.1f} | 1 |" in md
+
+
+def test_report_names_a_recorded_command_and_never_invents_one(tmp_path):
+    """A JSON's own ``command`` is shown as is; without one the report says so, giving the default
+    command for the name the file was written under (``written_as`` after a rename), or none."""
+    from benchmarks.report import build_report
+
+    (tmp_path / "update_redq.json").write_text(json.dumps({"command": "python benchmarks/run.py update --algo redq --threads 2"}))
+    (tmp_path / "update_drqv2_amd.json").write_text(json.dumps({"written_as": "benchmarks/results/update_drqv2.json"}))
+    (tmp_path / "prioritized_replay.json").write_text(json.dumps({}))
+    md = build_report(tmp_path)
+    assert "Command: `python benchmarks/run.py update --algo redq --threads 2`" in md
+    assert ("Command: not recorded in the JSON (the default command for update_drqv2.json: "
+            "`python benchmarks/run.py update --algo drqv2`)") in md
+    assert "drqv2_amd`" not in md
+    assert "## prioritized_replay\n\nCommand: not recorded in the JSON\n" in md
