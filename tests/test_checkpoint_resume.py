@@ -8,7 +8,7 @@ import torch
 
 import rlfunc
 from helpers_envs import register
-from rlfunc.runtime.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from rlfunc.runtime.checkpoint import CheckpointError, load_checkpoint, meta_checksum, save_checkpoint
 from rlfunc.runtime.trainer import NonFiniteLossError
 
 TINY = {
@@ -65,7 +65,9 @@ def test_resume_continues_exactly(tmp_path):
     meta_path = tmp_path / "split" / "checkpoints" / "step_000001000" / "meta.json"
     meta_first = json.loads(meta_path.read_text())
     assert 0 < meta_first["wall_s"] <= first.wall_s
-    meta_path.write_text(json.dumps({**meta_first, "wall_s": 1e5}))
+    edited = {**meta_first, "wall_s": 1e5}
+    edited["checksum"] = meta_checksum(edited)  # an edit must re-sign meta.json, or the checkpoint is refused
+    meta_path.write_text(json.dumps(edited))
     resumed = rlfunc.resume(tmp_path / "split", total_steps=2000)
     assert resumed.env_steps == 2000
     a, meta_a = load_checkpoint(straight.run_dir)

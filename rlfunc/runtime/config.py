@@ -76,8 +76,13 @@ class TrainSection:
     threads: int = 0  # 0: leave torch's default
     run_dir: str = "runs"
     progress: bool = True
+    on_checkpoint_error: str = "stop"  # a failed checkpoint write (full disk): "stop" the run, or "continue" without it
 
     def __post_init__(self) -> None:
+        if self.on_checkpoint_error not in ("stop", "continue"):
+            raise ConfigError(
+                f"train.on_checkpoint_error must be 'stop' or 'continue', got {self.on_checkpoint_error!r}."
+            )
         positive = ("total_steps", "replay_size", "eval_every", "eval_episodes", "checkpoint_every", "log_every")
         for name in positive:
             if getattr(self, name) < 1:

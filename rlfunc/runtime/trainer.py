@@ -21,6 +21,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import math
+import os
 import signal
 import sys
 import threading
@@ -34,7 +35,14 @@ import torch
 import yaml
 
 from rlfunc.envs import build_wrappers, env_spaces, make_env, make_vector_env
-from rlfunc.runtime.checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
+from rlfunc.runtime.checkpoint import (
+    CheckpointError,
+    CheckpointWriteError,
+    check_structure,
+    clean_leftovers,
+    load_newest_good,
+    save_checkpoint,
+)
 from rlfunc.runtime.collector import Collector
 from rlfunc.runtime.config import (
     ConfigError,
@@ -48,11 +56,18 @@ from rlfunc.runtime.evaluate import run_episodes
 from rlfunc.runtime.perf import set_threads, tune_allocator
 from rlfunc.runtime.registry import get_algo
 
-__all__ = ["train", "resume", "TrainResult", "NonFiniteLossError", "Trainer"]
+__all__ = ["train", "resume", "TrainResult", "NonFiniteLossError", "RunInterrupted", "Trainer", "RUN_FILES"]
+
+RUN_FILES = ("config.yaml", "metrics.csv", "eval.csv", "checkpoints")
+"""What a run directory holds; a directory with any of them already holds a run."""
 
 
 class NonFiniteLossError(RuntimeError):
     """Training produced a NaN/inf loss; the last good checkpoint is kept."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped training after the state was saved; ``str()`` says where and how to continue."""
 
 
 @dataclasses.dataclass
@@ -207,20 +222,42 @@ class Trainer:
         self._last_good_ckpt = path
         return path
 
-    def restore(self, checkpoint: Path) -> None:
-        tensors, meta = load_checkpoint(checkpoint)
+    def _save_or_continue(self) -> None:
+        """A periodic checkpoint; a failed write stops the run unless ``train.on_checkpoint_error`` is ``continue``."""
+        try:
+            self.save()
+        except CheckpointWriteError as exc:
+            if self.config.train.on_checkpoint_error != "continue":
+                raise
+            print(f"rlfunc: warning: {exc} Training continues without this checkpoint.", file=sys.stderr)
+
+    def restore(self, checkpoint: Path, tensors, meta: dict[str, Any]) -> None:
+        """Continue from a verified checkpoint (see :func:`rlfunc.runtime.checkpoint.load_newest_good`)."""
         if meta.get("algo") != self.config.algo:
-            raise ConfigError(
-                f"Checkpoint was trained with algo {meta.get('algo')!r}, not {self.config.algo!r}; resume it with its own config."
+            raise CheckpointError(
+                f"Checkpoint {str(checkpoint)!r} was trained with algo {meta.get('algo')!r}, not {self.config.algo!r}; resume it with its own config."
             )
-        self.learner.load_state_tensors(tensors)
-        self.env_step = int(meta["env_step"])
-        self.updates = int(meta["updates"])
-        self.collector.episodes = int(meta.get("episodes", 0))
-        self.evals = [(int(s), float(r)) for s, r in meta.get("evals", [])]
-        self._prior_wall = float(meta.get("wall_s", 0.0))  # older checkpoints lack it: counted from 0
-        self.collector.restore(meta["env_rng"])
-        self._last_good_ckpt = resolve_checkpoint(checkpoint)
+        expected = self.learner.state_tensors()
+        for root in ("state", "generator"):
+            check_structure(checkpoint, tensors, expected, root)
+        try:
+            self.learner.load_state_tensors(tensors)
+            env_step, updates = int(meta["env_step"]), int(meta["updates"])
+            episodes = int(meta.get("episodes", 0))
+            evals = [(int(s), float(r)) for s, r in meta.get("evals", [])]
+            prior_wall = float(meta.get("wall_s", 0.0))  # older checkpoints lack it: counted from 0
+            self.collector.restore(meta["env_rng"])
+        except (KeyError, TypeError, ValueError, IndexError, RuntimeError) as exc:
+            if isinstance(exc, CheckpointError) or type(exc).__name__ == "DatasetError":
+                raise
+            raise CheckpointError(
+                f"Checkpoint {str(checkpoint)!r} does not fit this run ({type(exc).__name__}: {exc}); resume it with the rlfunc version and config that wrote it."
+            ) from None
+        if env_step < 0 or updates < 0:
+            raise CheckpointError(f"Checkpoint {str(checkpoint)!r} has negative counters; use an earlier checkpoint.")
+        self.env_step, self.updates, self.collector.episodes = env_step, updates, episodes
+        self.evals, self._prior_wall = evals, prior_wall
+        self._last_good_ckpt = Path(checkpoint)
 
     # -- evaluation -------------------------------------------------------------
     def evaluate(self) -> float:
@@ -245,7 +282,10 @@ class Trainer:
     def run(self, resumed: bool = False) -> TrainResult:
         cfg = self.config.train
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(self.config), sort_keys=False))
+        for line in clean_leftovers(self.ckpt_dir):
+            print(f"rlfunc: {self.ckpt_dir}: {line}", file=sys.stderr)
+        # A copy for people: resume reads the config stored in the checkpoint.
+        write_atomic(self.run_dir / "config.yaml", yaml.safe_dump(to_dict(self.config), sort_keys=False))
         self._metrics_log = _CsvLog(self.run_dir / "metrics.csv", truncate_after=self.env_step if resumed else None)
         self._eval_log = _CsvLog(self.run_dir / "eval.csv", truncate_after=self.env_step if resumed else None)
         if not resumed:
@@ -291,25 +331,29 @@ class Trainer:
                         last_eval = self.evaluate()
                     if self.env_step // cfg.checkpoint_every > prev // cfg.checkpoint_every:
                         self._check_finite()
-                        self.save()
+                        self._save_or_continue()
                     if self.env_step >= cfg.total_steps:
                         break
                 progress.update(self.env_step, steps_per_s, last_eval)
             self._check_finite()
             if not self.evals or self.evals[-1][0] != self.env_step:
                 last_eval = self.evaluate()
-            self.save()
-        except NonFiniteLossError:
+            self._save_or_continue()
+        except (NonFiniteLossError, CheckpointWriteError):
             progress.close()
             raise
-        except BaseException:
+        except BaseException as exc:
             progress.close()
             # Nothing trained is lost: keep the current state if it is sound.
+            saved = None
             try:
                 if self.env_step > 0 and self.learner.params_finite():
-                    self.save()
+                    saved = self.save()
             except Exception:  # never mask the original error
                 pass
+            if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, RunInterrupted):
+                where = f"saved at step {self.env_step}" if saved else f"last checkpoint {self._last_good_ckpt}"
+                raise RunInterrupted(f"interrupted; {where}; continue with `rlfunc resume {self.run_dir}`") from None
             raise
         finally:
             restore_sigterm()
@@ -391,6 +435,19 @@ def _save_on_sigterm() -> Callable[[], None]:
     return lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file, fsync and rename: never half-written."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def _new_run_dir(config: RunConfig) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     env = config.env.id.replace("/", "_")
@@ -402,6 +459,42 @@ def _new_run_dir(config: RunConfig) -> Path:
     return path
 
 
+def prepare_run_dir(run_dir: Path) -> bool:
+    """Refuse a directory that holds another run; create it and prove it is writable, before
+    any env is built. Returns whether the directory was created here (to remove it if the run
+    never starts)."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"Run directory {str(run_dir)!r} is a file; pass a directory with --run-dir.")
+    if run_dir.is_dir():
+        held = [name for name in RUN_FILES if (run_dir / name).exists()]
+        if held:
+            raise ConfigError(
+                f"Run directory {str(run_dir)!r} already holds a run ({', '.join(held)}); continue it with "
+                f"`rlfunc resume {run_dir}` or pick another --run-dir."
+            )
+    created = not run_dir.exists()
+    probe = run_dir / f".rlfunc-write-test-{os.getpid()}"
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(
+            f"Cannot write to run directory {str(run_dir)!r} ({exc.strerror or exc}); pick another --run-dir or fix its permissions."
+        ) from None
+    return created
+
+
+def _start(run_config: RunConfig, run_dir: Path, created: bool) -> Trainer:
+    """Build the trainer; if that fails, leave no empty run directory behind."""
+    try:
+        return Trainer(run_config, run_dir)
+    except BaseException:
+        if created and run_dir.is_dir() and not any(run_dir.iterdir()):
+            run_dir.rmdir()
+        raise
+
+
 def train(
     config: str | Path | dict | RunConfig | None = None,
     overrides: dict[str, Any] | list[str] | None = None,
@@ -411,6 +504,8 @@ def train(
 
     ``overrides``: ``{"train.seed": 3}`` or ``["train.seed=3"]``. Returns a
     :class:`TrainResult` (run directory, env steps, final/all eval returns).
+    Everything is checked before any env is built: the config, and that the
+    run directory holds no other run and is writable.
     """
     from rlfunc.runtime.config import parse_overrides
 
@@ -424,28 +519,35 @@ def train(
             overrides = parse_overrides(overrides)
         raw = apply_overrides(raw, overrides or {})
         run_config = build_config(raw)
-    if run_dir is None:
-        run_dir = _new_run_dir(run_config)
-    run_dir = Path(run_dir)
-    if (run_dir / "checkpoints").exists() and any((run_dir / "checkpoints").glob("step_*")):
-        raise ConfigError(
-            f"Run directory {str(run_dir)!r} already holds checkpoints; continue it with `rlfunc resume {run_dir}` or pick another directory."
-        )
-    trainer = Trainer(run_config, run_dir)
-    return trainer.run()
+    run_dir = Path(run_dir) if run_dir is not None else _new_run_dir(run_config)
+    created = prepare_run_dir(run_dir)
+    return _start(run_config, run_dir, created).run()
 
 
 def resume(run_dir: str | Path, total_steps: int | None = None) -> TrainResult:
-    """Continue the run in ``run_dir`` from its latest checkpoint (optionally to a new ``total_steps``)."""
+    """Continue the run in ``run_dir`` from its newest checkpoint that verifies (optionally to a new
+    ``total_steps``). The config is the one stored in that checkpoint; the run's ``config.yaml`` is
+    only a copy for people. Damaged newer checkpoints are skipped with a line saying why."""
     run_dir = Path(run_dir)
-    cfg_path = run_dir / "config.yaml"
-    if not cfg_path.exists():
-        raise ConfigError(f"{str(run_dir)!r} is not a run directory (no config.yaml); pass the directory `rlfunc train` created.")
-    raw = load_config(cfg_path)
+    if not run_dir.is_dir():
+        raise ConfigError(f"{str(run_dir)!r} is not a run directory; pass the directory `rlfunc train` created.")
+    if not (run_dir / "checkpoints").is_dir():
+        raise ConfigError(
+            f"{str(run_dir)!r} has no checkpoints/ to resume from; pass the directory `rlfunc train` created, once it has saved a checkpoint."
+        )
+    for line in clean_leftovers(run_dir / "checkpoints"):
+        print(f"rlfunc: {run_dir / 'checkpoints'}: {line}", file=sys.stderr)
+    checkpoint, tensors, meta = load_newest_good(run_dir)
+    raw = meta.get("config")
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"Checkpoint {str(checkpoint)!r} holds no run config; it was not written by `rlfunc train`.")
     if total_steps is not None:
         raw = apply_overrides(raw, {"train.total_steps": total_steps})
     run_config = build_config(raw)
-    checkpoint = resolve_checkpoint(run_dir)
+    if total_steps is not None and total_steps < int(meta.get("env_step", 0)):
+        raise ConfigError(
+            f"--total-steps {total_steps} is below the {meta.get('env_step')} env steps the run already has; pass a larger number."
+        )
     trainer = Trainer(run_config, run_dir)
-    trainer.restore(checkpoint)
+    trainer.restore(checkpoint, tensors, meta)
     return trainer.run(resumed=True)
