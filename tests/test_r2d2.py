@@ -435,7 +435,7 @@ def test_prioritized_replay_round_trip_writes_priorities_back():
     """replay.sample -> update -> replay.update_priorities, with the replay built from replay_kwargs."""
     from rlfunc.replay.prioritized import PrioritizedSequenceReplay
 
-    config = _tiny(replay_capacity=50)
+    config = _tiny(replay_capacity=50, min_replay_size=10)
     rb = PrioritizedSequenceReplay(num_envs=2, **r2d2.replay_kwargs(config))
     g = torch.Generator().manual_seed(0)
     carry = r2d2.carry_to_td(r2d2.initial_carry(config, 2))

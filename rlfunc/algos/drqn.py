@@ -105,6 +105,7 @@ import torch.nn.functional as F
 from tensordict import TensorDict
 from torch.func import grad_and_value
 
+from rlfunc.algos import _checks
 from rlfunc.algos._qstate import check_lr_decay, lr_metric, q_learning_rate, q_learning_state, q_optimizer
 from rlfunc.core import nets
 from rlfunc.core import returns
@@ -169,49 +170,44 @@ class Config:
     init: str = "torch_default"
 
     def __post_init__(self) -> None:
+        _checks.check_finite(self)
+        _checks.check_booleans(self)
+        _checks.positive_float(self, "lr", "adam_eps")
         check_lr_decay(self)
-        if self.lstm_size < 1:
-            raise ValueError(f"lstm_size must be at least 1, got {self.lstm_size}.")
-        if any(s < 1 for s in self.encoder_sizes):
-            raise ValueError(f"encoder_sizes must be positive, got {self.encoder_sizes}.")
-        if self.sequence_length < 1:
-            raise ValueError(f"sequence_length must be at least 1, got {self.sequence_length}.")
-        if not 1 <= self.sequence_period <= self.sequence_length:
+        _checks.positive_int(self, "lstm_size", "sequence_length", "batch_size", "target_period")
+        _checks.positive_int(self, "buffer_windows", "train_every")
+        _checks.nonnegative_int(self, "learning_starts", "eps_decay_steps")
+        _checks.layer_sizes(self, "encoder_sizes", allow_empty=True)
+        if not isinstance(self.sequence_period, int) or not 1 <= self.sequence_period <= self.sequence_length:
             raise ValueError(
                 f"sequence_period must be between 1 and sequence_length ({self.sequence_length}), "
                 f"got {self.sequence_period}."
             )
-        if not 1 <= self.n_step <= self.sequence_length:
+        if not isinstance(self.n_step, int) or not 1 <= self.n_step <= self.sequence_length:
             raise ValueError(
                 f"n_step must be between 1 and sequence_length ({self.sequence_length}): the return is "
                 f"summed inside one window; got {self.n_step}."
             )
-        if self.rescale_eps < 0:
-            raise ValueError(f"rescale_eps must be >= 0, got {self.rescale_eps}.")
-        if not 0.0 < self.gamma <= 1.0:
-            raise ValueError(f"gamma must be in (0, 1], got {self.gamma}.")
-        if self.target_period < 1:
-            raise ValueError(f"target_period must be at least 1 update, got {self.target_period}.")
-        if self.core not in ("lstm", "mlp"):
-            raise ValueError(f"core must be 'lstm' (DRQN) or 'mlp' (feed-forward control), got {self.core!r}.")
-        if self.initial_state not in ("zeros", "stored"):
-            raise ValueError(f"initial_state must be 'zeros' or 'stored', got {self.initial_state!r}.")
-        if self.huber_delta is not None and self.huber_delta <= 0:
-            raise ValueError(f"huber_delta must be positive or None (squared error), got {self.huber_delta}.")
+        _checks.nonnegative_float(self, "rescale_eps")
+        _checks.discount(self, "gamma")
+        _checks.one_of(self, "core", ("lstm", "mlp"))
+        _checks.one_of(self, "initial_state", ("zeros", "stored"))
+        _checks.optional_positive_float(self, "huber_delta", off="squared error")
+        _checks.optional_positive_float(self, "max_grad_norm", off="no clipping")
         if self.exploration not in ("schedule", "actor_ladder"):
             raise ValueError(
                 f"exploration must be 'schedule' (one decaying epsilon) or 'actor_ladder' "
                 f"(one fixed epsilon per env), got {self.exploration!r}."
             )
-        if not 0.0 < self.epsilon_base <= 1.0 or self.epsilon_alpha < 0.0:
+        _checks.fraction(self, "epsilon_base")
+        _checks.nonnegative_float(self, "epsilon_alpha")
+        _checks.probability(self, "eps_start", "eps_end", "eval_epsilon")
+        if self.eps_end > self.eps_start:
             raise ValueError(
-                f"epsilon_base must be in (0, 1] and epsilon_alpha non-negative, "
-                f"got {self.epsilon_base} and {self.epsilon_alpha}."
+                f"eps_end must not exceed eps_start ({self.eps_start}): the schedule decays; got {self.eps_end}."
             )
-        for name in ("eps_start", "eps_end", "eval_epsilon"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name} must be a probability in [0, 1], got {value}.")
+        _checks.one_of(self, "init", _checks.LINEAR_INITS)
+        _checks.one_of(self, "lstm_init", _checks.LSTM_INITS)
 
 
 def _space_dims(obs_space, act_space) -> tuple[int, int]:

@@ -81,6 +81,7 @@ import torch
 from tensordict import TensorDict
 from torch.func import grad_and_value
 
+from rlfunc.algos import _checks
 from rlfunc.core import nets
 from rlfunc.core.augment import draw_shift, random_shift
 from rlfunc.core.dists import clipped_normal_sample
@@ -127,31 +128,26 @@ class Config:
     frame_stack: int = 3
 
     def __post_init__(self) -> None:
-        if self.nstep < 1:
-            raise ValueError(f"nstep must be at least 1, got {self.nstep}.")
-        if self.update_every < 1:
-            raise ValueError(f"update_every must be at least 1, got {self.update_every}.")
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {self.batch_size}.")
-        if not 0.0 < self.gamma <= 1.0:
-            raise ValueError(f"gamma must be in (0, 1], got {self.gamma}.")
-        if not 0.0 < self.tau <= 1.0:
-            raise ValueError(f"tau must be in (0, 1], got {self.tau}.")
-        if self.lr <= 0:
-            raise ValueError(f"lr must be positive, got {self.lr}.")
-        if len(self.encoder_channels) != len(self.encoder_strides) or not self.encoder_channels:
+        _checks.check_finite(self)
+        _checks.positive_int(self, "nstep", "update_every", "batch_size", "feature_dim", "hidden_dim")
+        _checks.positive_int(self, "stddev_duration", "frame_stack")
+        _checks.nonnegative_int(self, "pad")
+        _checks.discount(self, "gamma")
+        _checks.fraction(self, "tau")
+        _checks.positive_float(self, "lr", "stddev_clip")
+        _checks.nonnegative_float(self, "stddev_init", "stddev_final")
+        if self.stddev_final > self.stddev_init:
+            raise ValueError(
+                f"stddev_final must not exceed stddev_init ({self.stddev_init}): the schedule decays; "
+                f"got {self.stddev_final}."
+            )
+        _checks.layer_sizes(self, "encoder_channels")
+        _checks.layer_sizes(self, "encoder_strides")
+        if len(self.encoder_channels) != len(self.encoder_strides):
             raise ValueError(
                 f"encoder_channels and encoder_strides need one entry per conv layer, got "
                 f"{list(self.encoder_channels)} and {list(self.encoder_strides)}."
             )
-        if self.pad < 0:
-            raise ValueError(f"pad must be >= 0, got {self.pad}.")
-        if self.stddev_duration < 1:
-            raise ValueError(f"stddev_duration must be at least 1 agent step, got {self.stddev_duration}.")
-        if self.stddev_clip <= 0:
-            raise ValueError(f"stddev_clip must be positive, got {self.stddev_clip}.")
-        if self.frame_stack < 1:
-            raise ValueError(f"frame_stack must be at least 1, got {self.frame_stack}.")
 
 
 def stddev(config: Config, step: torch.Tensor | int) -> torch.Tensor:

@@ -125,6 +125,7 @@ import torch
 from tensordict import TensorDict
 from torch.func import grad_and_value
 
+from rlfunc.algos import _checks
 from rlfunc.algos._qstate import check_lr_decay, lr_metric, q_learning_rate, q_learning_state, q_optimizer
 from rlfunc.core import nets
 from rlfunc.core import returns
@@ -196,38 +197,33 @@ class Config:
     init: str = "torch_default"
 
     def __post_init__(self) -> None:
+        _checks.check_finite(self)
+        _checks.check_booleans(self)
+        _checks.positive_float(self, "lr", "adam_eps", "samples_per_insert")
         check_lr_decay(self)
-        if self.lstm_size < 1:
-            raise ValueError(f"lstm_size must be at least 1, got {self.lstm_size}.")
-        if any(s < 1 for s in self.encoder_sizes) or any(s < 1 for s in self.head_sizes):
-            raise ValueError(
-                f"encoder_sizes and head_sizes must be positive, got {self.encoder_sizes} and {self.head_sizes}."
-            )
-        if self.burn_in < 0:
-            raise ValueError(f"burn_in must be >= 0, got {self.burn_in}.")
-        if self.sequence_length < 1:
-            raise ValueError(f"sequence_length must be at least 1, got {self.sequence_length}.")
+        _checks.positive_int(self, "lstm_size", "sequence_length", "batch_size", "n_step", "target_period")
+        _checks.positive_int(self, "replay_capacity")
+        _checks.nonnegative_int(self, "burn_in", "min_replay_size")
+        _checks.layer_sizes(self, "encoder_sizes", allow_empty=True)
+        _checks.layer_sizes(self, "head_sizes", allow_empty=True)
         total = self.burn_in + self.sequence_length
-        if not 1 <= self.sequence_period <= total:
+        if not isinstance(self.sequence_period, int) or not 1 <= self.sequence_period <= total:
             raise ValueError(
                 f"sequence_period must be between 1 and burn_in + sequence_length ({total}), got {self.sequence_period}."
             )
-        if self.initial_state not in ("stored", "zeros"):
-            raise ValueError(f"initial_state must be 'stored' or 'zeros', got {self.initial_state!r}.")
-        if not 0.0 < self.gamma <= 1.0:
-            raise ValueError(f"gamma must be in (0, 1], got {self.gamma}.")
-        if self.n_step < 1:
-            raise ValueError(f"n_step must be at least 1, got {self.n_step}.")
-        if self.rescale_eps < 0:
-            raise ValueError(f"rescale_eps must be >= 0, got {self.rescale_eps}.")
-        if self.target_period < 1:
-            raise ValueError(f"target_period must be at least 1 update, got {self.target_period}.")
-        if not 0.0 <= self.priority_eta <= 1.0:
-            raise ValueError(f"priority_eta must be in [0, 1], got {self.priority_eta}.")
-        if self.priority_exponent < 0 or self.importance_exponent < 0:
-            raise ValueError("priority_exponent and importance_exponent must be >= 0.")
-        if not 0.0 < self.epsilon_base <= 1.0 or not 0.0 <= self.eval_epsilon <= 1.0:
-            raise ValueError("epsilon_base must be in (0, 1] and eval_epsilon in [0, 1].")
+        _checks.one_of(self, "initial_state", ("stored", "zeros"))
+        _checks.discount(self, "gamma")
+        _checks.nonnegative_float(self, "rescale_eps", "priority_exponent", "epsilon_alpha")
+        _checks.optional_positive_float(self, "max_grad_norm", off="no clipping")
+        _checks.probability(self, "priority_eta", "importance_exponent", "eval_epsilon")
+        _checks.fraction(self, "epsilon_base")
+        if self.min_replay_size > self.replay_capacity:
+            raise ValueError(
+                f"min_replay_size must not exceed replay_capacity ({self.replay_capacity} sequences): learning "
+                f"would never start; got {self.min_replay_size}."
+            )
+        _checks.one_of(self, "init", _checks.LINEAR_INITS)
+        _checks.one_of(self, "lstm_init", _checks.LSTM_INITS)
 
 
 class Carry(NamedTuple):

@@ -72,6 +72,7 @@ import torch
 from tensordict import TensorDict
 from torch.func import grad_and_value
 
+from rlfunc.algos import _checks
 from rlfunc.core import nets
 from rlfunc.core.dists import tanh_gaussian, tanh_gaussian_mode
 from rlfunc.core.optim import Adam
@@ -126,30 +127,30 @@ class Config:
     tanh_epsilon: float | None = 1e-6  # None: exact tanh log-det (RLPD / TFP)
 
     def __post_init__(self) -> None:
-        if self.num_critics < 1:
-            raise ValueError(f"num_critics must be at least 1, got {self.num_critics}.")
-        if not 1 <= self.subset_size <= self.num_critics:
+        _checks.check_finite(self)
+        _checks.check_booleans(self)
+        _checks.positive_int(self, "num_critics")
+        if not isinstance(self.subset_size, int) or not 1 <= self.subset_size <= self.num_critics:
             raise ValueError(
                 f"subset_size must be between 1 and num_critics ({self.num_critics}), got {self.subset_size}."
             )
-        if self.updates_per_step < 1:
-            raise ValueError(f"updates_per_step must be at least 1, got {self.updates_per_step}.")
-        if self.alpha_loss not in ("log_alpha", "alpha"):
-            raise ValueError(f"alpha_loss must be 'log_alpha' or 'alpha', got {self.alpha_loss!r}.")
-        if self.critic_loss_reduction not in ("sum", "mean"):
+        _checks.positive_int(self, "updates_per_step", "batch_size")
+        _checks.layer_sizes(self, "hidden_sizes")
+        _checks.discount(self, "gamma")
+        _checks.fraction(self, "tau")
+        _checks.positive_float(self, "actor_lr", "critic_lr", "alpha_lr", "init_alpha", "layer_norm_eps")
+        if self.target_entropy is not None and not isinstance(self.target_entropy, (int, float)):
+            raise ValueError(f"target_entropy must be a number or null (-|A|), got {self.target_entropy!r}.")
+        _checks.one_of(self, "alpha_loss", ("log_alpha", "alpha"))
+        _checks.one_of(self, "critic_loss_reduction", ("sum", "mean"))
+        _checks.one_of(self, "ensemble_mode", nets.ENSEMBLE_MODES)
+        _checks.one_of(self, "init", _checks.LINEAR_INITS)
+        if not self.log_std_min < self.log_std_max:
             raise ValueError(
-                f"critic_loss_reduction must be 'sum' or 'mean', got {self.critic_loss_reduction!r}."
+                f"log_std_min must be below log_std_max ({self.log_std_max}), got {self.log_std_min}."
             )
-        if self.tanh_epsilon is not None and self.tanh_epsilon < 0:
-            raise ValueError(f"tanh_epsilon must be >= 0 or None (exact), got {self.tanh_epsilon}.")
-        if self.ensemble_mode not in nets.ENSEMBLE_MODES:
-            raise ValueError(f"ensemble_mode must be one of {nets.ENSEMBLE_MODES}, got {self.ensemble_mode!r}.")
-        if not 0.0 < self.gamma <= 1.0:
-            raise ValueError(f"gamma must be in (0, 1], got {self.gamma}.")
-        if not 0.0 < self.tau <= 1.0:
-            raise ValueError(f"tau must be in (0, 1], got {self.tau}.")
-        if self.init_alpha <= 0:
-            raise ValueError(f"init_alpha must be positive, got {self.init_alpha}.")
+        if self.tanh_epsilon is not None and (not isinstance(self.tanh_epsilon, (int, float)) or self.tanh_epsilon < 0):
+            raise ValueError(f"tanh_epsilon must be >= 0 or null (exact), got {self.tanh_epsilon!r}.")
 
 
 def sac_config(**overrides: Any) -> Config:
