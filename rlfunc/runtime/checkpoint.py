@@ -92,6 +92,9 @@ class CheckpointError(ValueError):
 class CheckpointWriteError(OSError):
     """A checkpoint could not be written (full disk, permissions); the previous one is intact."""
 
+    def __str__(self) -> str:
+        return str(self.strerror)
+
 
 # -- writing ------------------------------------------------------------------------------
 

@@ -198,6 +198,7 @@ class Trainer:
         self._last_good_ckpt: Path | None = None
         self._unchecked: list[tuple[int, list, torch.Tensor]] = []  # updates whose finiteness is not read yet
         self._prior_wall = 0.0  # seconds of training behind the restored checkpoint (0 for a new run)
+        self._saved: tuple[int, int] | None = None  # (env step, evaluations) of the last checkpoint written
         self._t0 = time.monotonic()
 
     # -- checkpoints ----------------------------------------------------------
@@ -220,6 +221,7 @@ class Trainer:
         }
         path = save_checkpoint(self.ckpt_dir, f"step_{self.env_step:09d}", self.learner.state_tensors(), meta)
         self._last_good_ckpt = path
+        self._saved = (self.env_step, len(self.evals))
         return path
 
     def _save_or_continue(self) -> None:
@@ -338,7 +340,8 @@ class Trainer:
             self._check_finite()
             if not self.evals or self.evals[-1][0] != self.env_step:
                 last_eval = self.evaluate()
-            self._save_or_continue()
+            if self._saved != (self.env_step, len(self.evals)):  # not saved at this step already
+                self._save_or_continue()
         except (NonFiniteLossError, CheckpointWriteError):
             progress.close()
             raise
