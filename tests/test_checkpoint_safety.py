@@ -476,3 +476,16 @@ def test_ctrl_c_is_one_line_with_how_to_continue(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"rlfunc: interrupted; saved at step 119; continue with `rlfunc resume {out}`"], err
     assert load_checkpoint(out)[1]["env_step"] == 119
+
+
+def test_an_impossible_allocation_is_one_sentence(tmp_path, capsys, monkeypatch):
+    """torch's CPU allocator raises a RuntimeError, not a MemoryError; the CLI names it as memory."""
+    from rlfunc.runtime import trainer
+
+    def huge(*a, **k):
+        torch.empty(10**15, dtype=torch.uint8)
+
+    monkeypatch.setattr(trainer, "_make_envs", huge)
+    assert main(["train", "--run-dir", str(tmp_path / "r")]) == 2
+    assert "out of memory" in one_error_line(capsys)
+    assert not (tmp_path / "r").exists()

@@ -112,7 +112,9 @@ def user_error_message(exc: BaseException) -> str | None:
             text = f"cannot write {what}: the disk is full; free space and run again."
         else:
             text = f"cannot use {what}: {exc.strerror or exc}; check the path and its permissions."
-    elif isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
+    elif isinstance(exc, (MemoryError, torch.OutOfMemoryError)) or (
+        isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc)  # torch's CPU allocator
+    ):
         text = (
             f"out of memory ({type(exc).__name__}: {exc}); lower train.replay_size, agent.batch_size "
             "or the network sizes, or use a machine with more memory."
