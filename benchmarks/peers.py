@@ -639,7 +639,7 @@ def _rlfunc_loop(config_path: str, sz: dict, args, *, compile: bool, agent: dict
 
         for _ in range(sz["loop_random_steps"] + args.loop_warmup):
             env_step()
-        assert trainer.updates >= 1, "learning has not started after the warm-up"
+        assert trainer.learner_calls >= 1, "learning has not started after the warm-up"
         return lambda: [env_step() for _ in range(args.segment_steps)]
 
     return setup

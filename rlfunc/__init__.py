@@ -5,7 +5,8 @@ runtime (collector, loop, checkpoints, CLI) in :mod:`rlfunc.runtime`.
 """
 
 from rlfunc.runtime.api import evaluate, load
+from rlfunc.runtime.callbacks import Callback
 from rlfunc.runtime.trainer import resume, train
 
 __version__ = "0.1.0"
-__all__ = ["train", "resume", "load", "evaluate", "__version__"]
+__all__ = ["train", "resume", "load", "evaluate", "Callback", "__version__"]

@@ -52,15 +52,17 @@ def test_console_script_help():
 
 
 def test_progress_line_never_shows_nan(capsys):
-    """The rate is measured over ``log_every`` steps: unknown before the first log row (n/a), not 0 with ETA nan."""
-    from rlfunc.runtime.trainer import _Progress
+    """The tqdm line: no rate before any step of the phase (n/a, not 0 with ETA nan), no ETA during the warm-up."""
+    from rlfunc.runtime.run_log import Progress
 
-    progress = _Progress(True, 400, "drqv2 dmc/cartpole_balance-v0")
-    progress.update(100, 0.0, None, force=True)
-    progress.update(200, 50.0, None, force=True)
-    progress.update(400, 0.0, 135.4, force=True)
+    progress = Progress(True, 400, 0, "drqv2 dmc/cartpole_balance-v0")
+    progress.update(0, None, force=True)
+    progress.update(100, None, force=True)
+    progress.learning_started(100)
+    progress.update(400, 135.4, force=True)
+    progress.close()
     err = capsys.readouterr().err
     assert "nan" not in err.lower()
-    assert "100/400 steps | n/a steps/s | ETA n/a | eval n/a" in err
-    assert "200/400 steps | 50.0 steps/s | ETA 4s | eval n/a" in err
-    assert "400/400 steps | n/a steps/s | done | eval 135.4" in err
+    assert "0/400 [" in err and "warm-up n/a steps/s | ETA after warm-up | eval n/a" in err
+    assert "100/400 [" in err and "ETA after warm-up" in err
+    assert "400/400 [" in err and "done | eval 135.4" in err

@@ -53,6 +53,7 @@ __all__ = [
     "list_checkpoints",
     "resolve_checkpoint",
     "clean_leftovers",
+    "prune_checkpoints",
     "checkpoint_candidates",
     "check_structure",
     "load_newest_good",
@@ -245,6 +246,20 @@ def clean_leftovers(directory: str | Path) -> list[str]:
             entry.unlink(missing_ok=True)
         done.append(f"removed {entry.name}, left by an interrupted write")
     return done
+
+
+def prune_checkpoints(directory: str | Path, keep: int) -> list[str]:
+    """Delete all but the ``keep`` newest checkpoints in ``directory`` (``train.keep_checkpoints``);
+    never the one ``latest`` names. Returns the names deleted."""
+    directory = Path(directory)
+    pointer = latest_checkpoint(directory)
+    deleted = []
+    for old in list_checkpoints(directory)[keep:]:
+        if pointer is not None and old.name == pointer.name:
+            continue
+        shutil.rmtree(old, ignore_errors=True)
+        deleted.append(old.name)
+    return deleted
 
 
 # -- finding ------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from pathlib import Path
@@ -77,8 +78,37 @@ class TrainSection:
     run_dir: str = "runs"
     progress: bool = True
     on_checkpoint_error: str = "stop"  # a failed checkpoint write (full disk): "stop" the run, or "continue" without it
+    # Stopping rules (rlfunc.runtime.callbacks); each ends the run with a final evaluation and checkpoint.
+    stop_at_return: float | None = None  # stop when an evaluation's mean return reaches this
+    patience_evals: int = 0  # stop after this many evaluations without a new best (0: off)
+    max_updates: int = 0  # stop after this many gradient steps (REDQ/RLPD: G per env step; 0: off)
+    max_wall_s: float = 0.0  # stop after this much training wall time in seconds, resumed parts included (0: off)
+    # Checkpoints on disk
+    keep_checkpoints: int = 2  # newest checkpoints kept in checkpoints/ (older ones are deleted)
+    keep_best: bool = True  # keep the best evaluation's policy (weights only) in best/
+    checkpoint_replay: bool = True  # false: parameters, optimizer and counters only (resume refills an empty replay)
+    # Logging beside metrics.csv / eval.csv
+    tensorboard: bool = True  # TensorBoard event files in the run directory
+    wandb: dict | None = None  # keyword arguments of wandb.init, e.g. {project: rl, mode: offline}; needs the wandb extra
+
 
     def __post_init__(self) -> None:
+        if self.stop_at_return is not None and not math.isfinite(self.stop_at_return):
+            raise ConfigError(f"train.stop_at_return must be a finite number or null (off), got {self.stop_at_return}.")
+        for name in ("patience_evals", "max_updates"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"train.{name} must be >= 0 (0 turns it off), got {getattr(self, name)}.")
+        if not (math.isfinite(self.max_wall_s) and self.max_wall_s >= 0):
+            raise ConfigError(f"train.max_wall_s must be a number of seconds >= 0 (0 turns it off), got {self.max_wall_s}.")
+        if self.keep_checkpoints < 1:
+            raise ConfigError(f"train.keep_checkpoints must be at least 1, got {self.keep_checkpoints}.")
+        if self.wandb is not None:
+            import importlib.util
+
+            if importlib.util.find_spec("wandb") is None:
+                raise ConfigError('train.wandb is set but wandb is not installed; pip install -e ".[wandb]" or remove train.wandb.')
+            if any(not isinstance(k, str) for k in self.wandb):
+                raise ConfigError(f"train.wandb must map wandb.init keyword names to values, got {self.wandb!r}.")
         if self.on_checkpoint_error not in ("stop", "continue"):
             raise ConfigError(
                 f"train.on_checkpoint_error must be 'stop' or 'continue', got {self.on_checkpoint_error!r}."

@@ -18,7 +18,6 @@ any other crash (or Ctrl-C, or SIGTERM) first saves the current state if it is f
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import math
 import os
@@ -33,6 +32,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 import yaml
+from tensordict import TensorDict
 
 from rlfunc.envs import build_wrappers, env_spaces, make_env, make_vector_env
 from rlfunc.runtime.checkpoint import (
@@ -41,6 +41,7 @@ from rlfunc.runtime.checkpoint import (
     check_structure,
     clean_leftovers,
     load_newest_good,
+    prune_checkpoints,
     save_checkpoint,
 )
 from rlfunc.runtime.collector import Collector
@@ -52,9 +53,12 @@ from rlfunc.runtime.config import (
     load_config,
     to_dict,
 )
+from rlfunc.runtime.callbacks import check as check_callbacks
+from rlfunc.runtime.callbacks import from_config as stopping_rules
 from rlfunc.runtime.evaluate import run_episodes
 from rlfunc.runtime.perf import set_threads, tune_allocator
 from rlfunc.runtime.registry import get_algo
+from rlfunc.runtime.run_log import CsvLog, Progress, TensorBoardLog, WandbLog
 
 __all__ = ["train", "resume", "TrainResult", "NonFiniteLossError", "RunInterrupted", "Trainer", "RUN_FILES"]
 
@@ -77,78 +81,12 @@ class TrainResult:
     final_return: float | None
     evals: list[tuple[int, float]]
     wall_s: float  # training wall time of the whole run, including the parts before a resume
+    stop_reason: str = "total_steps"  # why the run ended: total_steps, or a stopping rule's / callback's reason
+    gradient_steps: int = 0  # gradient steps of the whole run (REDQ/RLPD: G critic steps per learner call)
 
 
-class _CsvLog:
-    def __init__(self, path: Path, truncate_after: int | None = None) -> None:
-        self.path = path
-        self.fields: list[str] | None = None
-        if path.exists():
-            with open(path, newline="") as f:
-                rows = list(csv.DictReader(f))
-            if rows:
-                self.fields = list(rows[0].keys())
-            if truncate_after is not None and self.fields:
-                rows = [r for r in rows if int(float(r["step"])) <= truncate_after]
-                with open(path, "w", newline="") as f:
-                    w = csv.DictWriter(f, fieldnames=self.fields)
-                    w.writeheader()
-                    w.writerows(rows)
-
-    def write(self, row: dict[str, Any]) -> None:
-        if self.fields is None:
-            self.fields = list(row.keys())
-            with open(self.path, "w", newline="") as f:
-                csv.DictWriter(f, fieldnames=self.fields).writeheader()
-        elif any(k not in self.fields for k in row):
-            # New columns (e.g. losses once learning starts): rewrite with the union.
-            with open(self.path, newline="") as f:
-                old = list(csv.DictReader(f))
-            self.fields = self.fields + [k for k in row if k not in self.fields]
-            with open(self.path, "w", newline="") as f:
-                w = csv.DictWriter(f, fieldnames=self.fields)
-                w.writeheader()
-                w.writerows(old)
-        with open(self.path, "a", newline="") as f:
-            csv.DictWriter(f, fieldnames=self.fields, extrasaction="ignore").writerow(row)
-
-
-class _Progress:
-    """One status line (``\\r``-updated on a terminal, a plain line otherwise)."""
-
-    def __init__(self, enabled: bool, total: int, label: str) -> None:
-        self.enabled = enabled
-        self.total = total
-        self.label = label
-        self.tty = sys.stderr.isatty()
-        self.last = 0.0
-
-    def update(self, step: int, steps_per_s: float, last_eval: float | None, force: bool = False) -> None:
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if not force and now - self.last < (0.5 if self.tty else 30.0):
-            return
-        self.last = now
-        frac = step / max(self.total, 1)
-        bar = "#" * int(20 * frac) + "-" * (20 - int(20 * frac))
-        ev = "n/a" if last_eval is None else f"{last_eval:.1f}"
-        line = f"[{self.label}] [{bar}] {step}/{self.total} steps | {self._rate_and_eta(step, steps_per_s)} | eval {ev}"
-        sys.stderr.write(("\r" + line) if self.tty else (line + "\n"))
-        sys.stderr.flush()
-
-    def _rate_and_eta(self, step: int, steps_per_s: float) -> str:
-        """``"N steps/s | ETA Ts"``; the rate is measured over ``log_every`` steps, so before the first
-        log row (or in a run shorter than that) it is unknown: ``n/a``."""
-        if step >= self.total:
-            return ("n/a" if steps_per_s <= 0 else f"{steps_per_s:.1f}") + " steps/s | done"
-        if steps_per_s <= 0:
-            return "n/a steps/s | ETA n/a"
-        return f"{steps_per_s:.1f} steps/s | ETA {(self.total - step) / steps_per_s:.0f}s"
-
-    def close(self) -> None:
-        if self.enabled and self.tty:
-            sys.stderr.write("\n")
+class _StopRun(Exception):
+    """Raised inside the loop when a stopping rule or callback ends the run."""
 
 
 def _make_envs(config: RunConfig):
@@ -174,11 +112,19 @@ def _frames_per_step(env) -> int:
 
 
 class Trainer:
-    """Holds one run's imperative state; :meth:`run` trains to ``total_steps``."""
+    """Holds one run's imperative state; :meth:`run` trains to ``total_steps`` or until a stopping rule.
 
-    def __init__(self, config: RunConfig, run_dir: Path) -> None:
+    Counters, named so they cannot be misread: ``env_step`` (agent steps
+    taken in the env; ``frames`` in the logs counts action-repeated env
+    frames), ``learner_calls`` (calls of the learner's update) and
+    ``gradient_steps`` (optimizer steps of the critic/Q-network: a REDQ/RLPD
+    call does ``agent.updates_per_step`` of them, every other algorithm one).
+    """
+
+    def __init__(self, config: RunConfig, run_dir: Path, callbacks: list | None = None) -> None:
         self.config = config
         self.run_dir = Path(run_dir)
+        self.callbacks = check_callbacks(list(callbacks or [])) + stopping_rules(config.train)
         tune_allocator()
         if config.train.threads:
             set_threads(config.train.threads)
@@ -190,18 +136,36 @@ class Trainer:
         self.learner = self.entry.make_learner(config, obs_space, act_space)
         self.learner.native_action_space = native_space
         self.frames_per_step = _frames_per_step(self.env)
+        self.gradient_steps_per_call = int(getattr(config.agent, "updates_per_step", 1))
         self.collector = Collector(self.env, seed=config.train.seed)
         self.env_step = 0
-        self.updates = 0
+        self.learner_calls = 0
         self.evals: list[tuple[int, float]] = []
         self.ckpt_dir = self.run_dir / "checkpoints"
+        self.best_dir = self.run_dir / "best"
+        self._best_return = -math.inf
         self._last_good_ckpt: Path | None = None
         self._unchecked: list[tuple[int, list, torch.Tensor]] = []  # updates whose finiteness is not read yet
         self._prior_wall = 0.0  # seconds of training behind the restored checkpoint (0 for a new run)
         self._saved: tuple[int, int] | None = None  # (env step, evaluations) of the last checkpoint written
+        self._learning_from = 0  # after a resume without a stored replay: refill it before learning again
+        self._learning = False  # learned in this process yet (the progress line's phase)
+        self._last_metrics = None  # the newest learner metrics (for the row that records a stop)
+        self._logged_stop: int | None = None  # env step whose metrics row already records the stop
         self._t0 = time.monotonic()
 
+    @property
+    def gradient_steps(self) -> int:
+        return self.learner_calls * self.gradient_steps_per_call
+
+    @property
+    def wall_s(self) -> float:
+        return self._wall_s()
+
     # -- checkpoints ----------------------------------------------------------
+    def _policy_meta(self) -> dict[str, Any]:
+        return {"algo": self.config.algo, "config": to_dict(self.config), **self.learner.export_meta()}
+
     def save(self) -> Path:
         if not self.learner.params_finite():
             raise NonFiniteLossError(
@@ -209,19 +173,24 @@ class Trainer:
                 f"The last good checkpoint is {self._last_good_ckpt}."
             )
         meta = {
-            "algo": self.config.algo,
+            **self._policy_meta(),
             "env_step": self.env_step,
-            "updates": self.updates,
+            "updates": self.learner_calls,  # learner calls (the meta key of format 1)
+            "gradient_steps": self.gradient_steps,
             "episodes": self.collector.episodes,
             "env_rng": self.collector.rng_state(),
             "evals": self.evals,
             "wall_s": self._wall_s(),
-            "config": to_dict(self.config),
-            **self.learner.export_meta(),
+            "replay_saved": self.config.train.checkpoint_replay,
         }
-        path = save_checkpoint(self.ckpt_dir, f"step_{self.env_step:09d}", self.learner.state_tensors(), meta)
+        tensors = self.learner.state_tensors()
+        if not self.config.train.checkpoint_replay:
+            tensors = tensors.exclude("replay")
+        path = save_checkpoint(self.ckpt_dir, f"step_{self.env_step:09d}", tensors, meta)
         self._last_good_ckpt = path
         self._saved = (self.env_step, len(self.evals))
+        prune_checkpoints(self.ckpt_dir, keep=self.config.train.keep_checkpoints)
+        self._call("on_checkpoint", path)
         return path
 
     def _save_or_continue(self) -> None:
@@ -233,8 +202,27 @@ class Trainer:
                 raise
             print(f"rlfunc: warning: {exc} Training continues without this checkpoint.", file=sys.stderr)
 
+    def _save_best(self, mean: float) -> None:
+        """``train.keep_best``: the policy of the best evaluation so far, weights only, in ``best/``."""
+        if not self.config.train.keep_best or not mean > self._best_return:
+            return
+        self._best_return = mean
+        tensors = TensorDict({"state": {"params": self.learner.state["params"]}}, batch_size=[])
+        meta = {**self._policy_meta(), "env_step": self.env_step, "eval_return": mean, "weights_only": True}
+        try:
+            save_checkpoint(self.best_dir, f"step_{self.env_step:09d}", tensors, meta)
+        except CheckpointWriteError as exc:
+            print(f"rlfunc: warning: {exc} The best policy so far is not saved.", file=sys.stderr)
+            return
+        prune_checkpoints(self.best_dir, keep=1)
+
     def restore(self, checkpoint: Path, tensors, meta: dict[str, Any]) -> None:
         """Continue from a verified checkpoint (see :func:`rlfunc.runtime.checkpoint.load_newest_good`)."""
+        if meta.get("weights_only"):
+            raise CheckpointError(
+                f"{str(checkpoint)!r} holds a policy's weights only (an export or the best policy), not a training state; "
+                "resume the run directory that `rlfunc train` created."
+            )
         if meta.get("algo") != self.config.algo:
             raise CheckpointError(
                 f"Checkpoint {str(checkpoint)!r} was trained with algo {meta.get('algo')!r}, not {self.config.algo!r}; resume it with its own config."
@@ -242,9 +230,13 @@ class Trainer:
         expected = self.learner.state_tensors()
         for root in ("state", "generator"):
             check_structure(checkpoint, tensors, expected, root)
+        without_replay = "replay" not in tensors.keys()
+        if without_replay:
+            tensors = tensors.clone(recurse=False)
+            tensors["replay"] = expected["replay"]
         try:
             self.learner.load_state_tensors(tensors)
-            env_step, updates = int(meta["env_step"]), int(meta["updates"])
+            env_step, calls = int(meta["env_step"]), int(meta["updates"])
             episodes = int(meta.get("episodes", 0))
             evals = [(int(s), float(r)) for s, r in meta.get("evals", [])]
             prior_wall = float(meta.get("wall_s", 0.0))  # older checkpoints lack it: counted from 0
@@ -255,11 +247,20 @@ class Trainer:
             raise CheckpointError(
                 f"Checkpoint {str(checkpoint)!r} does not fit this run ({type(exc).__name__}: {exc}); resume it with the rlfunc version and config that wrote it."
             ) from None
-        if env_step < 0 or updates < 0:
+        if env_step < 0 or calls < 0:
             raise CheckpointError(f"Checkpoint {str(checkpoint)!r} has negative counters; use an earlier checkpoint.")
-        self.env_step, self.updates, self.collector.episodes = env_step, updates, episodes
+        self.env_step, self.learner_calls, self.collector.episodes = env_step, calls, episodes
         self.evals, self._prior_wall = evals, prior_wall
         self._last_good_ckpt = Path(checkpoint)
+        self._best_return = max([r for _, r in evals], default=-math.inf)
+        if without_replay:
+            warmup = max(self.config.train.random_steps, int(getattr(self.config.agent, "learning_starts", 0)))
+            self._learning_from = env_step + warmup
+            print(
+                f"rlfunc: {checkpoint.name} was saved without its replay (train.checkpoint_replay=false): "
+                f"resuming with an empty replay, refilled by the policy for {warmup} steps before learning continues.",
+                file=sys.stderr,
+            )
 
     # -- evaluation -------------------------------------------------------------
     def evaluate(self) -> float:
@@ -268,17 +269,41 @@ class Trainer:
         )
         mean = float(np.mean(returns))
         self.evals.append((self.env_step, mean))
-        self._eval_log.write(
-            {
-                "step": self.env_step,
-                **self._frames(),
-                "time_s": round(self._wall_s(), 3),
-                "mean_return": mean,
-                "std_return": float(np.std(returns)),
-                "episodes": len(returns),
-            }
-        )
+        self._last_eval_row = {
+            "step": self.env_step,
+            **self._frames(),
+            "time_s": round(self._wall_s(), 3),
+            "mean_return": mean,
+            "std_return": float(np.std(returns)),
+            "episodes": len(returns),
+            "stop_reason": "",
+        }
+        self._save_best(mean)
+        reason = self._ask("on_eval", self.env_step, list(map(float, returns)))
+        if reason:
+            self._last_eval_row["stop_reason"] = reason
+        self._eval_log.write(self._last_eval_row)
+        self._write_external("eval", self._last_eval_row)
+        if reason:
+            raise _StopRun(reason)
         return mean
+
+    # -- callbacks -------------------------------------------------------------------
+    def _call(self, hook: str, *args) -> None:
+        for cb in self.callbacks:
+            fn = getattr(cb, hook, None)
+            if fn is not None:
+                fn(self, *args)
+
+    def _ask(self, hook: str, *args) -> str | None:
+        """Call ``hook`` on every callback; the first truthy answer is the reason to stop."""
+        reason = None
+        for cb in self.callbacks:
+            fn = getattr(cb, hook, None)
+            answer = fn(self, *args) if fn is not None else None
+            if answer and reason is None:
+                reason = answer if isinstance(answer, str) else f"{type(cb).__name__}.{hook}"
+        return reason
 
     # -- the loop -----------------------------------------------------------------
     def run(self, resumed: bool = False) -> TrainResult:
@@ -288,30 +313,35 @@ class Trainer:
             print(f"rlfunc: {self.ckpt_dir}: {line}", file=sys.stderr)
         # A copy for people: resume reads the config stored in the checkpoint.
         write_atomic(self.run_dir / "config.yaml", yaml.safe_dump(to_dict(self.config), sort_keys=False))
-        self._metrics_log = _CsvLog(self.run_dir / "metrics.csv", truncate_after=self.env_step if resumed else None)
-        self._eval_log = _CsvLog(self.run_dir / "eval.csv", truncate_after=self.env_step if resumed else None)
+        truncate = self.env_step if resumed else None
+        self._metrics_log = CsvLog(self.run_dir / "metrics.csv", truncate_after=truncate)
+        self._eval_log = CsvLog(self.run_dir / "eval.csv", truncate_after=truncate)
+        self._external = self._open_external(truncate)
         if not resumed:
             self.collector.reset(seed=cfg.seed)
         self._t0 = time.monotonic()
-        label = f"{self.config.algo} {self.config.env.id}"
-        progress = _Progress(cfg.progress, cfg.total_steps, label)
+        verb = "resuming" if resumed else "training"
+        print(f"rlfunc: {verb} {self.config.algo} on {self.config.env.id} in {self.run_dir}", file=sys.stderr)
+        progress = Progress(cfg.progress, cfg.total_steps, self.env_step, f"{self.config.algo} {self.config.env.id}")
         last_eval = self.evals[-1][1] if self.evals else None
         recent_returns: list[float] = []
         window_t, window_steps = time.monotonic(), 0
         steps_per_s = 0.0
         metrics = None
+        stop_reason = "total_steps"
         restore_sigterm = _save_on_sigterm()
         # DrQ-v2's official order is act, update, env step (drqv2 train.py); the others update after storing the step.
         learn_first = bool(getattr(self.learner, "learns_before_env_step", False))
         self._unchecked = []
         try:
+            self._call("on_start")
             while self.env_step < cfg.total_steps:
                 self._check_finite()  # the last step's updates are done by now (explore syncs anyway)
                 actions = self.learner.explore(
                     self.collector.obs, self.env_step, episode_start=self.collector.episode_start
                 )
-                if learn_first and self.learner.ready(self.env_step):
-                    metrics = self._learn()  # runs on the device while the env steps on the host
+                if learn_first and self._ready():
+                    metrics = self._learn(progress)  # runs on the device while the env steps on the host
                 rows, finished = self.collector.step(actions)
                 self.learner.observe(rows)
                 recent_returns.extend(r for _, r, _ in finished)
@@ -319,15 +349,18 @@ class Trainer:
                     prev = self.env_step
                     self.env_step += 1
                     window_steps += 1
-                    if not learn_first and self.learner.ready(self.env_step):
-                        metrics = self._learn()
-                    if self.env_step // cfg.log_every > prev // cfg.log_every:
+                    if not learn_first and self._ready():
+                        metrics = self._learn(progress)
+                    reason = self._ask("on_step")
+                    if self.env_step // cfg.log_every > prev // cfg.log_every or reason:
                         self._check_finite()
                         now = time.monotonic()
                         steps_per_s = window_steps / max(now - window_t, 1e-9)
                         window_t, window_steps = now, 0
-                        self._log(metrics, steps_per_s, recent_returns)
+                        self._log(metrics, steps_per_s, recent_returns, reason or "")
                         recent_returns = recent_returns[-10:]
+                    if reason:
+                        raise _StopRun(reason)
                     if self.env_step // cfg.eval_every > prev // cfg.eval_every:
                         self._check_finite()
                         last_eval = self.evaluate()
@@ -336,17 +369,20 @@ class Trainer:
                         self._save_or_continue()
                     if self.env_step >= cfg.total_steps:
                         break
-                progress.update(self.env_step, steps_per_s, last_eval)
+                progress.update(self.env_step, last_eval)
             self._check_finite()
             if not self.evals or self.evals[-1][0] != self.env_step:
                 last_eval = self.evaluate()
-            if self._saved != (self.env_step, len(self.evals)):  # not saved at this step already
-                self._save_or_continue()
+        except _StopRun as stop:
+            stop_reason = str(stop)
+            last_eval = self._finish_stopped(stop_reason, last_eval)
         except (NonFiniteLossError, CheckpointWriteError):
-            progress.close()
+            self._close_logs(progress)
+            restore_sigterm()
             raise
         except BaseException as exc:
-            progress.close()
+            self._close_logs(progress)
+            restore_sigterm()
             # Nothing trained is lost: keep the current state if it is sound.
             saved = None
             try:
@@ -358,17 +394,53 @@ class Trainer:
                 where = f"saved at step {self.env_step}" if saved else f"last checkpoint {self._last_good_ckpt}"
                 raise RunInterrupted(f"interrupted; {where}; continue with `rlfunc resume {self.run_dir}`") from None
             raise
+        try:
+            if self._saved != (self.env_step, len(self.evals)):  # not saved at this step already
+                self._save_or_continue()
         finally:
             restore_sigterm()
-        progress.update(self.env_step, steps_per_s, last_eval, force=True)
-        progress.close()
+            progress.update(self.env_step, last_eval, force=True)
+            self._close_logs(progress)
+        self._call("on_end", stop_reason)
         return TrainResult(
             run_dir=self.run_dir,
             env_steps=self.env_step,
             final_return=last_eval,
             evals=list(self.evals),
             wall_s=self._wall_s(),
+            stop_reason=stop_reason,
+            gradient_steps=self.gradient_steps,
         )
+
+    def _finish_stopped(self, reason: str, last_eval: float | None) -> float | None:
+        """A stopping rule ended the run: log the reason in metrics.csv (unless this step's row has
+        it), and evaluate the final state unless this step was just evaluated (its row has it then)."""
+        self._check_finite()
+        if self._logged_stop != self.env_step:
+            self._log(self._last_metrics, math.nan, [], reason)
+        if self.evals and self.evals[-1][0] == self.env_step:
+            return self.evals[-1][1]
+        returns = run_episodes(
+            self.learner.policy(), self.eval_env, self.config.train.eval_episodes, seed=self.config.train.seed + 10_000
+        )
+        mean = float(np.mean(returns))
+        self.evals.append((self.env_step, mean))
+        row = {
+            "step": self.env_step,
+            **self._frames(),
+            "time_s": round(self._wall_s(), 3),
+            "mean_return": mean,
+            "std_return": float(np.std(returns)),
+            "episodes": len(returns),
+            "stop_reason": reason,
+        }
+        self._save_best(mean)
+        self._eval_log.write(row)
+        self._write_external("eval", row)
+        return mean
+
+    def _ready(self) -> bool:
+        return self.env_step >= self._learning_from and self.learner.ready(self.env_step)
 
     def _wall_s(self) -> float:
         """Training wall time of the run so far, counting the parts before each resume
@@ -379,10 +451,14 @@ class Trainer:
         """``{"frames": env frames}`` for action-repeated envs (agent steps stay in ``step``)."""
         return {"frames": self.env_step * self.frames_per_step} if self.frames_per_step != 1 else {}
 
-    def _learn(self):
+    def _learn(self, progress: Progress):
         """One ``learner.learn()``; its metrics' finiteness is queued on the device, read by :meth:`_check_finite`."""
+        if not self._learning:
+            self._learning = True
+            progress.learning_started(self.env_step)
         metrics = self.learner.learn()
-        self.updates += 1
+        self._last_metrics = metrics
+        self.learner_calls += 1
         keys = [k for k, v in metrics.items(True, True) if v.is_floating_point()]
         # Reduced now (a CUDA graph overwrites its metrics at the next replay), read later: no host sync per update.
         finite = torch.stack([torch.isfinite(metrics[k]).all() for k in keys])
@@ -409,19 +485,50 @@ class Trainer:
             f"The last good checkpoint is kept at {self._last_good_ckpt}; lower the learning rates or check the rewards."
         )
 
-    def _log(self, metrics, steps_per_s: float, recent_returns: list[float]) -> None:
+    def _log(self, metrics, steps_per_s: float, recent_returns: list[float], stop_reason: str = "") -> None:
         row: dict[str, Any] = {
             "step": self.env_step,
             **self._frames(),
-            "updates": self.updates,
+            "learner_calls": self.learner_calls,
+            "gradient_steps": self.gradient_steps,
             "time_s": round(self._wall_s(), 3),
             "steps_per_s": round(steps_per_s, 3),
             "episode_return": float(np.mean(recent_returns[-10:])) if recent_returns else math.nan,
+            "stop_reason": stop_reason,
         }
         if metrics is not None:
             for k, v in metrics.items():
                 row[k] = float(v)
-        self._metrics_log.write(row)
+        self._metrics_log.write(row, complete=metrics is not None)
+        if stop_reason:
+            self._logged_stop = self.env_step
+        self._write_external("train", row)
+        self._call("on_log", row)
+
+    # -- external loggers (TensorBoard, W&B) ------------------------------------------
+    def _open_external(self, purge_step: int | None) -> list:
+        loggers: list = []
+        if self.config.train.tensorboard:
+            loggers.append(TensorBoardLog(self.run_dir, purge_step=None if purge_step is None else purge_step + 1))
+        if self.config.train.wandb is not None:
+            loggers.append(WandbLog(dict(self.config.train.wandb), self.run_dir, to_dict(self.config)))
+        return loggers
+
+    def _write_external(self, prefix: str, row: dict[str, Any]) -> None:
+        for logger in getattr(self, "_external", []):
+            logger.write(prefix, row)
+
+    def _close_logs(self, progress: Progress) -> None:
+        progress.close()
+        for log in (getattr(self, "_metrics_log", None), getattr(self, "_eval_log", None)):
+            if log is not None:
+                log.close()
+        for logger in getattr(self, "_external", []):
+            try:
+                logger.close()
+            except Exception:  # a logger failing to flush must not hide the run's own error
+                pass
+        self._external = []
 
 
 def _exit_on_sigterm(signum, frame) -> None:
@@ -488,10 +595,10 @@ def prepare_run_dir(run_dir: Path) -> bool:
     return created
 
 
-def _start(run_config: RunConfig, run_dir: Path, created: bool) -> Trainer:
+def _start(run_config: RunConfig, run_dir: Path, created: bool, callbacks: list | None) -> Trainer:
     """Build the trainer; if that fails, leave no empty run directory behind."""
     try:
-        return Trainer(run_config, run_dir)
+        return Trainer(run_config, run_dir, callbacks)
     except BaseException:
         if created and run_dir.is_dir() and not any(run_dir.iterdir()):
             run_dir.rmdir()
@@ -502,11 +609,14 @@ def train(
     config: str | Path | dict | RunConfig | None = None,
     overrides: dict[str, Any] | list[str] | None = None,
     run_dir: str | Path | None = None,
+    callbacks: list | None = None,
 ) -> TrainResult:
     """Train from a YAML path, a raw mapping, a :class:`RunConfig` or the default.
 
-    ``overrides``: ``{"train.seed": 3}`` or ``["train.seed=3"]``. Returns a
-    :class:`TrainResult` (run directory, env steps, final/all eval returns).
+    ``overrides``: ``{"train.seed": 3}`` or ``["train.seed=3"]``. ``callbacks``:
+    objects with hooks the loop calls (:mod:`rlfunc.runtime.callbacks`; a hook
+    may stop the run). Returns a :class:`TrainResult` (run directory, env
+    steps, final/all eval returns, why it stopped).
     Everything is checked before any env is built: the config, and that the
     run directory holds no other run and is writable.
     """
@@ -524,10 +634,10 @@ def train(
         run_config = build_config(raw)
     run_dir = Path(run_dir) if run_dir is not None else _new_run_dir(run_config)
     created = prepare_run_dir(run_dir)
-    return _start(run_config, run_dir, created).run()
+    return _start(run_config, run_dir, created, callbacks).run()
 
 
-def resume(run_dir: str | Path, total_steps: int | None = None) -> TrainResult:
+def resume(run_dir: str | Path, total_steps: int | None = None, callbacks: list | None = None) -> TrainResult:
     """Continue the run in ``run_dir`` from its newest checkpoint that verifies (optionally to a new
     ``total_steps``). The config is the one stored in that checkpoint; the run's ``config.yaml`` is
     only a copy for people. Damaged newer checkpoints are skipped with a line saying why."""
@@ -551,6 +661,6 @@ def resume(run_dir: str | Path, total_steps: int | None = None) -> TrainResult:
         raise ConfigError(
             f"--total-steps {total_steps} is below the {meta.get('env_step')} env steps the run already has; pass a larger number."
         )
-    trainer = Trainer(run_config, run_dir)
+    trainer = Trainer(run_config, run_dir, callbacks)
     trainer.restore(checkpoint, tensors, meta)
     return trainer.run(resumed=True)

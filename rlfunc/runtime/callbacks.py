@@ -1,0 +1,159 @@
+"""Callbacks: code of yours that the training loop calls, and the stopping rules built on them.
+
+``rlfunc.train(config, callbacks=[...])`` takes objects with any of these
+methods (all optional; :class:`Callback` is a base class with no-op ones)::
+
+    on_start(run)                       # before the first env step (also on resume)
+    on_step(run) -> reason | None       # after every env step; a reason (str) stops the run
+    on_log(run, row)                    # a metrics.csv row was written (a dict)
+    on_eval(run, step, returns) -> reason | bool | None   # after each evaluation
+    on_checkpoint(run, path)            # a checkpoint was written
+    on_end(run, reason)                 # the run ended; reason is why (see below)
+
+``run`` is the :class:`~rlfunc.runtime.trainer.Trainer`: read ``run.run_dir``,
+``run.config``, ``run.env_step``, ``run.gradient_steps``, ``run.learner_calls``,
+``run.evals`` (``[(step, mean_return), ...]``) and ``run.wall_s``; do not change
+them. A truthy return of ``on_step``/``on_eval`` stops the run after a final
+checkpoint; a string is recorded as the reason (``True`` records the
+callback's class name). The reason is written to ``eval.csv``'s and
+``metrics.csv``'s ``stop_reason`` column, returned in ``TrainResult.stop_reason``
+and printed by the command line. A run that trained to ``train.total_steps``
+ends with reason ``total_steps``.
+
+The config's stopping rules are these callbacks (:func:`from_config`):
+``train.stop_at_return``, ``train.patience_evals``, ``train.max_updates``
+(gradient steps) and ``train.max_wall_s``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+__all__ = [
+    "Callback",
+    "StopAtReturn",
+    "Patience",
+    "MaxUpdates",
+    "MaxWallTime",
+    "from_config",
+    "check",
+    "HOOKS",
+]
+
+HOOKS = ("on_start", "on_step", "on_log", "on_eval", "on_checkpoint", "on_end")
+
+
+class Callback:
+    """Base class with every hook a no-op; override the ones you need."""
+
+    def on_start(self, run) -> None:
+        pass
+
+    def on_step(self, run) -> str | None:
+        return None
+
+    def on_log(self, run, row: dict[str, Any]) -> None:
+        pass
+
+    def on_eval(self, run, step: int, returns: list[float]) -> str | bool | None:
+        return None
+
+    def on_checkpoint(self, run, path) -> None:
+        pass
+
+    def on_end(self, run, reason: str) -> None:
+        pass
+
+
+class StopAtReturn(Callback):
+    """Stop when an evaluation's mean return reaches ``threshold`` (``train.stop_at_return``)."""
+
+    def __init__(self, threshold: float) -> None:
+        self.threshold = float(threshold)
+
+    def on_eval(self, run, step: int, returns: list[float]) -> str | None:
+        mean = sum(returns) / len(returns)
+        if mean >= self.threshold:
+            return f"stop_at_return: mean return {mean:.2f} >= {self.threshold:g} at step {step}"
+        return None
+
+
+class Patience(Callback):
+    """Stop after ``evals`` evaluations in a row without a new best mean return (``train.patience_evals``)."""
+
+    def __init__(self, evals: int) -> None:
+        self.evals = int(evals)
+        self.best = -math.inf
+        self.since = 0
+
+    def on_start(self, run) -> None:
+        # On resume, replay the recorded evaluations so the count continues where it was.
+        self.best, self.since = -math.inf, 0
+        for _, mean in run.evals:
+            self._see(mean)
+
+    def _see(self, mean: float) -> None:
+        if mean > self.best:
+            self.best, self.since = mean, 0
+        else:
+            self.since += 1
+
+    def on_eval(self, run, step: int, returns: list[float]) -> str | None:
+        self._see(sum(returns) / len(returns))
+        if self.since >= self.evals:
+            return f"patience_evals: no new best in {self.evals} evaluations (best {self.best:.2f})"
+        return None
+
+
+class MaxUpdates(Callback):
+    """Stop once ``limit`` gradient steps are done (``train.max_updates``).
+
+    The trainer learns in calls of ``agent.updates_per_step`` gradient steps
+    (REDQ/RLPD: G critic steps per env step), so the run stops at the first
+    call that reaches the limit.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = int(limit)
+
+    def on_step(self, run) -> str | None:
+        if run.gradient_steps >= self.limit:
+            return f"max_updates: {run.gradient_steps} gradient steps >= {self.limit}"
+        return None
+
+
+class MaxWallTime(Callback):
+    """Stop once the run's training wall time reaches ``seconds`` (``train.max_wall_s``; resumed parts count)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = float(seconds)
+
+    def on_step(self, run) -> str | None:
+        if run.wall_s >= self.seconds:
+            return f"max_wall_s: {run.wall_s:.0f} s of training >= {self.seconds:g}"
+        return None
+
+
+def from_config(train) -> list[Callback]:
+    """The stopping rules a ``train`` section asks for."""
+    rules: list[Callback] = []
+    if train.stop_at_return is not None:
+        rules.append(StopAtReturn(train.stop_at_return))
+    if train.patience_evals:
+        rules.append(Patience(train.patience_evals))
+    if train.max_updates:
+        rules.append(MaxUpdates(train.max_updates))
+    if train.max_wall_s:
+        rules.append(MaxWallTime(train.max_wall_s))
+    return rules
+
+
+def check(callbacks: list[Any]) -> list[Any]:
+    """Refuse objects that have none of the hooks (one sentence naming the object)."""
+    for cb in callbacks:
+        if not any(callable(getattr(cb, hook, None)) for hook in HOOKS):
+            raise TypeError(
+                f"callback {cb!r} has none of the hooks {', '.join(HOOKS)}; subclass rlfunc.Callback or add one."
+            )
+    return list(callbacks)

@@ -1,0 +1,205 @@
+"""Where a run's numbers go: CSV files, TensorBoard, W&B, and the progress line.
+
+* :class:`CsvLog` appends rows to ``metrics.csv`` / ``eval.csv`` and never
+  rewrites the file for a new column: rows logged before the learner's first
+  metrics (the random warm-up) wait in memory until the columns are known.
+* :class:`TensorBoardLog` writes event files into the run directory
+  (``torch.utils.tensorboard``; TensorBoard is a dependency, so every run has
+  them: ``tensorboard --logdir runs/``).
+* :class:`WandbLog` mirrors the same rows to Weights & Biases when the user
+  installs ``wandb`` (the ``wandb`` extra) and sets ``train.wandb``; W&B's
+  offline mode (``train.wandb: {mode: offline}`` or ``WANDB_MODE=offline``)
+  needs no network.
+* :class:`Progress` is a tqdm bar whose rate and ETA are measured within the
+  current phase only: the random warm-up steps are far faster than learning
+  steps, so the ETA is only given once learning runs, from the learning steps'
+  own rate (evaluations and checkpoints included).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CsvLog", "TensorBoardLog", "WandbLog", "Progress"]
+
+
+class CsvLog:
+    """An append-only CSV log whose columns are fixed by its first complete row.
+
+    ``write(row, complete=False)`` holds a row back until a complete one
+    arrives (the learner's loss columns appear only once learning starts), or
+    until :meth:`close`; the header is then written once, with every column
+    seen. A column that appears only later still is not logged (with a
+    warning), never rewritten into the file. ``truncate_after``: on resume,
+    drop rows logged after that step (the state they describe was not saved).
+    """
+
+    def __init__(self, path: Path, truncate_after: int | None = None) -> None:
+        self.path = path
+        self.fields: list[str] | None = None
+        self._pending: list[dict[str, Any]] = []
+        self._warned: set[str] = set()
+        if path.exists():
+            with open(path, newline="") as f:
+                reader = csv.DictReader(f)
+                rows = list(reader)
+                self.fields = list(reader.fieldnames or []) or None
+            if truncate_after is not None and self.fields:
+                kept = [r for r in rows if _step(r) <= truncate_after]
+                if len(kept) != len(rows):
+                    _rewrite(path, self.fields, kept)
+
+    def write(self, row: dict[str, Any], complete: bool = True) -> None:
+        if self.fields is None:
+            if not complete:
+                self._pending.append(row)
+                return
+            self._start([*self._pending, row])
+            self._pending = []
+            return
+        new = [k for k in row if k not in self.fields and k not in self._warned]
+        if new:
+            self._warned.update(new)
+            print(f"rlfunc: warning: {self.path.name} has no column for {', '.join(new)}; not logged there.", file=sys.stderr)
+        with open(self.path, "a", newline="") as f:
+            csv.DictWriter(f, fieldnames=self.fields, extrasaction="ignore").writerow(row)
+
+    def close(self) -> None:
+        """Write rows still held back (a run that stopped before learning)."""
+        if self._pending and self.fields is None:
+            self._start(self._pending)
+        self._pending = []
+
+    def _start(self, rows: list[dict[str, Any]]) -> None:
+        self.fields = list(dict.fromkeys(k for r in rows for k in r))
+        with open(self.path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=self.fields, extrasaction="ignore")
+            w.writeheader()
+            w.writerows(rows)
+
+
+def _step(row: dict[str, str]) -> float:
+    try:
+        return float(row.get("step") or 0)
+    except ValueError:
+        return math.inf
+
+
+def _rewrite(path: Path, fields: list[str], rows: list[dict[str, Any]]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    tmp.replace(path)
+
+
+class TensorBoardLog:
+    """Scalars of every metrics and eval row as TensorBoard events in the run directory."""
+
+    def __init__(self, run_dir: Path, purge_step: int | None = None) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        # purge_step: on resume, TensorBoard hides events logged past the restored step.
+        self.writer = SummaryWriter(log_dir=str(run_dir), purge_step=purge_step)
+
+    def write(self, prefix: str, row: dict[str, Any]) -> None:
+        step = int(row["step"])
+        for key, value in row.items():
+            if key == "step" or not isinstance(value, (int, float)) or isinstance(value, bool):
+                continue
+            self.writer.add_scalar(f"{prefix}/{key}", value, step)
+
+    def close(self) -> None:
+        self.writer.flush()
+        self.writer.close()
+
+
+class WandbLog:
+    """The same rows in a W&B run (``train.wandb``: keyword arguments of ``wandb.init``)."""
+
+    def __init__(self, settings: dict[str, Any], run_dir: Path, config: dict[str, Any]) -> None:
+        import wandb
+
+        kwargs = {"dir": str(run_dir), "config": config, "name": run_dir.name, **settings}
+        self.run = wandb.init(**kwargs)
+
+    def write(self, prefix: str, row: dict[str, Any]) -> None:
+        values = {f"{prefix}/{k}": v for k, v in row.items() if k != "step" and isinstance(v, (int, float))}
+        self.run.log({**values, "env_step": int(row["step"])}, step=int(row["step"]))
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+class Progress:
+    """A tqdm bar: steps done, the current phase's rate, the ETA once it can be known, the last eval."""
+
+    def __init__(self, enabled: bool, total: int, initial: int, label: str) -> None:
+        self.enabled = enabled
+        self.total = total
+        self._bar = None
+        self._phase = "warm-up"
+        self._phase_t = time.monotonic()
+        self._phase_step = initial
+        if enabled:
+            from tqdm import tqdm
+
+            tty = sys.stderr.isatty()
+            self._bar = tqdm(
+                total=total,
+                initial=initial,
+                desc=label,
+                unit="step",
+                file=sys.stderr,
+                dynamic_ncols=True,
+                mininterval=0.5 if tty else 30.0,
+                bar_format="{desc}: {percentage:3.0f}%|{bar:20}| {n_fmt}/{total_fmt} [{elapsed}] {postfix}",
+            )
+
+    def learning_started(self, step: int) -> None:
+        """The rate so far described the warm-up; measure the learning phase on its own."""
+        if self._phase != "learning":
+            self._phase, self._phase_t, self._phase_step = "learning", time.monotonic(), step
+
+    def status(self, step: int, last_eval: float | None) -> str:
+        elapsed = time.monotonic() - self._phase_t
+        done = step - self._phase_step
+        rate = done / elapsed if elapsed > 0 and done > 0 else None
+        rate_text = "n/a" if rate is None else f"{rate:.1f}"
+        if step >= self.total:
+            eta = "done"
+        elif self._phase != "learning":
+            eta = "ETA after warm-up"
+        elif rate is None or elapsed < 2.0:
+            eta = "ETA n/a"
+        else:
+            eta = f"ETA {_duration((self.total - step) / rate)}"
+        ev = "n/a" if last_eval is None else f"{last_eval:.1f}"
+        return f"{self._phase} {rate_text} steps/s | {eta} | eval {ev}"
+
+    def update(self, step: int, last_eval: float | None, force: bool = False) -> None:
+        if self._bar is None:
+            return
+        self._bar.set_postfix_str(self.status(step, last_eval), refresh=False)
+        self._bar.update(step - self._bar.n)
+        if force:
+            self._bar.refresh()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"

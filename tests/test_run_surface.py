@@ -1,0 +1,245 @@
+"""The run surface: stopping rules and callbacks, gradient-step counters, append-only CSV logs,
+TensorBoard (and W&B offline) logs, the progress line, bounded and best checkpoints."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+import rlfunc
+from rlfunc.runtime.callbacks import Callback, Patience
+from rlfunc.runtime.checkpoint import load_checkpoint
+from rlfunc.runtime.cli import main
+from rlfunc.runtime.run_log import CsvLog, Progress
+
+TINY = {
+    "agent.hidden_sizes": [16, 16],
+    "agent.num_critics": 2,
+    "agent.updates_per_step": 2,
+    "agent.batch_size": 16,
+    "train.total_steps": 400,
+    "train.random_steps": 100,
+    "train.eval_every": 100,
+    "train.eval_episodes": 1,
+    "train.checkpoint_every": 100,
+    "train.log_every": 50,
+    "train.progress": False,
+    "train.threads": 1,
+}
+
+
+def rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_stop_at_return_saves_and_records_why(tmp_path):
+    res = rlfunc.train(None, overrides={**TINY, "train.stop_at_return": -1e9}, run_dir=tmp_path / "r")
+    assert res.env_steps == 100 and res.stop_reason.startswith("stop_at_return")
+    evals = rows(tmp_path / "r" / "eval.csv")
+    assert [e["step"] for e in evals] == ["100"] and evals[-1]["stop_reason"].startswith("stop_at_return")
+    assert rows(tmp_path / "r" / "metrics.csv")[-1]["stop_reason"].startswith("stop_at_return")
+    assert load_checkpoint(tmp_path / "r")[1]["env_step"] == 100
+
+
+def test_max_updates_counts_gradient_steps(tmp_path):
+    # updates_per_step 2: every learner call is two critic gradient steps
+    res = rlfunc.train(None, overrides={**TINY, "train.max_updates": 21}, run_dir=tmp_path / "r")
+    assert res.gradient_steps == 22 and res.stop_reason.startswith("max_updates")
+    assert res.env_steps == 100 + 10  # learning from step 100, one call per env step
+    metrics = rows(tmp_path / "r" / "metrics.csv")
+    last = metrics[-1]
+    assert int(last["gradient_steps"]) == 2 * int(last["learner_calls"]) == 22
+    assert last["stop_reason"].startswith("max_updates")
+    _, meta = load_checkpoint(tmp_path / "r")
+    assert meta["gradient_steps"] == 22 and meta["env_step"] == 110
+    # the run also got a final evaluation at the step it stopped
+    assert rows(tmp_path / "r" / "eval.csv")[-1]["step"] == "110"
+
+
+def test_max_wall_s_stops(tmp_path):
+    res = rlfunc.train(None, overrides={**TINY, "train.max_wall_s": 1e-6}, run_dir=tmp_path / "r")
+    assert res.env_steps == 1 and res.stop_reason.startswith("max_wall_s")
+
+
+def test_callbacks_see_every_hook_and_can_stop(tmp_path):
+    class Recorder(Callback):
+        def __init__(self):
+            self.calls = []
+
+        def on_start(self, run):
+            self.calls.append(("start", run.env_step))
+
+        def on_log(self, run, row):
+            self.calls.append(("log", row["step"]))
+
+        def on_eval(self, run, step, returns):
+            self.calls.append(("eval", step, len(returns)))
+            return step >= 200  # True: stop, reason is the class name
+
+        def on_checkpoint(self, run, path):
+            self.calls.append(("checkpoint", Path(path).name))
+
+        def on_end(self, run, reason):
+            self.calls.append(("end", reason))
+
+    rec = Recorder()
+    res = rlfunc.train(None, overrides=TINY, run_dir=tmp_path / "r", callbacks=[rec])
+    assert res.stop_reason == "Recorder.on_eval" and res.env_steps == 200
+    kinds = [c[0] for c in rec.calls]
+    assert kinds[0] == "start" and kinds[-1] == "end" and rec.calls[-1] == ("end", "Recorder.on_eval")
+    assert ("eval", 100, 1) in rec.calls and ("eval", 200, 1) in rec.calls
+    assert ("checkpoint", "step_000000100") in rec.calls and ("checkpoint", "step_000000200") in rec.calls
+    assert ("log", 50) in rec.calls
+    with pytest.raises(TypeError, match="none of the hooks"):
+        rlfunc.train(None, overrides=TINY, run_dir=tmp_path / "bad", callbacks=[object()])
+
+
+def test_patience_counts_evaluations_without_a_new_best():
+    class Run:
+        evals = [(1, 5.0), (2, 4.0)]  # restored: one evaluation since the best
+
+    p = Patience(3)
+    p.on_start(Run())
+    assert p.on_eval(Run(), 3, [4.5]) is None  # 2 since the best
+    assert p.on_eval(Run(), 4, [5.0]).startswith("patience_evals")  # equal is not better: 3
+    p2 = Patience(2)
+    p2.on_start(Run())
+    assert p2.on_eval(Run(), 3, [6.0]) is None and p2.best == 6.0
+
+
+def test_patience_from_the_config(tmp_path):
+    res = rlfunc.train(None, overrides={**TINY, "train.patience_evals": 1, "train.total_steps": 2000}, run_dir=tmp_path / "r")
+    evals = [r for _, r in res.evals]
+    assert res.stop_reason.startswith("patience_evals")
+    assert evals[-1] <= max(evals[:-1])  # stopped at the first evaluation that was not a new best
+
+
+def test_metrics_csv_is_appended_with_its_columns_fixed_once(tmp_path, monkeypatch):
+    opened = []
+    real_open = open
+
+    def spy(path, mode="r", *a, **k):
+        if str(path).endswith("metrics.csv"):
+            opened.append(mode)
+        return real_open(path, mode, *a, **k)
+
+    import builtins
+
+    monkeypatch.setattr(builtins, "open", spy)
+    rlfunc.train(None, overrides={**TINY, "train.total_steps": 300}, run_dir=tmp_path / "r")
+    monkeypatch.undo()
+    assert opened.count("w") == 1, opened  # the header once, every row appended
+    metrics = rows(tmp_path / "r" / "metrics.csv")
+    assert [m["step"] for m in metrics] == ["50", "100", "150", "200", "250", "300"]
+    assert metrics[0]["critic_loss"] == "" and metrics[0]["gradient_steps"] == "0"  # warm-up rows kept
+    assert float(metrics[-1]["critic_loss"]) >= 0
+
+
+def test_csv_log_flushes_rows_of_a_run_that_never_learned(tmp_path):
+    log = CsvLog(tmp_path / "m.csv")
+    log.write({"step": 1, "a": 1.0}, complete=False)
+    log.write({"step": 2, "a": 2.0}, complete=False)
+    assert not (tmp_path / "m.csv").exists()
+    log.close()
+    assert [r["step"] for r in rows(tmp_path / "m.csv")] == ["1", "2"]
+
+
+def test_tensorboard_events_are_written_and_readable(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    rlfunc.train(None, overrides={**TINY, "train.total_steps": 200}, run_dir=tmp_path / "r")
+    acc = EventAccumulator(str(tmp_path / "r"))
+    acc.Reload()
+    tags = acc.Tags()["scalars"]
+    assert "eval/mean_return" in tags and "train/critic_loss" in tags and "train/gradient_steps" in tags
+    assert [e.step for e in acc.Scalars("eval/mean_return")] == [100, 200]
+    evals = rows(tmp_path / "r" / "eval.csv")
+    assert [e.value for e in acc.Scalars("eval/mean_return")] == pytest.approx([float(e["mean_return"]) for e in evals])
+
+
+def test_wandb_offline_needs_no_network(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run = tmp_path / "r"
+    rlfunc.train(
+        None,
+        overrides={**TINY, "train.total_steps": 200, "train.wandb": {"project": "rlfunc-test", "mode": "offline"}},
+        run_dir=run,
+    )
+    offline = list((run / "wandb").glob("offline-run-*"))
+    assert len(offline) == 1 and list(offline[0].glob("*.wandb"))
+
+
+def test_wandb_without_the_package_is_one_sentence(tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    assert main(["train", "--run-dir", str(tmp_path / "r"), "--set", "train.wandb={project: x}"]) == 2
+    assert "pip install" in capsys.readouterr().err and not (tmp_path / "r").exists()
+
+
+def test_progress_rate_and_eta_belong_to_the_current_phase(monkeypatch):
+    now = {"t": 0.0}
+    monkeypatch.setattr("rlfunc.runtime.run_log.time.monotonic", lambda: now["t"])
+    p = Progress(False, total=10_000, initial=0, label="x")
+    now["t"] = 1.0
+    assert p.status(1000, None) == "warm-up 1000.0 steps/s | ETA after warm-up | eval n/a"
+    p.learning_started(1000)
+    now["t"] = 11.0  # 20 learning steps in 10 s: 2 steps/s, 8980 steps left
+    assert p.status(1020, -5.0) == "learning 2.0 steps/s | ETA 1h14m | eval -5.0"
+    assert p.status(10_000, 1.0).endswith("done | eval 1.0")
+
+
+def test_checkpoints_are_bounded_and_the_best_is_kept(tmp_path):
+    res = rlfunc.train(None, overrides=TINY, run_dir=tmp_path / "r")
+    assert sorted(p.name for p in (tmp_path / "r" / "checkpoints").iterdir()) == ["latest", "step_000000300", "step_000000400"]
+    best = [p for p in (tmp_path / "r" / "best").iterdir() if p.name.startswith("step_")]
+    assert len(best) == 1
+    best_step, best_return = max(res.evals, key=lambda e: e[1])
+    assert best[0].name == f"step_{best_step:09d}"
+    tensors, meta = load_checkpoint(best[0])
+    assert meta["weights_only"] and meta["eval_return"] == best_return
+    assert set(tensors.keys()) == {"state"} and set(tensors["state"].keys()) == {"params"}
+    policy = rlfunc.load(tmp_path / "r" / "best")
+    assert policy.act([0.0, 1.0, 0.0]).shape == (1,)
+
+
+def test_a_weights_only_checkpoint_cannot_be_resumed(tmp_path, capsys):
+    rlfunc.train(None, overrides={**TINY, "train.total_steps": 100}, run_dir=tmp_path / "r")
+    best = tmp_path / "r" / "best"
+    (best / "checkpoints").mkdir()
+    for p in list(best.iterdir()):
+        if p.name != "checkpoints":
+            p.rename(best / "checkpoints" / p.name)
+    assert main(["resume", str(best)]) == 2
+    assert "weights only" in capsys.readouterr().err
+
+
+def test_checkpoint_without_replay_resumes_with_an_empty_one(tmp_path, capsys):
+    over = {**TINY, "train.checkpoint_replay": False, "train.total_steps": 200}
+    rlfunc.train(None, overrides=over, run_dir=tmp_path / "r")
+    tensors, meta = load_checkpoint(tmp_path / "r")
+    assert "replay" not in tensors.keys() and meta["replay_saved"] is False
+    calls_before = int(rows(tmp_path / "r" / "metrics.csv")[-1]["learner_calls"])
+    res = rlfunc.resume(tmp_path / "r", total_steps=400)
+    assert "resuming with an empty replay" in capsys.readouterr().err
+    metrics = {int(m["step"]): m for m in rows(tmp_path / "r" / "metrics.csv")}
+    # the replay is refilled with train.random_steps (100) transitions before learning continues,
+    # as at the start of a run: the first call is at step 300
+    assert int(metrics[250]["learner_calls"]) == calls_before
+    assert int(metrics[300]["learner_calls"]) == calls_before + 1
+    assert int(metrics[400]["learner_calls"]) == calls_before + 101
+    assert res.env_steps == 400
+
+
+def test_stopping_rule_values_are_checked(tmp_path, capsys):
+    for bad in ("train.patience_evals=-1", "train.max_wall_s=-5", "train.stop_at_return=.nan", "train.keep_checkpoints=0"):
+        assert main(["train", "--run-dir", str(tmp_path / "r"), "--set", bad]) == 2, bad
+        err = capsys.readouterr().err
+        assert bad.split("=")[0] in err, err
