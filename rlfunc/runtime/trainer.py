@@ -150,6 +150,7 @@ class Trainer:
         self._saved: tuple[int, int] | None = None  # (env step, evaluations) of the last checkpoint written
         self._learning_from = 0  # after a resume without a stored replay: refill it before learning again
         self._learning = False  # learned in this process yet (the progress line's phase)
+        self._progress: Progress | None = None
         self._last_metrics = None  # the newest learner metrics (for the row that records a stop)
         self._logged_stop: int | None = None  # env step whose metrics row already records the stop
         self._t0 = time.monotonic()
@@ -323,6 +324,7 @@ class Trainer:
         verb = "resuming" if resumed else "training"
         print(f"rlfunc: {verb} {self.config.algo} on {self.config.env.id} in {self.run_dir}", file=sys.stderr)
         progress = Progress(cfg.progress, cfg.total_steps, self.env_step, f"{self.config.algo} {self.config.env.id}")
+        self._progress = progress
         last_eval = self.evals[-1][1] if self.evals else None
         recent_returns: list[float] = []
         window_t, window_steps = time.monotonic(), 0
@@ -341,7 +343,7 @@ class Trainer:
                     self.collector.obs, self.env_step, episode_start=self.collector.episode_start
                 )
                 if learn_first and self._ready():
-                    metrics = self._learn(progress)  # runs on the device while the env steps on the host
+                    metrics = self._learn()  # runs on the device while the env steps on the host
                 rows, finished = self.collector.step(actions)
                 self.learner.observe(rows)
                 recent_returns.extend(r for _, r, _ in finished)
@@ -350,7 +352,7 @@ class Trainer:
                     self.env_step += 1
                     window_steps += 1
                     if not learn_first and self._ready():
-                        metrics = self._learn(progress)
+                        metrics = self._learn()
                     reason = self._ask("on_step")
                     if self.env_step // cfg.log_every > prev // cfg.log_every or reason:
                         self._check_finite()
@@ -451,11 +453,12 @@ class Trainer:
         """``{"frames": env frames}`` for action-repeated envs (agent steps stay in ``step``)."""
         return {"frames": self.env_step * self.frames_per_step} if self.frames_per_step != 1 else {}
 
-    def _learn(self, progress: Progress):
+    def _learn(self):
         """One ``learner.learn()``; its metrics' finiteness is queued on the device, read by :meth:`_check_finite`."""
         if not self._learning:
             self._learning = True
-            progress.learning_started(self.env_step)
+            if self._progress is not None:
+                self._progress.learning_started(self.env_step)
         metrics = self.learner.learn()
         self._last_metrics = metrics
         self.learner_calls += 1
