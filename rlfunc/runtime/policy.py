@@ -1,7 +1,24 @@
-"""A trained agent's deterministic policy, usable without the training state."""
+"""A trained agent's policy, usable without the training state.
+
+Two ways to act:
+
+* :meth:`Policy.predict` -- Stable-Baselines3's signature,
+  ``predict(obs, state=None, episode_start=None, deterministic=True) -> (action, state)``,
+  for every algorithm. The caller holds the recurrent state; the policy object
+  holds none, so one policy can serve any number of envs and episodes.
+* :meth:`Policy.act` -- the evaluation action with the state kept inside the
+  object (:meth:`Policy.reset` at every episode start, :meth:`Policy.observe_reward`
+  after every step); what ``rlfunc eval`` and the trainer's evaluations use.
+
+Both take one observation (``obs_shape``) or a batch (``(n, *obs_shape)``) and
+return actions in the env's own action space (continuous actions mapped back
+from ``[-1, 1]`` to the env's bounds; discrete actions as ``int64``).
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
 from typing import Any
 
 import numpy as np
@@ -10,13 +27,37 @@ from tensordict import TensorDict
 
 __all__ = ["Policy"]
 
+_MODES = (None, True, False)
+
 
 class Policy:
-    """``policy.act(obs)`` -> action in the env's own action space.
+    """A trained policy: :meth:`predict` (SB3-style, caller-held state) and :meth:`act`.
 
-    Made by :func:`rlfunc.load` from a checkpoint or by a learner. Accepts one
-    observation (``[O]``) or a batch (``[n, O]``). Recurrent policies carry
-    their state between calls; call :meth:`reset` at every episode start.
+    Made by :func:`rlfunc.load` from a checkpoint or an export, or by a learner.
+
+    **Deterministic and stochastic actions** (``deterministic=`` of
+    :meth:`predict`, ``--stochastic`` of ``rlfunc eval``):
+
+    * REDQ, SAC, RLPD: ``tanh(mean)``; stochastic: a tanh-Gaussian sample, as
+      in training.
+    * DrQ-v2: the actor's mean; stochastic: ``clamp(mean + sigma * noise, -1, 1)``
+      with ``sigma`` the exploration schedule's final value
+      (``agent.stddev_final``, the schedule at ``stddev_duration``), as the
+      official ``act(eval_mode=False)`` after the schedule.
+    * DQN, DRQN, R2D2: ``argmax_a Q``; stochastic: epsilon-greedy with
+      ``agent.eval_epsilon`` when it is above 0, else with the exploration rate
+      of one training actor at the end of training: ``eps_end`` for DQN's
+      schedule, ``epsilon_base`` for the Ape-X ladder (R2D2, and DRQN's
+      ``exploration: actor_ladder``).
+
+    Stochastic actions draw from the policy's own generator; :meth:`seed` makes
+    them reproducible (unseeded, it is seeded from torch's global generator at
+    the first stochastic call).
+
+    :meth:`act` (``deterministic=None``) is the *evaluation* action: the
+    deterministic one, except that DQN-family policies with
+    ``agent.eval_epsilon > 0`` act epsilon-greedily with it (DQN's evaluation
+    protocol), exactly as the trainer's evaluations do.
     """
 
     def __init__(
@@ -40,7 +81,41 @@ class Policy:
         self.action_high = None if action_high is None else np.asarray(action_high, dtype=np.float32)
         self.obs_shape = tuple(obs_shape)
         self._carry = None
+        self._generator: torch.Generator | None = None
+        self._warned_reward = False
+        self._configs: dict[bool, Any] = {}
 
+    # -- what kind of policy --------------------------------------------------------------
+    @property
+    def _q_learning(self) -> bool:
+        return hasattr(self.entry.algo, "greedy_action")
+
+    @property
+    def recurrent(self) -> bool:
+        """True when the policy carries state between steps (DRQN, R2D2; not DQN's memory-less core)."""
+        return self._q_learning and hasattr(self.entry.algo, "initial_carry") and "fc" not in self.params.keys()
+
+    @property
+    def takes_reward(self) -> bool:
+        """True when the network's input includes the previous reward (R2D2 with ``reward_input``)."""
+        return (
+            self.recurrent
+            and hasattr(self.entry.algo, "prepare_carry")
+            and bool(getattr(self.config, "reward_input", False))
+        )
+
+    # -- randomness -------------------------------------------------------------------------
+    def seed(self, seed: int) -> Policy:
+        """Seed the generator of stochastic actions (returns the policy)."""
+        self._generator = torch.Generator(device=self.device).manual_seed(int(seed))
+        return self
+
+    def _gen(self) -> torch.Generator:
+        if self._generator is None:
+            self.seed(int(torch.randint(0, 2**62, ()).item()))
+        return self._generator
+
+    # -- the internal state of act() --------------------------------------------------------
     def reset(self, num_envs: int = 1) -> None:
         """Forget recurrent state (no-op for feed-forward policies)."""
         init_carry = getattr(self.entry.algo, "initial_carry", None)
@@ -54,7 +129,8 @@ class Policy:
         their carry, so evaluation feeds the network what training fed it.
         :func:`rlfunc.runtime.evaluate.run_episodes` calls this after every
         step; a caller that never does leaves the previous reward at 0. A no-op
-        for every other policy.
+        for every other policy. (:meth:`predict` takes the reward as its
+        ``reward=`` argument instead.)
         """
         prepare = getattr(self.entry.algo, "prepare_carry", None)
         if prepare is None or self._carry is None:
@@ -62,25 +138,200 @@ class Policy:
         r = torch.as_tensor(np.asarray(reward, dtype=np.float32), device=self.device).reshape(-1)
         self._carry = prepare(self._carry, prev_reward=r)
 
-    def act_normalized(self, obs: np.ndarray) -> np.ndarray:
-        """Deterministic action in the training env's (rescaled) action space."""
+    # -- shapes -----------------------------------------------------------------------------
+    def _batch(self, obs) -> tuple[np.ndarray, bool]:
+        """``obs`` as a batch ``[n, *obs_shape]`` and whether it was one observation."""
         obs = np.asarray(obs)
-        single = obs.ndim == len(self.obs_shape)
-        batch = obs[None] if single else obs
-        obs_t = torch.as_tensor(batch, dtype=torch.float32, device=self.device)
-        algo = self.entry.algo
-        if hasattr(algo, "greedy_action"):
-            if self._carry is None:
-                self.reset(batch.shape[0])
-            action, self._carry = algo.greedy_action(self.params, obs_t, self._carry, config=self.config)
-        else:
-            action = algo.act(self.params, obs_t, deterministic=True, config=self.config)
-        out = action.cpu().numpy()
-        return out[0] if single else out
+        if obs.shape == self.obs_shape:
+            return obs[None], True
+        if obs.ndim == len(self.obs_shape) + 1 and obs.shape[1:] == self.obs_shape and obs.shape[0] > 0:
+            return obs, False
+        expected = ", ".join(str(d) for d in self.obs_shape)
+        raise ValueError(
+            f"Observation of shape {tuple(obs.shape)} does not fit this {self.algo_name} policy, which expects "
+            f"shape ({expected}{',' if len(self.obs_shape) == 1 else ''}) or a batch (n, {expected}); "
+            "pass observations of the env it was trained on, with the same wrappers."
+        )
 
-    def act(self, obs: np.ndarray) -> np.ndarray:
-        """Deterministic action in the env's native action space (bounds restored)."""
-        a = self.act_normalized(obs)
+    # -- one step ---------------------------------------------------------------------------
+    def _q_config(self, deterministic: bool | None):
+        """The algorithm config whose ``eval_epsilon`` gives the wanted DQN-family action."""
+        if deterministic is None:
+            return self.config
+        if deterministic not in self._configs:
+            eps = 0.0 if deterministic else self.exploration_epsilon()
+            self._configs[deterministic] = dataclasses.replace(self.config, eval_epsilon=float(eps))
+        return self._configs[deterministic]
+
+    def exploration_epsilon(self) -> float:
+        """The epsilon of DQN-family stochastic actions (see the class docstring)."""
+        eps = float(getattr(self.config, "eval_epsilon", 0.0))
+        if eps > 0.0:
+            return eps
+        if getattr(self.config, "exploration", "actor_ladder") == "schedule":
+            return float(self.config.eps_end)
+        from rlfunc.core.exploration import actor_epsilons
+
+        return float(actor_epsilons(1, self.config.epsilon_base, self.config.epsilon_alpha)[0])
+
+    def _forward(self, obs_t: torch.Tensor, carry, deterministic: bool | None):
+        """Normalized actions ``[n, ...]`` (tensor) and the next carry."""
+        algo = self.entry.algo
+        n = obs_t.shape[0]
+        if self._q_learning:
+            if carry is None:
+                carry = algo.initial_carry(self.config, n, device=self.device)
+            if deterministic is None:  # the evaluation action, called as the trainer always has
+                return algo.greedy_action(self.params, obs_t, carry, config=self.config)
+            noise = None if deterministic else algo.draw_act_noise(n, generator=self._gen(), device=self.device)
+            return algo.greedy_action(self.params, obs_t, carry, config=self._q_config(deterministic), noise=noise)
+        if deterministic is None or deterministic:
+            return algo.act(self.params, obs_t, deterministic=True, config=self.config), None
+        if self.action_low is None:
+            raise ValueError(f"This {self.algo_name} policy has no action bounds, so it cannot sample actions.")
+        noise = torch.randn((n, self.action_low.shape[0]), generator=self._gen(), device=self.device)
+        kwargs = {"step": self.config.stddev_duration} if hasattr(self.config, "stddev_duration") else {}
+        return algo.act(self.params, obs_t, noise, deterministic=False, config=self.config, **kwargs), None
+
+    def _native(self, a: np.ndarray) -> np.ndarray:
         if self.action_low is not None and np.issubdtype(a.dtype, np.floating):
             a = self.action_low + (a + 1.0) * 0.5 * (self.action_high - self.action_low)
         return a
+
+    # -- act(): evaluation with internal state ----------------------------------------------
+    def act_normalized(self, obs: np.ndarray, deterministic: bool | None = None) -> np.ndarray:
+        """Action in the training env's (rescaled, ``[-1, 1]``) action space; state kept inside.
+
+        ``deterministic``: ``None`` the evaluation action, ``True`` the
+        deterministic one, ``False`` a sample (see the class docstring).
+        """
+        if deterministic not in _MODES:
+            raise ValueError(f"deterministic must be None, True or False, got {deterministic!r}.")
+        batch, single = self._batch(obs)
+        obs_t = torch.as_tensor(batch, dtype=torch.float32, device=self.device)
+        if self._q_learning and (self._carry is None or self._carry[0].shape[0] != batch.shape[0]):
+            self.reset(batch.shape[0])
+        action, carry = self._forward(obs_t, self._carry, deterministic)
+        if self._q_learning:
+            self._carry = carry
+        out = action.cpu().numpy()
+        return out[0] if single else out
+
+    def act(self, obs: np.ndarray, deterministic: bool | None = None) -> np.ndarray:
+        """Action in the env's native action space (bounds restored); state kept inside.
+
+        Call :meth:`reset` at every episode start and, for R2D2,
+        :meth:`observe_reward` after every step.
+        """
+        return self._native(self.act_normalized(obs, deterministic))
+
+    # -- predict(): SB3's signature, caller-held state --------------------------------------
+    def initial_state(self, num_envs: int = 1) -> tuple[np.ndarray, ...] | None:
+        """The recurrent state at an episode start for ``num_envs`` envs (``None`` for feed-forward policies)."""
+        if not self.recurrent:
+            return None
+        return tuple(t.cpu().numpy() for t in self.entry.algo.initial_carry(self.config, num_envs, device="cpu"))
+
+    def _carry_from_state(self, state, n: int):
+        template = self.entry.algo.initial_carry(self.config, n, device=self.device)
+        if state is None:
+            return template
+        if not isinstance(state, (tuple, list)) or len(state) != len(template):
+            raise ValueError(
+                f"state must be the tuple of {len(template)} arrays this {self.algo_name} policy's predict() "
+                f"returned (or None at the start), got {type(state).__name__}."
+            )
+        parts = []
+        for i, (given, want) in enumerate(zip(state, template)):
+            t = torch.as_tensor(np.asarray(given), device=self.device)
+            if tuple(t.shape) != tuple(want.shape):
+                raise ValueError(
+                    f"state[{i}] has shape {tuple(t.shape)}, but {n} observation(s) need {tuple(want.shape)}; "
+                    "pass the state predict() returned for the same number of envs."
+                )
+            parts.append(t.to(want.dtype))
+        return _rebuild(template, parts)
+
+    def predict(
+        self,
+        observation: np.ndarray,
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = True,
+        *,
+        reward: np.ndarray | float | None = None,
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+        """Stable-Baselines3's ``predict``: ``(action, state)`` for one observation or a batch.
+
+        ``observation``: ``obs_shape`` or ``(n, *obs_shape)`` (another shape is a
+        ``ValueError`` naming the expected one). ``action``: in the env's own
+        action space, ``(A,)`` / ``(n, A)`` floats or an int64 scalar / ``(n,)``.
+
+        ``state``: ``None`` for feed-forward policies (always returned as
+        ``None``). For recurrent ones (DRQN; R2D2) it is a tuple of numpy
+        arrays with a leading env dimension ``n`` -- ``(h, c)``, or R2D2's
+        ``(h, c, prev_action, prev_reward)`` -- ``None`` meaning "every episode
+        starts here". Pass back what the previous call returned.
+
+        ``episode_start``: ``(n,)`` booleans (or one bool), True where the
+        observation is the first of an episode; those envs' state is zeroed
+        first (LSTM state, previous action and reward).
+
+        ``deterministic``: True (default) for the deterministic action, False
+        for the algorithm's own exploration (see the class docstring).
+
+        ``reward``: R2D2's network takes the reward of the previous step as an
+        input, so pass the reward each env got from its previous action
+        (``(n,)`` or a float) with the next observation:
+        ``predict(obs, state, episode_start, reward=reward)``. It is written
+        into ``state`` before acting and ignored where ``episode_start`` is
+        True; for every other policy it is accepted and ignored. An R2D2
+        policy with ``reward_input`` that is continued without it warns once
+        and keeps the previous reward at 0.
+        """
+        if deterministic not in (True, False):
+            raise ValueError(f"deterministic must be True or False, got {deterministic!r}.")
+        batch, single = self._batch(observation)
+        n = batch.shape[0]
+        obs_t = torch.as_tensor(batch, dtype=torch.float32, device=self.device)
+        start = None
+        if episode_start is not None:
+            start_np = np.asarray(episode_start, dtype=bool).reshape(-1)
+            if start_np.shape != (n,):
+                raise ValueError(
+                    f"episode_start has {start_np.size} entries for {n} observation(s); pass one bool per env."
+                )
+            start = torch.as_tensor(start_np, device=self.device)
+        if not self.recurrent:
+            action, _ = self._forward(obs_t, None, deterministic)
+            out = action.cpu().numpy()
+            return self._native(out[0] if single else out), None
+        carry = self._carry_from_state(state, n)
+        algo = self.entry.algo
+        if reward is not None and hasattr(algo, "prepare_carry"):
+            r = np.asarray(reward, dtype=np.float32).reshape(-1)
+            if r.shape != (n,):
+                raise ValueError(f"reward has {r.size} entries for {n} observation(s); pass one reward per env.")
+            carry = algo.prepare_carry(carry, prev_reward=torch.as_tensor(r, device=self.device))
+        elif self.takes_reward and state is not None and not (start is not None and bool(start.all())):
+            if not self._warned_reward:
+                warnings.warn(
+                    f"This {self.algo_name} policy's network takes the previous reward; pass it as "
+                    "predict(obs, state, episode_start, reward=reward) (the previous reward stays 0 without it).",
+                    stacklevel=2,
+                )
+                self._warned_reward = True
+        if start is not None:
+            fresh = algo.initial_carry(self.config, n, device=self.device)
+            carry = _rebuild(
+                carry, [torch.where(start.reshape(-1, *([1] * (c.dim() - 1))), f, c) for c, f in zip(carry, fresh)]
+            )
+        action, carry = self._forward(obs_t, carry, deterministic)
+        out = action.cpu().numpy()
+        new_state = tuple(t.cpu().numpy() for t in carry)
+        return self._native(out[0] if single else out), new_state
+
+
+def _rebuild(like, parts: list[torch.Tensor]):
+    """``parts`` in the carry type of ``like`` (a NamedTuple such as R2D2's ``Carry``, or a plain tuple)."""
+    return type(like)(*parts) if hasattr(like, "_fields") else tuple(parts)
