@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -239,3 +240,16 @@ def test_loads_a_local_minari_dataset(tmp_path):
         load_dataset(path, OBS_SPACE, gym.spaces.Box(-1.0, 1.0, (1,), np.float32))
     with pytest.raises(DatasetError, match="recorded in 'Pendulum-v1', but the run's env is 'Foo-v0'"):
         load_dataset(path, OBS_SPACE, ACT_SPACE, env_id="Foo-v0")
+
+
+def test_minari_metadata_that_would_make_minari_build_its_env_is_refused(tmp_path):
+    """Without recorded spaces, Minari calls gym.make on the env_spec its metadata names, which imports
+    and calls an entry point from the file: rlfunc refuses such a dataset before Minari reads it."""
+    data = tmp_path / "evil" / "data"
+    data.mkdir(parents=True)
+    marker = tmp_path / "marker"
+    spec = {"id": "Evil-v0", "entry_point": "pathlib:Path.touch", "kwargs": {"self": str(marker)}}
+    (data / "metadata.json").write_text(json.dumps({"data_format": "hdf5", "env_spec": json.dumps(spec), "total_episodes": 1}))
+    with pytest.raises(DatasetError, match="observation_space and action_space.*runs code"):
+        load_dataset(tmp_path / "evil", OBS_SPACE, ACT_SPACE)
+    assert not marker.exists()

@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import hashlib
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -136,6 +137,31 @@ def _minari_data_dir(path: Path) -> Path | None:
     return None
 
 
+def _check_minari_metadata(data_dir: Path) -> None:
+    """Refuse a Minari ``metadata.json`` that would make Minari run code.
+
+    Minari (``MinariStorage.read``) rebuilds the dataset's env with
+    ``gym.make(env_spec)`` when the file lacks ``observation_space`` or
+    ``action_space``, and ``gym.make`` imports and calls the entry point the
+    file names. A dataset rlfunc reads must carry both spaces (Minari >= 0.5
+    writes them), so that never happens.
+    """
+    meta_path = data_dir / "metadata.json"
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DatasetError(f"Minari metadata {str(meta_path)!r} is not readable JSON ({exc}).") from None
+    if not isinstance(meta, dict):
+        raise DatasetError(f"Minari metadata {str(meta_path)!r} does not hold a mapping.")
+    missing = [k for k in ("observation_space", "action_space") if not isinstance(meta.get(k), str)]
+    if missing:
+        raise DatasetError(
+            f"Minari dataset {str(data_dir)!r} does not record its {' and '.join(missing)}; Minari would build the env "
+            "its metadata names to recover them, which runs code from the file, so rlfunc refuses it; "
+            "re-create the dataset with Minari >= 0.5, which records both spaces."
+        )
+
+
 def read_minari(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Transitions of a local Minari dataset directory, in the npz keys, plus its spaces.
 
@@ -150,6 +176,7 @@ def read_minari(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, Any]
     data_dir = _minari_data_dir(path)
     if data_dir is None:
         raise DatasetError(f"{str(path)!r} is not a Minari dataset directory (no metadata.json in it or in data/).")
+    _check_minari_metadata(data_dir)
     try:
         import minari
     except ImportError:
