@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import collections.abc
 import difflib
+import inspect
+import types
+import typing
 from typing import Any, Callable
 
 import gymnasium as gym
@@ -102,24 +106,129 @@ WRAPPERS: dict[str, str] = {
 """Names usable in a config's ``env.wrappers`` list -> ``module:class``."""
 
 
-def build_wrappers(spec: list) -> list[Callable]:
-    """``["mask_velocity", {"flicker": {"p": 0.5}}]`` -> wrapper callables, validated."""
-    import functools
+def _arg_value(value: Any, tp: Any) -> Any:
+    """``value`` checked (and YAML-1.1 number strings such as ``"1e-3"`` read) against annotation ``tp``;
+    raises ``TypeError`` if it does not fit. Unknown annotations pass."""
+    if tp is inspect.Parameter.empty or tp is Any:
+        return value
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(tp):
+            try:
+                return _arg_value(value, arg)
+            except TypeError:
+                continue
+        raise TypeError
+    if tp is type(None):
+        if value is None:
+            return None
+        raise TypeError
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise TypeError
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise TypeError
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                raise TypeError from None
+        raise TypeError
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise TypeError
+    if origin in (list, tuple, collections.abc.Sequence) or tp in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise TypeError
+        args = [a for a in typing.get_args(tp) if a is not Ellipsis]
+        return [_arg_value(v, args[0]) if args else v for v in value]
+    return value
+
+
+def _type_text(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_text(a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return "null"
+    if origin in (list, tuple, collections.abc.Sequence):
+        args = [a for a in typing.get_args(tp) if a is not Ellipsis]
+        plural = {int: "integers", float: "numbers", bool: "booleans", str: "strings"}
+        return f"a list of {plural.get(args[0], 'values')}" if args else "a list"
+    return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(tp, getattr(tp, "__name__", str(tp)))
+
+
+def _wrapper_class(name: str):
     import importlib
 
+    mod, _, cls = WRAPPERS[name].partition(":")
+    return getattr(importlib.import_module(mod), cls)
+
+
+def build_wrappers(spec: list) -> list[Callable]:
+    """``["mask_velocity", {"flicker": {"p": 0.5}}]`` -> wrapper callables, validated.
+
+    Names are checked against :data:`WRAPPERS`, argument names against the
+    wrapper's signature and argument types against its annotations (YAML
+    number strings such as ``1e-3`` are read as numbers), and values by the
+    wrapper's ``check_arguments`` where it has one (what needs no env, e.g.
+    flicker's ``p`` in [0, 1]); each fault is one ``ValueError`` sentence. The
+    rest (e.g. mask_velocity's indices against the observation size) is
+    checked by the wrapper when the env is made.
+    """
+    import functools
+
+    if spec is None:
+        return []
+    if not isinstance(spec, (list, tuple)):
+        raise ValueError(f"env.wrappers must be a list of names or {{name: {{arguments}}}}, got {spec!r}.")
     out = []
-    for item in spec or []:
+    for item in spec:
         if isinstance(item, str):
             name, kwargs = item, {}
         elif isinstance(item, dict) and len(item) == 1:
             name, kwargs = next(iter(item.items()))
+            if kwargs is not None and not isinstance(kwargs, dict):
+                raise ValueError(
+                    f"env.wrappers entry {name!r} must map to its arguments ({{name: {{argument: value}}}}), got {kwargs!r}."
+                )
             kwargs = dict(kwargs or {})
         else:
-            raise ValueError(f"env.wrappers entries must be a name or {{name: {{kwargs}}}}, got {item!r}.")
-        if name not in WRAPPERS:
+            raise ValueError(f"env.wrappers entries must be a name or {{name: {{arguments}}}}, got {item!r}.")
+        if not isinstance(name, str) or name not in WRAPPERS:
             close = difflib.get_close_matches(str(name), list(WRAPPERS), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f"; valid names are {sorted(WRAPPERS)}."
-            raise ValueError(f"Unknown env wrapper {name!r}{hint}")
-        mod, _, cls = WRAPPERS[name].partition(":")
-        out.append(functools.partial(getattr(importlib.import_module(mod), cls), **kwargs))
+            raise ValueError(f"Unknown env wrapper {name!r} in env.wrappers{hint}")
+        cls = _wrapper_class(name)
+        params = dict(list(inspect.signature(cls).parameters.items())[1:])  # after the wrapped env
+        try:
+            hints = typing.get_type_hints(cls.__init__)
+        except Exception:  # noqa: BLE001 -- unresolvable annotations: names are still checked
+            hints = {}
+        for key, value in kwargs.items():
+            if key not in params or params[key].kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+                valid = ", ".join(p for p, v in params.items() if v.kind not in (v.VAR_POSITIONAL, v.VAR_KEYWORD))
+                raise ValueError(
+                    f"env.wrappers: {name!r} has no argument {key!r}; its arguments are {valid or 'none'}."
+                )
+            tp = hints.get(key, inspect.Parameter.empty)
+            try:
+                kwargs[key] = _arg_value(value, tp)
+            except TypeError:
+                raise ValueError(
+                    f"env.wrappers: {name!r} argument {key!r} must be {_type_text(tp)}, got {value!r}."
+                ) from None
+        check = getattr(cls, "check_arguments", None)
+        if check is not None:
+            check(**kwargs)  # the wrapper's own checks that need no env (e.g. flicker p in [0, 1])
+        out.append(functools.partial(cls, **kwargs))
     return out

@@ -57,7 +57,20 @@ class MaskVelocity(gym.ObservationWrapper):
     space is unchanged (0 must lie inside its bounds at those entries).
     """
 
+    @staticmethod
+    def check_arguments(indices: Sequence[int] | None = None) -> None:
+        """The checks that need no env (run by :func:`rlfunc.envs.build_wrappers` at config time)."""
+        if indices is None:
+            return
+        if isinstance(indices, np.ndarray):
+            indices = indices.tolist()
+        if isinstance(indices, (str, bytes)) or not isinstance(indices, Sequence) or not indices or not all(
+            isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in indices
+        ):
+            raise ValueError(f"The mask_velocity wrapper's indices must be a non-empty list of integers, got {indices!r}.")
+
     def __init__(self, env: gym.Env, indices: Sequence[int] | None = None) -> None:
+        self.check_arguments(indices)
         super().__init__(env)
         space = env.observation_space
         if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
@@ -92,10 +105,17 @@ class FlickerObservation(gym.ObservationWrapper):
     same seed flickers the same steps. ``p = 0.5`` is Flickering Pong's.
     """
 
+    @staticmethod
+    def check_arguments(p: float = 0.5, fill: float = 0.0) -> None:
+        """The checks that need no env (run by :func:`rlfunc.envs.build_wrappers` at config time)."""
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+            raise ValueError(f"The flicker wrapper's p must be a probability in [0, 1], got {p!r}.")
+        if isinstance(fill, bool) or not isinstance(fill, (int, float)) or not np.isfinite(fill):
+            raise ValueError(f"The flicker wrapper's fill must be a finite number, got {fill!r}.")
+
     def __init__(self, env: gym.Env, p: float = 0.5, fill: float = 0.0) -> None:
+        self.check_arguments(p, fill)
         super().__init__(env)
-        if not 0.0 <= p <= 1.0:
-            raise ValueError(f"FlickerObservation p must be a probability in [0, 1], got {p}.")
         space = env.observation_space
         if not isinstance(space, gym.spaces.Box):
             raise ValueError(f"FlickerObservation needs a Box observation space, got {space}.")
@@ -118,7 +138,23 @@ class ScaleObservation(gym.ObservationWrapper):
     The observation space's bounds are mapped the same way (infinite stay infinite).
     """
 
+    @staticmethod
+    def check_arguments(scale: float | Sequence[float] = 1.0, offset: float | Sequence[float] = 0.0) -> None:
+        """The checks that need no env (run by :func:`rlfunc.envs.build_wrappers` at config time)."""
+        for name, value in (("scale", scale), ("offset", offset)):
+            try:
+                arr = np.asarray(value, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise ValueError(f"The scale_obs wrapper's {name} must be a number or a list of numbers, got {value!r}.") from None
+            if arr.ndim > 1:
+                raise ValueError(f"The scale_obs wrapper's {name} must be a number or a list of numbers, got {value!r}.")
+            if not np.all(np.isfinite(arr)):
+                raise ValueError(f"The scale_obs wrapper's {name} must be finite, got {value!r}.")
+        if np.any(np.asarray(scale, dtype=np.float64) <= 0):
+            raise ValueError(f"The scale_obs wrapper's scale must be positive in every entry, got {scale!r}.")
+
     def __init__(self, env: gym.Env, scale: float | Sequence[float] = 1.0, offset: float | Sequence[float] = 0.0) -> None:
+        self.check_arguments(scale, offset)
         super().__init__(env)
         space = env.observation_space
         if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
@@ -128,13 +164,13 @@ class ScaleObservation(gym.ObservationWrapper):
         for name, value in (("scale", scale), ("offset", offset)):
             arr = np.asarray(value, dtype=np.float64)
             if arr.ndim > 1 or (arr.ndim == 1 and arr.shape[0] != dim):
-                raise ValueError(f"ScaleObservation {name} must be a number or a list of {dim} numbers, got {value!r}.")
+                raise ValueError(f"The scale_obs wrapper's {name} must be a number or a list of {dim} numbers, got {value!r}.")
             if not np.all(np.isfinite(arr)):
-                raise ValueError(f"ScaleObservation {name} must be finite, got {value!r}.")
+                raise ValueError(f"The scale_obs wrapper's {name} must be finite, got {value!r}.")
             consts.append(np.broadcast_to(arr, (dim,)).astype(space.dtype))
         self.scale, self.offset = consts
         if np.any(self.scale <= 0):
-            raise ValueError(f"ScaleObservation scale must be positive in every entry, got {scale!r}.")
+            raise ValueError(f"The scale_obs wrapper's scale must be positive in every entry, got {scale!r}.")
         with np.errstate(invalid="ignore", over="ignore"):
             low = (space.low - self.offset) * self.scale
             high = (space.high - self.offset) * self.scale
