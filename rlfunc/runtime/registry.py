@@ -32,9 +32,15 @@ class AlgoEntry:
     def config_cls(self):
         return getattr(self.algo, self.config_cls_name)
 
-    def make_learner(self, *args: Any, **kwargs: Any):
+    @property
+    def learner_cls(self):
+        """The learner class (:mod:`rlfunc.runtime.learners`); its ``replaced_keys`` and
+        ``check_run_config`` are what :func:`rlfunc.runtime.config.build_config` checks."""
         mod, _, cls = self.learner.partition(":")
-        return getattr(importlib.import_module(mod), cls)(self, *args, **kwargs)
+        return getattr(importlib.import_module(mod), cls)
+
+    def make_learner(self, *args: Any, **kwargs: Any):
+        return self.learner_cls(self, *args, **kwargs)
 
 
 ALGOS: dict[str, AlgoEntry] = {

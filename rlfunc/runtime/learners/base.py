@@ -13,6 +13,8 @@ import torch
 from tensordict import TensorDict
 
 from rlfunc.replay.uniform import UniformReplay
+from rlfunc.runtime.config import ConfigError
+from rlfunc.runtime.memory import Need, network_need, require_memory
 from rlfunc.runtime.policy import Policy
 
 __all__ = ["TransitionLearner", "compiled_update", "learner_update"]
@@ -59,6 +61,30 @@ def _generator(device: torch.device, seed: int) -> torch.Generator:
     return torch.Generator(device=device).manual_seed(int(seed))
 
 
+def check_warmup(warmup_key: str, warmup: int, total_steps: int, capacity_key: str, holds: int, holds_text: str) -> None:
+    """The warm-up a learner waits for (``warmup``, in env steps) fits the run and the replay.
+
+    ``warmup > train.total_steps``: the run ends before the first update.
+    ``warmup > holds`` (the env steps the replay keeps): the warm-up's first
+    data are overwritten before anything learns from them. Both are one
+    :class:`~rlfunc.runtime.config.ConfigError` sentence.
+    """
+    if warmup > total_steps:
+        raise ConfigError(
+            f"{warmup_key}={warmup} is more than train.total_steps={total_steps}: the run would end before "
+            f"learning starts; lower {warmup_key} or raise train.total_steps."
+        )
+    if warmup > holds:
+        raise ConfigError(
+            f"{warmup_key}={warmup} is more than the replay holds ({holds_text}): its first data would be "
+            f"overwritten before learning starts; lower {warmup_key} or raise {capacity_key}."
+        )
+
+
+def _numel(space: gym.Space) -> int:
+    return int(np.prod(space.shape)) if getattr(space, "shape", None) else 1
+
+
 class TransitionLearner:
     """Off-policy learning from uniformly replayed transitions (REDQ, SAC).
 
@@ -67,17 +93,49 @@ class TransitionLearner:
     ``update`` over them: one environment step's worth of learning.
     """
 
+    replaced_keys: dict[str, tuple[str, str]] = {}
+    """``train`` keys this learner does not read -> (the key that does that job, what it sets);
+    :func:`~rlfunc.runtime.config.build_config` rejects them when a config sets them."""
+
+    @classmethod
+    def check_run_config(cls, run_config) -> None:
+        """Checks across config sections that need no env (called by
+        :func:`~rlfunc.runtime.config.build_config`): here, the uniform-random warm-up
+        ``train.random_steps`` fits ``train.total_steps`` and ``train.replay_size``."""
+        t = run_config.train
+        check_warmup(
+            "train.random_steps", t.random_steps, t.total_steps, "train.replay_size", t.replay_size,
+            f"train.replay_size={t.replay_size} transitions",
+        )
+
     def _bind(self, entry, run_config, obs_space: gym.Space, act_space: gym.Space) -> None:
         """What every learner keeps: the registry entry, algorithm, agent and train configs, device, spaces."""
         self.entry = entry
         self.algo = entry.algo
         self.config = run_config.agent
         self.train_cfg = run_config.train
+        self.env_id = run_config.env.id
         self.device = torch.device(self.train_cfg.device)
         self.obs_space, self.act_space = obs_space, act_space
 
+    def _replay_need(self) -> Need:
+        """Bytes of the replay this learner allocates (a ``UniformReplay`` of float32 transitions)."""
+        per = 4 * (2 * _numel(self.obs_space) + _numel(self.act_space) + 2)  # obs, next_obs, action, reward, terminated
+        cap = self.train_cfg.replay_size
+        return Need(
+            f"train.replay_size={cap}", cap * per, f"the replay of {self.env_id} transitions ({per} bytes each)",
+            "lower train.replay_size",
+        )
+
+    def _check_memory(self) -> None:
+        """Before anything is allocated: the algorithm state and the replay fit in the device's memory
+        (:func:`rlfunc.runtime.memory.require_memory`; one sentence with the bytes if not)."""
+        state = network_need(self.algo, self.config, self.obs_space, self.act_space)  # first: init's space checks
+        require_memory([self._replay_need(), state], self.device)
+
     def __init__(self, entry, run_config, obs_space: gym.Space, act_space: gym.Space) -> None:
         self._bind(entry, run_config, obs_space, act_space)
+        self._check_memory()
         seed = self.train_cfg.seed
         self.state = self.algo.init(self.config, obs_space, act_space, seed=seed, device=self.device)
         self.replay = UniformReplay(self.train_cfg.replay_size, device=self.device)

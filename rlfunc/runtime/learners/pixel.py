@@ -7,7 +7,9 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from rlfunc.runtime.learners.base import TransitionLearner
+from rlfunc.runtime.config import ConfigError
+from rlfunc.runtime.learners.base import TransitionLearner, _numel, check_warmup
+from rlfunc.runtime.memory import Need
 
 __all__ = ["PixelLearner"]
 
@@ -42,13 +44,39 @@ class PixelLearner(TransitionLearner):
 
     learns_before_env_step = True
 
+    @classmethod
+    def check_run_config(cls, run_config) -> None:
+        """One env; ``train.random_steps`` (agent steps) fits ``train.total_steps`` and the replay (frames)."""
+        if int(run_config.env.num_envs) != 1:
+            raise ConfigError(
+                f"{run_config.algo} trains on one env (env.num_envs: 1), got env.num_envs={run_config.env.num_envs}; "
+                "set env.num_envs=1."
+            )
+        t = run_config.train
+        check_warmup(
+            "train.random_steps", t.random_steps, t.total_steps, "train.replay_size", t.replay_size,
+            f"train.replay_size={t.replay_size} frames",
+        )
+
+    def _replay_need(self) -> Need:
+        """A :class:`~rlfunc.replay.pixels.PixelReplay`: per-slot bookkeeping for every slot, frames as written."""
+        frame = _numel(self.obs_space) // self.config.frame_stack  # uint8 [C, H, W] of one frame
+        # action (float32), reward (float32), terminated, valid (device + host), episode start (device + host, int64)
+        per_slot = 4 * _numel(self.act_space) + 4 + 1 + 2 + 16
+        cap = self.train_cfg.replay_size
+        frames = min(cap, self.train_cfg.total_steps + 1)  # frames are committed only as they are written
+        return Need(
+            f"train.replay_size={cap}",
+            cap * per_slot + frames * frame,
+            f"the pixel replay of {self.env_id} ({per_slot} bytes per slot, {frame}-byte frames for "
+            f"{frames} agent steps)",
+            "lower train.replay_size",
+        )
+
     def __init__(self, entry, run_config, obs_space: gym.Space, act_space: gym.Space) -> None:
         from rlfunc.replay.pixels import PixelReplay
 
-        if int(run_config.env.num_envs) != 1:
-            raise ValueError(
-                f"{entry.name} trains on one env (env.num_envs: 1), got env.num_envs={run_config.env.num_envs}."
-            )
+        self.check_run_config(run_config)
         super().__init__(entry, run_config, obs_space, act_space)
         cfg = self.config
         if tuple(obs_space.shape)[0] % cfg.frame_stack != 0:

@@ -11,7 +11,9 @@ from tensordict import TensorDict
 
 from rlfunc.core.exploration import actor_epsilons
 from rlfunc.replay.sequence import SequenceReplay
-from rlfunc.runtime.learners.base import TransitionLearner, _fixed_state, _generator, learner_update
+from rlfunc.runtime.config import ConfigError
+from rlfunc.runtime.learners.base import TransitionLearner, _fixed_state, _generator, _numel, check_warmup, learner_update
+from rlfunc.runtime.memory import Need
 
 __all__ = ["SequenceLearner", "R2D2Learner"]
 
@@ -45,12 +47,49 @@ class SequenceLearner(TransitionLearner):
       ``train.compile``).
 
     The agent section, not ``train``, sets the replay size and the warm-up:
-    ``train.random_steps`` and ``train.replay_size`` are not used.
+    ``train.random_steps`` and ``train.replay_size`` are not used (a config
+    that sets them is refused, naming the agent key instead).
     """
+
+    replaced_keys = {
+        "train.random_steps": ("agent.learning_starts", "the env steps collected before learning starts"),
+        "train.replay_size": ("agent.buffer_windows", "the replay size, in windows"),
+    }
+
+    @classmethod
+    def check_run_config(cls, run_config) -> None:
+        """``agent.learning_starts`` (env steps) fits ``train.total_steps`` and the env steps the replay
+        holds (``agent.buffer_windows`` windows, one every ``agent.sequence_period`` steps)."""
+        a = run_config.agent
+        holds = a.buffer_windows * a.sequence_period
+        check_warmup(
+            "agent.learning_starts", a.learning_starts, run_config.train.total_steps, "agent.buffer_windows", holds,
+            f"agent.buffer_windows={a.buffer_windows} windows, one every agent.sequence_period={a.sequence_period} "
+            f"steps: about {holds} env steps",
+        )
+
+    # -- memory: what _make_replay will allocate ----------------------------------
+    def _replay_shape(self) -> tuple[str, int, int, int]:
+        """``(capacity key, capacity in windows, steps per window, extra bytes per window)``."""
+        return "agent.buffer_windows", self.config.buffer_windows, self.config.sequence_length, 0
+
+    def _replay_need(self) -> Need:
+        key, capacity, steps, extra = self._replay_shape()
+        # obs and next_obs (float32), action (int64), reward (float32), terminated, truncated, mask (bool)
+        per_step = 8 * _numel(self.obs_space) + 8 + 4 + 3
+        per_window = steps * per_step + 16 + extra  # + the window's env and start (int64)
+        if getattr(self.config, "initial_state", "zeros") == "stored":
+            carry = self.algo.carry_to_td(self.algo.initial_carry(self.config, 1, device="meta"))
+            per_window += sum(v.numel() * v.element_size() for v in carry.values(True, True))
+        return Need(
+            f"{key}={capacity}", capacity * per_window,
+            f"the replay of {self.env_id} windows of {steps} steps ({per_window} bytes each)", f"lower {key}",
+        )
 
     def __init__(self, entry, run_config, obs_space: gym.Space, act_space: gym.Space) -> None:
         self._bind(entry, run_config, obs_space, act_space)
         self.num_envs = int(run_config.env.num_envs)
+        self._check_memory()
         seed = self.train_cfg.seed
         self.state = self.algo.init(self.config, obs_space, act_space, seed=seed, device=self.device)
         self.replay = self._make_replay()
@@ -202,8 +241,30 @@ class R2D2Learner(SequenceLearner):
 
     The agent section sets replay size, warm-up and rate (``replay_capacity``,
     ``min_replay_size``, ``samples_per_insert``); ``train.random_steps`` and
-    ``train.replay_size`` are not used.
+    ``train.replay_size`` are not used (a config that sets them is refused).
     """
+
+    replaced_keys = {
+        "train.random_steps": ("agent.min_replay_size", "the sequences stored before learning starts"),
+        "train.replay_size": ("agent.replay_capacity", "the replay size, in sequences"),
+    }
+
+    @classmethod
+    def check_run_config(cls, run_config) -> None:
+        """``agent.min_replay_size`` sequences can be stored within ``train.total_steps`` (at most one per
+        env step); ``min_replay_size <= replay_capacity`` is the agent Config's own check."""
+        a, total = run_config.agent, run_config.train.total_steps
+        if a.min_replay_size > total:
+            raise ConfigError(
+                f"agent.min_replay_size={a.min_replay_size} sequences cannot be stored in train.total_steps={total} "
+                "env steps (at most one per env step): the run would end before learning starts; lower "
+                "agent.min_replay_size or raise train.total_steps."
+            )
+
+    def _replay_shape(self) -> tuple[str, int, int, int]:
+        c = self.config
+        # + the sum-tree's leaves and in-block prefix sums (float64) per sequence
+        return "agent.replay_capacity", c.replay_capacity, c.burn_in + c.sequence_length, 16
 
     def __init__(self, entry, run_config, obs_space: gym.Space, act_space: gym.Space) -> None:
         super().__init__(entry, run_config, obs_space, act_space)
