@@ -99,8 +99,9 @@ def test_data_section_is_validated_before_training(tmp_path):
     with pytest.raises(ConfigError, match="data.offline_ratio must be in"):
         build_config({**raw, "data": {"path": "x.npz", "offline_ratio": 1.5}})
     with pytest.raises(ConfigError, match="does not learn from prior data"):
-        build_config({"algo": "redq", "data": {"path": "x.npz"}})
-    assert "data" not in __import__("rlfunc.runtime.config", fromlist=["to_dict"]).to_dict(build_config({"algo": "redq"}))
+        build_config({"algo": "redq", "env": {"id": "Pendulum-v1"}, "data": {"path": "x.npz"}})
+    redq = build_config({"algo": "redq", "env": {"id": "Pendulum-v1"}, "train": {"random_steps": 1000}})
+    assert "data" not in __import__("rlfunc.runtime.config", fromlist=["to_dict"]).to_dict(redq)
     online_only = build_config({**raw, "data": {"offline_ratio": 0.0}})
     assert online_only.data.path is None
     # a dataset of another env stops the run at construction, before any env step

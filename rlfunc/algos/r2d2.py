@@ -219,8 +219,8 @@ class Config:
         _checks.fraction(self, "epsilon_base")
         if self.min_replay_size > self.replay_capacity:
             raise ValueError(
-                f"min_replay_size must not exceed replay_capacity ({self.replay_capacity} sequences): learning "
-                f"would never start; got {self.min_replay_size}."
+                f"min_replay_size must not exceed replay_capacity ({self.replay_capacity} sequences), or learning "
+                f"never starts; lower it or raise replay_capacity (got {self.min_replay_size})."
             )
         _checks.one_of(self, "init", _checks.LINEAR_INITS)
         _checks.one_of(self, "lstm_init", _checks.LSTM_INITS)

@@ -10,7 +10,15 @@ A run config has four sections::
 
 Every key is checked against the dataclasses below (and the algorithm's
 ``Config``) before anything is built: an unknown key names the closest valid
-one, a wrong type or value says what to change.
+one, a wrong type or value says what to change. :func:`build_config` also
+checks what spans sections: ``algo`` and ``env.id`` are required; a ``train``
+or ``data`` key the algorithm does not use is refused (naming the key that
+does that job); the warm-up fits ``train.total_steps`` and the replay (the
+learner's ``check_run_config``); ``env.wrappers`` name real wrappers and
+arguments. What needs the env's spaces (memory for the replay and the
+networks, :mod:`rlfunc.runtime.memory`) is checked when the learner is made,
+before anything is allocated and before any env step. Every error is one
+:class:`ConfigError` sentence.
 """
 
 from __future__ import annotations
@@ -44,6 +52,10 @@ class ConfigError(ValueError):
     """A configuration is invalid; the message says what to change."""
 
 
+MAX_SEED = 2**32 - 1
+"""The largest ``train.seed`` (numpy's and gymnasium's seeding range)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class EnvSection:
     """Environment: a gymnasium id, how many copies, ``gym.make`` kwargs, wrappers.
@@ -52,10 +64,25 @@ class EnvSection:
     :data:`rlfunc.envs.WRAPPERS`, applied in order.
     """
 
-    id: str = "Pendulum-v1"
+    id: str  # required: a missing env.id is an error, not a fallback
     num_envs: int = 1
     kwargs: dict = dataclasses.field(default_factory=dict)
     wrappers: list = dataclasses.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.id.strip():
+            raise ConfigError("env.id must name a gymnasium environment, e.g. Pendulum-v1, got an empty string.")
+        if self.num_envs < 1:
+            raise ConfigError(f"env.num_envs must be a positive integer, got {self.num_envs}.")
+        for key in self.kwargs:
+            if not isinstance(key, str) or not key.isidentifier():
+                raise ConfigError(f"env.kwargs keys must be keyword names for gym.make, got {key!r}.")
+        from rlfunc.envs import build_wrappers
+
+        try:
+            build_wrappers(self.wrappers)  # names and argument names/types; values are checked when the env is made
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +118,6 @@ class TrainSection:
     tensorboard: bool = True  # TensorBoard event files in the run directory
     wandb: dict | None = None  # keyword arguments of wandb.init, e.g. {project: rl, mode: offline}; needs the wandb extra
 
-
     def __post_init__(self) -> None:
         if self.stop_at_return is not None and not math.isfinite(self.stop_at_return):
             raise ConfigError(f"train.stop_at_return must be a finite number or null (off), got {self.stop_at_return}.")
@@ -119,11 +145,21 @@ class TrainSection:
                 raise ConfigError(f"train.{name} must be a positive integer, got {getattr(self, name)}.")
         if self.random_steps < 0:
             raise ConfigError(f"train.random_steps must be >= 0, got {self.random_steps}.")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise ConfigError(f"train.seed must be an integer in [0, 2**32 - 1], got {self.seed}.")
         if self.compile_mode not in ("step", "full"):
             raise ConfigError(f"train.compile_mode must be 'step' or 'full', got {self.compile_mode!r}.")
         if self.threads < 0:
             raise ConfigError(f"train.threads must be >= 0 (0 keeps torch's default), got {self.threads}.")
-        if not (self.device == "cpu" or self.device.startswith("cuda") or self.device == "mps"):
+        if not self.run_dir.strip():
+            raise ConfigError("train.run_dir must be a directory path, got an empty string.")
+        import torch
+
+        try:
+            device_type = torch.device(self.device).type
+        except (RuntimeError, ValueError, TypeError):
+            device_type = None
+        if device_type not in ("cpu", "cuda", "mps"):
             raise ConfigError(f"train.device must be 'cpu' or 'cuda[:N]', got {self.device!r}.")
         if self.cuda_graph and not self.device.startswith("cuda"):
             raise ConfigError(
@@ -148,6 +184,8 @@ class DataSection:
     pretrain_steps: int = 0
 
     def __post_init__(self) -> None:
+        if self.path is not None and not self.path.strip():
+            raise ConfigError("data.path must be a dataset file or directory (or null), got an empty string.")
         if self.format not in ("auto", "npz", "minari"):
             raise ConfigError(f"data.format must be 'auto', 'npz' or 'minari', got {self.format!r}.")
         if not 0.0 <= self.offline_ratio <= 1.0:
@@ -198,6 +236,13 @@ def _is_optional(tp) -> tuple[bool, Any]:
     return False, tp
 
 
+def _type_name(tp: Any) -> str:
+    if typing.get_origin(tp) is tuple:
+        args = [a for a in typing.get_args(tp) if a is not Ellipsis]
+        return f"list of {_type_name(args[0]) if args else 'values'}"
+    return getattr(tp, "__name__", str(tp))
+
+
 def _coerce(value: Any, tp: Any, where: str) -> Any:
     optional, inner = _is_optional(tp)
     if value is None:
@@ -227,7 +272,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
                 return value
             raise TypeError
         if tp is float:
-            if isinstance(value, bool):
+            if isinstance(value, bool) or not isinstance(value, (int, float, str)):
                 raise TypeError
             return float(value)
         if tp is str:
@@ -249,27 +294,36 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
                 raise TypeError
             return list(value)
         return value
-    except (TypeError, ValueError):
-        name = getattr(tp, "__name__", str(tp))
-        raise ConfigError(f"{where} must be of type {name}, got {value!r}.") from None
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(f"{where} must be of type {_type_name(tp)}, got {value!r}.") from None
 
 
 def _build_dataclass(cls, values: dict[str, Any], section: str):
     if not isinstance(values, dict):
         raise ConfigError(f"Section {section!r} must be a mapping of keys to values, got {values!r}.")
     hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls) if f.init]
+    fields = [f for f in dataclasses.fields(cls) if f.init]
+    names = [f.name for f in fields]
     kwargs = {}
     for key, value in values.items():
         if key not in names:
             raise ConfigError(f"Unknown config key '{section}.{key}'" + _close(str(key), names))
         kwargs[key] = _coerce(value, hints[key], f"{section}.{key}")
+    for f in fields:
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if required and f.name not in kwargs:
+            raise ConfigError(f"{section}.{f.name} is missing; set it in the config or with --set {section}.{f.name}=VALUE.")
     try:
         return cls(**kwargs)
     except ConfigError:
         raise
     except (ValueError, TypeError) as exc:
-        raise ConfigError(f"Invalid '{section}' settings: {exc}") from None
+        # The algorithms' Config messages start with the field's name: name it as section.field.
+        msg = str(exc)
+        first = msg.split(" ", 1)[0]
+        if first in names:
+            raise ConfigError(f"{section}.{msg}") from None
+        raise ConfigError(f"Invalid '{section}' settings: {msg}") from None
 
 
 def load_config(path: str | Path | None) -> dict[str, Any]:
@@ -279,66 +333,162 @@ def load_config(path: str | Path | None) -> dict[str, Any]:
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"Config file {str(path)!r} does not exist; pass a path such as configs/redq/pendulum.yaml.")
+    if path.is_dir():
+        raise ConfigError(f"Config file {str(path)!r} is a directory; pass a YAML file such as configs/redq/pendulum.yaml.")
     try:
-        raw = yaml.safe_load(path.read_text())
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "it is not UTF-8 text"
+        raise ConfigError(f"Config file {str(path)!r} cannot be read ({reason}); pass a readable YAML file.") from None
+    try:
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"Config file {str(path)!r} is not valid YAML: {exc}") from None
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise ConfigError(f"Config file {str(path)!r} is not valid YAML{at} ({problem}); fix the file.") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"Config file {str(path)!r} must hold a mapping with keys algo, env, train, agent.")
     return raw
 
 
 def parse_overrides(items: list[str] | None) -> dict[str, Any]:
-    """``["train.seed=3", "agent.hidden_sizes=[64,64]"]`` -> ``{"train.seed": 3, ...}``."""
+    """``["train.seed=3", "agent.hidden_sizes=[64,64]"]`` -> ``{"train.seed": 3, ...}``.
+
+    Values are YAML (``[64, 64]``, ``true``, ``null``); a value YAML cannot read is one
+    :class:`ConfigError` naming the override."""
     out: dict[str, Any] = {}
     for item in items or []:
-        if "=" not in item:
+        if not isinstance(item, str) or "=" not in item:
             raise ConfigError(f"Override {item!r} must look like section.key=value, e.g. train.seed=3.")
         key, value = item.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value) if value.strip() else None
+        key = key.strip()
+        if not key or any(not part for part in key.split(".")):
+            raise ConfigError(f"Override {item!r} must look like section.key=value, e.g. train.seed=3.")
+        try:
+            out[key] = yaml.safe_load(value) if value.strip() else None
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or "not valid YAML"
+            raise ConfigError(
+                f"Override {item!r} has a value YAML cannot read ({problem}); quote it or write it as YAML, "
+                "e.g. agent.hidden_sizes=[64,64]."
+            ) from None
     return out
 
 
 def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     """Return a copy of ``raw`` with dotted-key ``overrides`` applied."""
-    raw = yaml.safe_load(yaml.safe_dump(raw))
+    try:
+        raw = yaml.safe_load(yaml.safe_dump(raw))
+    except yaml.YAMLError as exc:
+        what = type(exc.args[1]).__name__ if len(getattr(exc, "args", ())) > 1 else "unknown"
+        raise ConfigError(
+            f"The config holds a value of type {what} that YAML cannot represent; use numbers, strings, lists "
+            "and mappings."
+        ) from None
+    overrides = {} if overrides is None else overrides
+    if not isinstance(raw, dict):
+        raise ConfigError(f"A config must be a mapping with keys algo, env, train, agent, got {raw!r}.")
+    if not isinstance(overrides, dict):
+        raise ConfigError(f"Overrides must be a mapping of section.key to value, got {overrides!r}.")
     for dotted, value in overrides.items():
+        if not isinstance(dotted, str) or not dotted or any(not p for p in dotted.split(".")):
+            raise ConfigError(f"Override key {dotted!r} must look like section.key, e.g. train.seed.")
         parts = dotted.split(".")
         node = raw
-        for p in parts[:-1]:
+        for i, p in enumerate(parts[:-1]):
             if node.get(p) is None:
                 node[p] = {}
             node = node[p]
             if not isinstance(node, dict):
-                raise ConfigError(f"Cannot set {dotted!r}: {p!r} is not a section.")
+                where = ".".join(parts[: i + 1])
+                raise ConfigError(f"Cannot set {dotted!r}: {where!r} is not a section; set {where} itself or drop the override.")
         node[parts[-1]] = value
     return raw
 
 
-def build_config(raw: dict[str, Any]) -> RunConfig:
-    """Validate a raw mapping into a :class:`RunConfig` (raises :class:`ConfigError`)."""
+def _unused_train_keys(entry) -> dict[str, str]:
+    """``train`` keys (without the section) the algorithm does not use -> the sentence's ending."""
+    out = {}
+    for dotted, (instead, sets) in entry.learner_cls.replaced_keys.items():
+        out[dotted.split(".", 1)[1]] = f"remove it ({instead} sets {sets})."
+    if not hasattr(entry.algo, "make_update"):
+        out["compile_mode"] = "remove it (train.compile compiles the whole update)."
+    return out
+
+
+def _check_sections(sections: dict[str, dict], entry) -> None:
+    """A key set in the section where it does not belong names the one where it does."""
+    names = {
+        "env": {f.name for f in dataclasses.fields(EnvSection)},
+        "train": {f.name for f in dataclasses.fields(TrainSection)},
+        "agent": {f.name for f in dataclasses.fields(entry.config_cls)},
+        "data": {f.name for f in dataclasses.fields(DataSection)},
+    }
+    for section, values in sections.items():
+        for key in values:
+            if key not in names[section]:
+                other = next((s for s in names if s != section and key in names[s]), None)
+                if other is not None:
+                    raise ConfigError(
+                        f"'{section}.{key}' is not in the {section} section; did you mean '{other}.{key}'?"
+                    )
+
+
+def build_config(raw: dict[str, Any], *, resolved: bool = False) -> RunConfig:
+    """Validate a raw mapping into a :class:`RunConfig` (raises :class:`ConfigError`).
+
+    ``resolved=True`` reads a config rlfunc wrote (a run's ``config.yaml``, a
+    checkpoint's meta): keys the algorithm does not use are dropped instead of
+    refused, as files written before they were refused hold every key.
+    """
     from rlfunc.runtime.registry import ALGOS, get_algo
 
+    if not isinstance(raw, dict):
+        raise ConfigError(f"A config must be a mapping with keys algo, env, train, agent, got {raw!r}.")
     top = ["algo", "env", "train", "agent", "data"]
     for key in raw:
         if key not in top:
             raise ConfigError(f"Unknown config key {key!r}" + _close(str(key), top))
-    algo_name = raw.get("algo", "redq")
-    if algo_name not in ALGOS:
-        raise ConfigError(f"Unknown algo {algo_name!r}" + _close(str(algo_name), list(ALGOS)))
+    if raw.get("algo") is None:
+        raise ConfigError(f"algo is missing; set it to one of {', '.join(sorted(ALGOS))}, e.g. algo: redq.")
+    algo_name = raw["algo"]
+    if not isinstance(algo_name, str) or algo_name not in ALGOS:
+        match = difflib.get_close_matches(str(algo_name), list(ALGOS), n=1, cutoff=0.5)
+        hint = f"; did you mean {match[0]!r}?" if match else f"; choose one of {', '.join(sorted(ALGOS))}."
+        raise ConfigError(f"Unknown algo {algo_name!r}{hint}")
     entry = get_algo(algo_name)
-    env = _build_dataclass(EnvSection, raw.get("env") or {}, "env")
-    train = _build_dataclass(TrainSection, raw.get("train") or {}, "train")
-    agent_values = dict(entry.config_defaults)
-    agent_raw = raw.get("agent") or {}
-    if not isinstance(agent_raw, dict):
-        raise ConfigError(f"Section 'agent' must be a mapping, got {agent_raw!r}.")
-    agent_values.update(agent_raw)
-    agent = _build_dataclass(entry.config_cls, agent_values, "agent")
-    data = _build_dataclass(DataSection, raw.get("data") or {}, "data")
+    sections = {}
+    for name in ("env", "train", "agent", "data"):
+        value = raw.get(name)
+        sections[name] = {} if value is None else value
+        if not isinstance(sections[name], dict):
+            raise ConfigError(f"Section {name!r} must be a mapping of keys to values, got {value!r}.")
+    _check_sections(sections, entry)
+    if "id" not in sections["env"]:
+        raise ConfigError("env.id is missing; set the gymnasium environment, e.g. env: {id: Pendulum-v1} or --set env.id=Pendulum-v1.")
+    unused = _unused_train_keys(entry)
+    train_raw = dict(sections["train"])
+    for key in list(train_raw):
+        if key in unused:
+            if resolved:
+                del train_raw[key]
+            else:
+                raise ConfigError(f"train.{key} is not used by {algo_name}; {unused[key]}")
     uses_data = getattr(entry, "uses_data", False)
-    if data.path and not uses_data:
-        raise ConfigError(f"data.path is set, but algo {algo_name!r} does not learn from prior data; use algo rlpd.")
+    data_raw = sections["data"]
+    if data_raw and not uses_data and not resolved:
+        key = "path" if "path" in data_raw else next(iter(data_raw))
+        raise ConfigError(
+            f"data.{key} is set, but algo {algo_name!r} does not learn from prior data; remove the data section "
+            "or use algo rlpd."
+        )
+    env = _build_dataclass(EnvSection, sections["env"], "env")
+    train = _build_dataclass(TrainSection, train_raw, "train")
+    agent_values = dict(entry.config_defaults)
+    agent_values.update(sections["agent"])
+    agent = _build_dataclass(entry.config_cls, agent_values, "agent")
+    data = _build_dataclass(DataSection, data_raw if uses_data else {}, "data")
     if uses_data and not data.path and data.offline_ratio > 0:
         raise ConfigError(
             f"algo {algo_name!r} needs prior data: set data.path=FILE.npz (make one with `rlfunc dataset collect`), "
@@ -350,11 +500,15 @@ def build_config(raw: dict[str, Any]) -> RunConfig:
         check_env_id(env.id)
     except ValueError as exc:
         raise ConfigError(f"env.id: {exc}") from None
-    return RunConfig(algo=algo_name, env=env, train=train, agent=agent, data=data)
+    config = RunConfig(algo=algo_name, env=env, train=train, agent=agent, data=data)
+    entry.learner_cls.check_run_config(config)
+    return config
 
 
 def to_dict(config: RunConfig) -> dict[str, Any]:
-    """Plain (YAML-safe) mapping of a resolved config."""
+    """Plain (YAML-safe) mapping of a resolved config: every value the algorithm uses
+    (``train`` keys it does not use are left out, so the mapping builds again)."""
+    from rlfunc.runtime.registry import get_algo
 
     def plain(x):
         if dataclasses.is_dataclass(x):
@@ -367,7 +521,10 @@ def to_dict(config: RunConfig) -> dict[str, Any]:
             return {k: plain(v) for k, v in x.items()}
         return x
 
-    out = {"algo": config.algo, "env": plain(config.env), "train": plain(config.train), "agent": plain(config.agent)}
+    train = plain(config.train)
+    for key in _unused_train_keys(get_algo(config.algo)):
+        train.pop(key, None)
+    out = {"algo": config.algo, "env": plain(config.env), "train": train, "agent": plain(config.agent)}
     if config.data != DataSection():
         out["data"] = plain(config.data)
     return out
