@@ -1,39 +1,80 @@
-"""The Python entry points behind ``rlfunc.load`` and ``rlfunc.evaluate``."""
+"""The Python entry points behind ``rlfunc.load``, ``rlfunc.evaluate`` and ``rlfunc export``."""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from tensordict import TensorDict
 
-from rlfunc.runtime.checkpoint import CheckpointError, check_structure, load_checkpoint, resolve_checkpoint
+from rlfunc.runtime.checkpoint import CheckpointError, check_structure, load_checkpoint, resolve_checkpoint, save_checkpoint
 from rlfunc.runtime.config import ConfigError, build_config
 from rlfunc.runtime.policy import Policy
 
-__all__ = ["load", "evaluate"]
+__all__ = ["load", "evaluate", "export", "is_weights_only", "check_device"]
+
+_EXPORT_META_KEYS = (
+    "algo", "config", "obs_shape", "action_low", "action_high", "num_actions", "dataset",
+    "env_step", "updates", "gradient_steps", "evals",
+)
+"""What an export keeps of its checkpoint's meta.json: what :func:`load` needs, and provenance."""
 
 
-def load(path: str | Path, device: str = "cpu") -> Policy:
-    """The deterministic policy of a run directory or checkpoint.
+def check_device(device: str | torch.device) -> torch.device:
+    """``device`` parsed and available here, else one ``ValueError`` sentence."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"Unknown device {str(device)!r}; use cpu, cuda or cuda:N.") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"Device {str(device)!r} was asked for, but CUDA is not available here; use cpu.")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"Device {str(device)!r} was asked for, but this machine has {torch.cuda.device_count()} CUDA device(s); "
+                "use cuda:0 or cpu."
+            )
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"Device {str(device)!r} was asked for, but MPS is not available here; use cpu.")
+    elif dev.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"Device {str(device)!r} is not supported; use cpu, cuda or cuda:N.")
+    return dev
 
-    ``rlfunc.load("runs/redq-...").act(obs)`` returns an action in the env's
-    own action space. The checkpoint is verified (see
-    :mod:`rlfunc.runtime.checkpoint`: nothing in it is ever executed) and its
-    parameters must be exactly those its config builds; anything else is a
-    :class:`~rlfunc.runtime.checkpoint.CheckpointError` naming the file.
-    """
+
+def _load_parts(path: str | Path):
+    """Read and verify a checkpoint or export -> ``(ckpt, meta, run_config, spaces, params)``."""
     tensors, meta = load_checkpoint(path)
     ckpt = resolve_checkpoint(path)
     config = _stored_config(ckpt, meta)
-    obs_shape, low, high, num_actions = _stored_spaces(ckpt, meta)
+    spaces = _stored_spaces(ckpt, meta)
     state = tensors.get("state") if "state" in tensors.keys() else None
     params = state.get("params") if isinstance(state, TensorDict) and "params" in state.keys() else None
     if not isinstance(params, TensorDict):
         raise CheckpointError(f"Checkpoint {str(ckpt)!r} has no parameter tensors (state/params); use a checkpoint `rlfunc train` wrote.")
-    expected = _expected_params(config, obs_shape, low, high, num_actions)
+    expected = _expected_params(config, *spaces)
     check_structure(ckpt, TensorDict({"params": params}, []), expected, "params")
+    return ckpt, meta, config, spaces, params
+
+
+def load(path: str | Path, device: str = "cpu") -> Policy:
+    """The policy of a run directory, checkpoint or export (:func:`export`).
+
+    ``rlfunc.load("runs/redq-...").predict(obs)`` gives ``(action, state)``
+    as Stable-Baselines3 does, ``.act(obs)`` the evaluation action; actions are
+    in the env's own action space (:class:`~rlfunc.runtime.policy.Policy`).
+    The checkpoint is verified (see :mod:`rlfunc.runtime.checkpoint`: nothing in
+    it is ever executed) and its parameters must be exactly those its config
+    builds; anything else is a :class:`~rlfunc.runtime.checkpoint.CheckpointError`
+    naming the file. ``device``: where the parameters live and the network runs
+    (``cpu``, ``cuda``, ``cuda:1``); one that is not available here is a
+    ``ValueError`` before anything is read.
+    """
+    check_device(device)
+    _, _, config, (obs_shape, low, high, _), params = _load_parts(path)
     policy = Policy(config.algo, params, config.agent, low, high, obs_shape, device)
     policy.run_config = config
     return policy
@@ -91,30 +132,157 @@ def _expected_params(config, obs_shape, low, high, num_actions) -> TensorDict:
     return TensorDict({"params": state["params"]}, batch_size=[])
 
 
+# -- export ---------------------------------------------------------------------------------
+
+
+def export(path: str | Path, out: str | Path) -> Path:
+    """Write the policy of a run or checkpoint to ``out`` as a weights-only export.
+
+    The export is a checkpoint in the same safe, verified format
+    (:mod:`rlfunc.runtime.checkpoint`: raw tensor files + a manifest, never a
+    pickle) holding only the parameters (``state/params``) and the meta.json
+    entries :func:`load` needs (algo, config, observation shape, action bounds
+    or count) plus the training counters for provenance, marked
+    ``weights_only: true`` as the trainer marks ``train.keep_best``'s ``best/``
+    policy. No targets, optimizer state, replay or generator
+    states: it is a fraction of a training checkpoint's size, readable by
+    :func:`load`, ``rlfunc eval`` and ``rlfunc dataset collect --checkpoint``,
+    and ``rlfunc resume`` refuses it. ``out`` must be new or empty; returns the
+    checkpoint directory written (``out/step_<N>``).
+    """
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ValueError(f"Export directory {str(out)!r} already exists and is not empty; pass a new directory.")
+    ckpt, meta, config, _, params = _load_parts(path)
+    exported = {k: meta[k] for k in _EXPORT_META_KEYS if k in meta}
+    exported["algo"] = config.algo
+    exported["weights_only"] = True
+    exported["exported_from"] = ckpt.name
+    step = meta.get("env_step")
+    step = step if isinstance(step, int) and 0 <= step < 10**9 else 0
+    tensors = TensorDict({"state": TensorDict({"params": params}, batch_size=[])}, batch_size=[])
+    return save_checkpoint(out, f"step_{step:09d}", tensors, exported)
+
+
+_EXPORT_META_MAX = 16 * 2**20
+
+
+def is_weights_only(path: str | Path) -> bool:
+    """True when the checkpoint ``path`` resolves to holds a policy's weights only (an
+    :func:`export`, or a run's ``best/`` policy), not a training state. Reads meta.json as
+    JSON only (nothing else is read or verified); False for anything else."""
+    try:
+        ckpt = resolve_checkpoint(path)
+        with open(ckpt / "meta.json", "rb") as f:
+            raw = f.read(_EXPORT_META_MAX + 1)
+        if len(raw) > _EXPORT_META_MAX:
+            return False
+        meta = json.loads(raw.decode("utf-8"))
+    except (CheckpointError, OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return False
+    return isinstance(meta, dict) and meta.get("weights_only") is True
+
+
+# -- evaluation -----------------------------------------------------------------------------
+
+
+def _render_modes(env_id: str) -> list[str] | None:
+    """The render modes ``env_id``'s registered class declares (``None`` if that cannot be told)."""
+    import gymnasium as gym
+
+    try:
+        entry = gym.spec(env_id).entry_point
+        creator = entry if callable(entry) else gym.envs.registration.load_env_creator(entry)
+    except Exception:  # an id gymnasium resolves otherwise: make_env says what is wrong with it
+        return None
+    modes = (getattr(creator, "metadata", None) or {}).get("render_modes")
+    return None if modes is None else list(modes)
+
+
+def _video_env_kwargs(env_id: str, kwargs: dict[str, Any] | None) -> dict[str, Any]:
+    """Env kwargs that make ``env_id`` render rgb_array frames for RecordVideo (checked first)."""
+    try:
+        import moviepy  # noqa: F401
+    except ImportError:
+        raise ValueError("Recording video needs moviepy, which is not installed; run pip install 'rlfunc[video]'.") from None
+    modes = _render_modes(env_id)
+    if modes is not None and "rgb_array" not in modes:
+        raise ValueError(f"Environment {env_id!r} cannot render rgb_array frames, so its episodes cannot be recorded.")
+    kwargs = dict(kwargs or {})
+    mode = kwargs.setdefault("render_mode", "rgb_array")
+    if mode != "rgb_array":
+        raise ValueError(
+            f"Recording video needs render_mode='rgb_array', but the run's env.kwargs set render_mode={mode!r}."
+        )
+    import os
+
+    from rlfunc.envs.dmc import select_gl_backend
+
+    if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame (classic control) renders off-screen, quietly
+        try:  # MuJoCo (gymnasium's and DMC) renders headless through EGL or OSMesa
+            select_gl_backend()
+        except RuntimeError:
+            pass  # classic-control envs render without GL; a MuJoCo env then says what is missing
+    return kwargs
+
+
 def evaluate(
     path_or_policy: str | Path | Policy,
     episodes: int = 10,
     seed: int = 10_000,
     env_id: str | None = None,
+    *,
+    stochastic: bool = False,
+    device: str = "cpu",
+    video_dir: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Run ``episodes`` deterministic episodes; returns ``{"mean", "std", "returns"}``.
+    """Run ``episodes`` episodes; returns ``{"mean", "std", "returns", "videos"}``.
 
     The env defaults to the one the agent was trained on (same kwargs and
-    wrappers).
+    wrappers). Actions are the evaluation action
+    (:meth:`~rlfunc.runtime.policy.Policy.act`), or with ``stochastic=True``
+    the algorithm's own exploration, seeded by ``seed``
+    (:class:`~rlfunc.runtime.policy.Policy`). ``device``: where a loaded
+    policy runs. ``video_dir``: record every episode there as
+    ``<algo>-<env>-episode-<i>.mp4`` with gymnasium's ``RecordVideo`` (needs
+    moviepy: ``pip install 'rlfunc[video]'``; MuJoCo and DMC envs render
+    headless through EGL); ``videos`` lists the files.
     """
+    import gymnasium as gym
+
     from rlfunc.envs import build_wrappers, make_env
     from rlfunc.runtime.evaluate import run_episodes
 
-    policy = path_or_policy if isinstance(path_or_policy, Policy) else load(path_or_policy)
+    if episodes < 1:
+        raise ValueError(f"episodes must be at least 1, got {episodes}.")
+    video_dir = Path(video_dir) if video_dir is not None else None
+    if video_dir is not None and video_dir.exists() and not video_dir.is_dir():
+        raise ValueError(f"Video directory {str(video_dir)!r} is a file; pass a directory.")
+    policy = path_or_policy if isinstance(path_or_policy, Policy) else load(path_or_policy, device=device)
     run_config = getattr(policy, "run_config", None)
     if env_id is None and run_config is None:
         raise ValueError("This policy does not know its env; pass env_id=...")
     env_cfg = run_config.env if run_config is not None else None
-    env = make_env(
-        env_id or env_cfg.id,
-        kwargs=env_cfg.kwargs if env_cfg and (env_id is None or env_id == env_cfg.id) else None,
-        wrappers=build_wrappers(env_cfg.wrappers) if env_cfg else None,
-    )
-    returns = run_episodes(policy, env, episodes, seed)
-    env.close()
-    return {"mean": float(np.mean(returns)), "std": float(np.std(returns)), "returns": returns}
+    the_id = env_id or env_cfg.id
+    kwargs = env_cfg.kwargs if env_cfg and (env_id is None or env_id == env_cfg.id) else None
+    if video_dir is not None:
+        kwargs = _video_env_kwargs(the_id, kwargs)
+    env = make_env(the_id, kwargs=kwargs, wrappers=build_wrappers(env_cfg.wrappers) if env_cfg else None)
+    prefix = None
+    if video_dir is not None:
+        if "rgb_array" not in (env.metadata.get("render_modes") or []):
+            env.close()
+            raise ValueError(f"Environment {the_id!r} cannot render rgb_array frames, so its episodes cannot be recorded.")
+        prefix = f"{policy.algo_name}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', the_id)}"
+        env = gym.wrappers.RecordVideo(
+            env, str(video_dir), episode_trigger=lambda _: True, name_prefix=prefix, disable_logger=True
+        )
+    try:
+        returns = run_episodes(policy, env, episodes, seed, stochastic=stochastic)
+    finally:
+        env.close()
+    videos = []
+    if video_dir is not None:
+        videos = [str(p) for i in range(episodes) if (p := video_dir / f"{prefix}-episode-{i}.mp4").is_file()]
+    return {"mean": float(np.mean(returns)), "std": float(np.std(returns)), "returns": returns, "videos": videos}
