@@ -1,4 +1,4 @@
-"""``rlfunc`` command line: train, eval, resume, plot, dataset collect."""
+"""``rlfunc`` command line: train, eval, resume, export, configs, algos, plot, dataset collect."""
 
 from __future__ import annotations
 
@@ -30,24 +30,57 @@ def _nonnegative_int(text: str) -> int:
     return value
 
 
+def _version() -> str:
+    """The installed distribution's version (``importlib.metadata``), else the package's own."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("rlfunc")
+    except PackageNotFoundError:
+        from rlfunc import __version__
+
+        return __version__
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rlfunc", description="Functional RL on PyTorch: train, evaluate, resume, plot.")
-    sub = p.add_subparsers(dest="command", required=True)
+    p = argparse.ArgumentParser(
+        prog="rlfunc", description="Functional RL on PyTorch: train, evaluate, resume, export, plot."
+    )
+    p.add_argument("--version", action="version", version=f"rlfunc {_version()}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", help="what to do (each command has --help)")
 
     t = sub.add_parser("train", help="train an agent (default: REDQ on Pendulum-v1)")
-    t.add_argument("config", nargs="?", default=None, help="YAML config (default: the embedded REDQ/Pendulum config)")
+    t.add_argument("config", nargs="?", default=None,
+                   help="a YAML file, or the name of a packaged config as `rlfunc configs` lists it "
+                        "(e.g. redq/hopper); default: the embedded REDQ/Pendulum config")
     t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value, e.g. --set train.seed=3 (repeatable)")
     t.add_argument("--run-dir", default=None, help="run directory (default: runs/<algo>-<env>-s<seed>-<time>)")
 
-    e = sub.add_parser("eval", help="evaluate a run directory or checkpoint")
-    e.add_argument("path", help="run directory or checkpoint directory")
+    e = sub.add_parser("eval", help="evaluate a run directory, checkpoint or export")
+    e.add_argument("path", help="run directory, checkpoint directory or `rlfunc export` directory")
     e.add_argument("--episodes", type=_positive_int, default=10, help="episodes to run (default 10)")
     e.add_argument("--seed", type=_nonnegative_int, default=10_000, help="seed of the first episode")
+    e.add_argument("--stochastic", action="store_true",
+                   help="act with the algorithm's own exploration (policy samples, DrQ-v2 noise, epsilon-greedy) "
+                        "instead of the deterministic evaluation action")
+    e.add_argument("--device", default="cpu", help="where the policy runs: cpu (default), cuda, cuda:N")
+    e.add_argument("--video", default=None, metavar="DIR",
+                   help="record every episode to DIR as mp4 (gymnasium's RecordVideo; needs pip install 'rlfunc[video]')")
 
     r = sub.add_parser("resume", help="continue an interrupted run from its newest checkpoint that verifies")
     r.add_argument("run_dir", help="the run directory `rlfunc train` created")
     r.add_argument("--total-steps", type=_positive_int, default=None, help="train to this many env steps instead")
+
+    x = sub.add_parser("export", help="write a run's policy as a small weights-only checkpoint to share")
+    x.add_argument("path", help="run directory or checkpoint directory to export (default: its newest checkpoint)")
+    x.add_argument("--out", required=True, metavar="DIR", help="new (or empty) directory to write the export to")
+
+    sub.add_parser("configs", help="list the packaged configs `rlfunc train NAME` accepts")
+
+    a = sub.add_parser("algos", help="list the algorithms, or show one algorithm's agent defaults")
+    a.add_argument("name", nargs="?", default=None,
+                   help="an algorithm name: print its agent section with every default (omit to list all)")
 
     pl = sub.add_parser("plot", help="learning curves of runs (seeds averaged) to a PNG")
     pl.add_argument("run_dirs", nargs="+", help="run directories (seeds of one setting are averaged)")
@@ -55,7 +88,7 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--title", default=None)
 
     d = sub.add_parser("dataset", help="make prior data for RLPD (no download needed)")
-    dsub = d.add_subparsers(dest="dataset_command", required=True)
+    dsub = d.add_subparsers(dest="dataset_command", required=True, metavar="ACTION", help="what to do (collect)")
     dc = dsub.add_parser("collect", help="run a trained agent (or a random policy) and write a D4RL-style .npz")
     dc.add_argument("--checkpoint", default=None, metavar="RUN_OR_CKPT", help="run directory or checkpoint of a trained agent")
     dc.add_argument("--env", default=None, help="gymnasium id (default: the checkpoint's env)")
@@ -128,19 +161,50 @@ def user_error_message(exc: BaseException) -> str | None:
 
 def _run(args: argparse.Namespace) -> None:
     if args.command == "train":
+        from rlfunc.runtime.packaged import resolve_config
         from rlfunc.runtime.trainer import train
 
-        res = train(args.config, overrides=args.overrides, run_dir=args.run_dir)
+        config = None
+        if args.config is not None:
+            config = resolve_config(args.config)
+            if str(config) != args.config:
+                print(f"rlfunc: config {args.config}: {config}", file=sys.stderr)
+        res = train(config, overrides=args.overrides, run_dir=args.run_dir)
         _report(res)
     elif args.command == "resume":
+        from rlfunc.runtime.api import is_weights_only
+        from rlfunc.runtime.config import ConfigError
         from rlfunc.runtime.trainer import resume
 
+        if is_weights_only(args.run_dir):
+            raise ConfigError(
+                f"{args.run_dir!r} holds a policy's weights only (an `rlfunc export` or a run's best/ policy), "
+                "with no optimizer state, replay or counters to continue from; resume the run directory "
+                "`rlfunc train` created, or start a new run."
+            )
         _report(resume(args.run_dir, total_steps=args.total_steps))
     elif args.command == "eval":
-        from rlfunc.runtime.api import evaluate
+        from rlfunc.runtime.api import check_device, evaluate
 
-        out = evaluate(args.path, episodes=args.episodes, seed=args.seed)
-        print(f"mean return {out['mean']:.2f} +- {out['std']:.2f} over {len(out['returns'])} episodes")
+        check_device(args.device)
+        out = evaluate(
+            args.path, episodes=args.episodes, seed=args.seed, stochastic=args.stochastic, device=args.device,
+            video_dir=args.video,
+        )
+        how = " (stochastic)" if args.stochastic else ""
+        print(f"mean return {out['mean']:.2f} +- {out['std']:.2f} over {len(out['returns'])} episodes{how}")
+        if args.video is not None:
+            print(f"wrote {len(out['videos'])} video(s) to {args.video}")
+    elif args.command == "export":
+        from rlfunc.runtime.api import export
+
+        written = export(args.path, args.out)
+        size = sum(f.stat().st_size for f in written.rglob("*") if f.is_file())
+        print(f"wrote {written} ({size / 1e6:.2f} MB); load it with rlfunc.load({args.out!r}) or `rlfunc eval {args.out}`")
+    elif args.command == "configs":
+        _list_configs()
+    elif args.command == "algos":
+        _list_algos(args.name)
     elif args.command == "plot":
         from rlfunc.runtime.plot import plot_runs
 
@@ -163,6 +227,44 @@ def _run(args: argparse.Namespace) -> None:
             f"wrote {out['path']}: {out['transitions']} transitions of {out['env_id']} "
             f"({out['episodes']} complete episodes, mean return {ret}, policy {out['policy']})"
         )
+
+
+def _list_configs() -> None:
+    from rlfunc.runtime.packaged import configs_dir, list_configs
+
+    configs = list_configs()
+    if not configs:
+        raise ValueError("No packaged configs were found next to this rlfunc installation; reinstall rlfunc.")
+    width = max(len(c.name) for c in configs)
+    for c in configs:
+        print(f"{c.name:<{width}}  {c.summary}")
+    print(f"({len(configs)} configs in {configs_dir()}; run one with `rlfunc train NAME`)")
+
+
+def _list_algos(name: str | None) -> None:
+    import dataclasses
+
+    import yaml
+
+    from rlfunc.runtime.packaged import list_configs
+    from rlfunc.runtime.registry import ALGOS, get_algo
+
+    if name is not None:
+        entry = get_algo(name)
+        agent = dataclasses.asdict(entry.config_cls(**entry.config_defaults))
+        plain = {k: list(v) if isinstance(v, tuple) else v for k, v in agent.items()}
+        print(f"# {entry.name}: {entry.description}")
+        print(f"# every agent default ({entry.module}.{entry.config_cls_name}); a config's agent section overrides them")
+        print(yaml.safe_dump({"algo": entry.name, "agent": plain}, sort_keys=False, default_flow_style=None), end="")
+        return
+    by_algo: dict[str, list[str]] = {}
+    for c in list_configs():
+        by_algo.setdefault(c.name.split("/")[0], []).append(c.name)
+    width = max(len(n) for n in ALGOS)
+    for n, entry in ALGOS.items():
+        print(f"{n:<{width}}  {entry.description}")
+        print(f"{'':<{width}}  configs: {', '.join(by_algo.get(n, [])) or 'none packaged'}")
+    print("(`rlfunc algos NAME` prints an algorithm's agent defaults)")
 
 
 def _report(res) -> None:
