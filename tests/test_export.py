@@ -29,6 +29,12 @@ def _bytes(directory: Path) -> int:
     return sum(f.stat().st_size for f in directory.rglob("*") if f.is_file())
 
 
+def _first_frame(video) -> np.ndarray:
+    import imageio.v3 as iio  # moviepy's own reader (imageio + imageio-ffmpeg come with it)
+
+    return iio.imread(video, index=0)
+
+
 def _one_error_line(capsys) -> str:
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("rlfunc: error: "), err
@@ -160,6 +166,7 @@ def test_eval_records_video(trained, tmp_path, capsys):
     files = sorted(videos.glob("*.mp4"))
     assert [f.name for f in files] == ["sac-Pendulum-v1-episode-0.mp4", "sac-Pendulum-v1-episode-1.mp4"]
     assert all(f.stat().st_size > 1000 for f in files)
+    assert _first_frame(files[0]).shape == (500, 500, 3)  # Pendulum's own rgb_array render
     (tmp_path / "afile").write_text("x")
     assert main(["eval", str(trained), "--video", str(tmp_path / "afile")]) == 2
     assert "is a file" in _one_error_line(capsys)
@@ -181,3 +188,44 @@ def test_eval_video_of_an_env_that_cannot_render_is_one_line(tmp_path):
     with pytest.raises(ValueError, match="cannot render rgb_array frames") as info:
         rlfunc.evaluate(policy, episodes=1, video_dir=tmp_path / "v")
     assert "\n" not in str(info.value) and not (tmp_path / "v").exists()
+
+
+def _untrained_policy(raw: dict):
+    """The policy an untrained run of ``raw`` would save (init parameters), with its run config."""
+    from rlfunc.envs import build_wrappers, make_env
+    from rlfunc.runtime.config import build_config
+    from rlfunc.runtime.policy import Policy
+    from rlfunc.runtime.registry import get_algo
+
+    cfg = build_config(raw)
+    env = make_env(cfg.env.id, kwargs=cfg.env.kwargs, wrappers=build_wrappers(cfg.env.wrappers), rescale_actions=False)
+    obs_space, native = env.observation_space, env.action_space
+    env.close()
+    box = type(native)(-1.0, 1.0, native.shape, np.float32)
+    params = get_algo(cfg.algo).algo.init(cfg.agent, obs_space, box, seed=0)["params"]
+    policy = Policy(cfg.algo, params, cfg.agent, native.low, native.high, obs_space.shape)
+    policy.run_config = cfg
+    return policy
+
+
+@pytest.mark.parametrize("env", ["Hopper-v5", "dmc/cartpole_balance-v0"])
+def test_eval_records_mujoco_and_dmc_videos_headless(env, tmp_path):
+    """MuJoCo renders without a display (EGL or OSMesa chosen as for the DMC pixel envs)."""
+    pytest.importorskip("moviepy", reason="recording needs moviepy (pip install 'rlfunc[video]')")
+    pytest.importorskip("mujoco", reason="needs the mujoco or dmc extra")
+    from rlfunc.envs.dmc import select_gl_backend
+
+    try:
+        select_gl_backend()
+    except RuntimeError as exc:  # no libEGL / libOSMesa on this machine
+        pytest.skip(str(exc))
+    if env.startswith("dmc/"):
+        pytest.importorskip("dm_control", reason="dm-control not installed: pip install -e '.[dmc]'")
+        raw = {"algo": "drqv2", "env": {"id": env, "kwargs": {"size": 32, "action_repeat": 8, "fast_render": True}},
+               "train": {"random_steps": 0}, "agent": {"hidden_dim": 16, "feature_dim": 8}}
+    else:
+        raw = {"algo": "redq", "env": {"id": env}, "train": {"random_steps": 0}, "agent": {"hidden_sizes": [16, 16]}}
+    out = rlfunc.evaluate(_untrained_policy(raw), episodes=1, video_dir=tmp_path / "videos")
+    (video,) = out["videos"]
+    assert Path(video).name.startswith(f"{raw['algo']}-") and Path(video).stat().st_size > 1000
+    assert _first_frame(video).mean() > 10, "a black video: MuJoCo rendered without a GL context"
