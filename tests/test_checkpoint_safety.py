@@ -249,8 +249,10 @@ def _foreign_algo(ckpt):
     def edit(meta):
         meta["algo"] = "drqn"
         meta["config"]["algo"] = "drqn"
-        meta["config"]["agent"] = {}
+        meta["config"]["agent"] = {"learning_starts": 0}  # a config that builds: the state is what is foreign
         meta["config"]["env"]["id"] = "CartPole-v1"
+        for key in ("random_steps", "replay_size", "compile_mode"):  # a drqn config has none (its agent sets them)
+            meta["config"]["train"].pop(key, None)
         meta["num_actions"] = 2
         meta.pop("action_low"), meta.pop("action_high")
         meta["obs_shape"] = [4]
