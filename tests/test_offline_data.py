@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+
 import gymnasium as gym
 import numpy as np
 import pytest
