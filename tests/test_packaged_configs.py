@@ -55,13 +55,20 @@ def test_configs_lists_every_shipped_config_one_line_each(capsys):
     assert len(lines) == len(SHIPPED) + 1 and f"({len(SHIPPED)} configs in" in lines[-1]
     for name, line in zip(SHIPPED, lines):
         assert line.startswith(name + " ") and len(line.split(None, 1)[1]) > 10, line
-    by_name = {c.name: c.summary for c in list_configs()}
-    assert by_name["redq/hopper"] == "REDQ on MuJoCo Hopper-v5 with the paper's settings"
 
 
-def test_summary_falls_back_to_algo_and_env(tmp_path):
+def test_summary_is_the_first_sentence_of_the_leading_comment_or_algo_and_env(tmp_path):
     from rlfunc.runtime.packaged import summary
 
+    commented = tmp_path / "c.yaml"
+    commented.write_text(
+        "# REDQ on MuJoCo Hopper-v5 with the paper's settings (Chen et al. 2021, Table/\n"
+        "# official code defaults): N=10, M=2. Needs the mujoco extra.\nalgo: redq\n# later comment\n"
+    )
+    assert summary(commented) == "REDQ on MuJoCo Hopper-v5 with the paper's settings"
+    long = tmp_path / "l.yaml"
+    long.write_text("# " + "word " * 40 + "\nalgo: sac\n")
+    assert len(summary(long)) == 96 and summary(long).endswith("...")
     bare = tmp_path / "bare.yaml"
     bare.write_text("algo: sac\nenv: {id: Pendulum-v1}\n")
     assert summary(bare) == "sac on Pendulum-v1"
