@@ -88,13 +88,16 @@ def test_train_by_name_and_unknown_names(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["train", "sac/pendulum", "--run-dir", "run", *_sets(TINY_REDQ)]) == 0
     captured = capsys.readouterr()
-    assert "rlfunc: config sac/pendulum: " in captured.err and "env steps: 200" in captured.out
+    assert "config sac/pendulum: " in captured.out and "env steps: 200" in captured.out
     stored = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
     assert stored["algo"] == "sac" and stored["env"]["id"] == "Pendulum-v1"
     assert main(["train", "redq/hoper", "--run-dir", "x"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no packaged config of that name (closest: redq/hopper)" in err[0]
     assert "rlfunc configs" in err[0] and not (tmp_path / "x").exists()
+    assert main(["train", "sac/pendulum", "--run-dir", "y", "--set", "agent.num_critic=3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "did you mean 'num_critics'" in err[0], "a packaged config's errors are one line too"
 
 
 def test_algos_lists_the_registry_and_each_default_config(capsys):

@@ -167,7 +167,7 @@ def _run(args: argparse.Namespace) -> None:
         if args.config is not None:
             config = resolve_config(args.config)
             if str(config) != args.config:
-                print(f"rlfunc: config {args.config}: {config}", file=sys.stderr)
+                print(f"config {args.config}: {config}")  # stdout: an error after it stays stderr's one line
         res = train(config, overrides=args.overrides, run_dir=args.run_dir)
         _report(res)
     elif args.command == "resume":
