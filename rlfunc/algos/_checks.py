@@ -12,6 +12,8 @@ import math
 import numbers
 from typing import Any, Iterable
 
+from rlfunc.core.optim import LRSchedule
+
 __all__ = [
     "LINEAR_INITS",
     "LSTM_INITS",
@@ -27,6 +29,7 @@ __all__ = [
     "layer_sizes",
     "one_of",
     "optional_positive_float",
+    "lr_schedules",
 ]
 
 LINEAR_INITS = ("xavier_uniform", "orthogonal", "torch_default")
@@ -129,3 +132,11 @@ def one_of(config, name: str, options: Iterable[str]) -> None:
     v = getattr(config, name)
     if v not in options:
         raise ValueError(f"{name} must be one of {', '.join(repr(o) for o in options)}, got {v!r}.")
+
+
+def lr_schedules(config, *names: str) -> None:
+    """Each named field (``lr_schedule``, ``critic_lr_schedule``, ...) becomes an
+    :class:`~rlfunc.core.optim.LRSchedule` (a mapping from YAML is parsed) or stays ``None``;
+    a bad value is one sentence naming the field (:meth:`LRSchedule.parse`)."""
+    for name in names:
+        object.__setattr__(config, name, LRSchedule.parse(getattr(config, name), name))

@@ -12,20 +12,49 @@ new TensorDicts are returned. The arithmetic is PyTorch's fused Adam kernel
 fresh copies, so results agree with ``torch.optim.Adam`` to float rounding; the
 tests check this against ``torch.optim.Adam`` and ``torch.optim.AdamW``.
 
-The learning rate may be a Python float or a 0-dim tensor (``lr=`` override of
-:meth:`Adam.step`), so a schedule that is a pure function of the step does not
-recompile a compiled update.
+The learning rate may be a Python float, a 0-dim tensor (``lr=`` override of
+:meth:`Adam.step`) or a schedule: a pure function ``step -> lr`` of the
+optimizer's own step counter (``opt_state["step"]``, a tensor in the state), as
+optax's ``adam(learning_rate=schedule)``. A schedule is tensor arithmetic only
+(``torch.clamp``/``torch.where``, no ``.item()``, no Python branch on a tensor
+value), so it compiles with ``fullgraph=True``, never syncs with the host, and
+the compiled update does not recompile as the step advances.
+
+Learning-rate schedules (:class:`Schedule`, built from the config-level
+:class:`LRSchedule`): ``constant``, ``linear`` and ``cosine`` decay, each with
+an optional linear warm-up, in the forms of optax's ``linear_schedule``,
+``cosine_decay_schedule`` and ``warmup_cosine_decay_schedule`` (warm-up from
+``warmup_start_factor * lr`` to ``lr``, then the decay from ``lr`` to
+``end_factor * lr``). No schedule (the default everywhere) leaves the rate a
+Python float, so an unscheduled update runs exactly the arithmetic it ran
+before schedules existed.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+import difflib
+import math
+import numbers
+from typing import Any, Callable, Mapping
 
 import torch
 from tensordict import TensorDict
 
-__all__ = ["Adam", "clip_by_global_norm", "global_norm", "linear_schedule"]
+__all__ = [
+    "Adam",
+    "LRSchedule",
+    "SCHEDULE_KINDS",
+    "Schedule",
+    "clip_by_global_norm",
+    "global_norm",
+    "last_lr",
+    "linear_schedule",
+    "scheduled_lr",
+]
+
+SCHEDULE_KINDS = ("constant", "linear", "cosine")
+"""The learning-rate schedule kinds of :class:`LRSchedule` and :class:`Schedule`."""
 
 
 def global_norm(grads: TensorDict) -> torch.Tensor:
@@ -52,9 +81,15 @@ class Adam:
     ``weight_decay`` is L2 added to the gradient (``torch.optim.Adam``) unless
     ``decoupled=True`` (``torch.optim.AdamW``: ``p *= 1 - lr * wd``).
     ``max_grad_norm`` clips by global norm before the step.
+
+    ``lr`` is a float or a schedule (a :class:`Schedule`, or any pure callable
+    ``step -> lr`` on tensors): the rate of a step is then ``lr(opt_state["step"])``,
+    where ``opt_state["step"]`` is the number of steps this optimizer has taken
+    before it (0 for the first), i.e. the schedule counts this optimizer's
+    gradient steps (:meth:`learning_rate`).
     """
 
-    lr: float = 3e-4
+    lr: float | Callable[[torch.Tensor], torch.Tensor] = 3e-4
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
     weight_decay: float = 0.0
@@ -79,6 +114,14 @@ class Adam:
         ]
         return p_new, m_new, v_new
 
+    def learning_rate(self, opt_state: TensorDict) -> float | torch.Tensor:
+        """The rate of the next :meth:`step` from ``opt_state``: ``lr`` itself when it is a
+        float, else the schedule at ``opt_state["step"]`` (this optimizer's steps so far;
+        a float32 counter, exact up to 2**24 steps, as ``torch.optim``'s). Pure, no sync."""
+        if callable(self.lr):
+            return self.lr(opt_state["step"])
+        return self.lr
+
     def init(self, params: TensorDict) -> TensorDict:
         """Zero moments shaped like ``params`` and a step counter."""
         zeros = params.apply(torch.zeros_like)
@@ -99,8 +142,12 @@ class Adam:
         params: TensorDict,
         lr: float | torch.Tensor | None = None,
     ) -> tuple[TensorDict, TensorDict]:
-        """One Adam step. Returns ``(new_params, new_opt_state)``."""
-        lr = self.lr if lr is None else lr
+        """One Adam step. Returns ``(new_params, new_opt_state)``.
+
+        ``lr`` overrides the rate of this step; by default it is
+        :meth:`learning_rate` of ``opt_state`` (the schedule at this optimizer's step).
+        """
+        lr = self.learning_rate(opt_state) if lr is None else lr
         beta1, beta2 = self.betas
         if self.max_grad_norm is not None:
             grads, _ = clip_by_global_norm(grads, self.max_grad_norm)
@@ -176,3 +223,193 @@ def linear_schedule(start: float, end: float, duration: int) -> Callable[[torch.
         return start + frac * (end - start)
 
     return schedule
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """A learning rate as a pure function of the step, in absolute values (optax-style).
+
+    ``schedule(step) -> lr``: ``step`` is a tensor (any shape; the
+    optimizer passes its own ``opt_state["step"]``, the number of gradient
+    steps this optimizer took before the current one), the result a float32
+    tensor of the same shape on the same device. With ``s = step``, ``W =
+    warmup_steps``, ``D = decay_steps``, ``v = init_value``, ``e = end_value``,
+    ``w0 = warmup_init_value`` and ``t = clip((s - W) / D, 0, 1)``:
+
+    * warm-up (``s < W``): ``w0 + (s / W) (v - w0)``, linear from ``w0`` at
+      step 0 towards ``v`` at step ``W`` (optax ``linear_schedule(w0, v, W)``);
+    * ``constant``: ``v``;
+    * ``linear``: ``v + t (e - v)`` (optax ``linear_schedule(v, e, D,
+      transition_begin=W)``; without warm-up exactly :func:`linear_schedule`);
+    * ``cosine``: ``e + (v - e) (1 + cos(pi t)) / 2`` (optax
+      ``cosine_decay_schedule(v, D, alpha=e/v)``; with warm-up optax's
+      ``warmup_cosine_decay_schedule(w0, v, W, W + D, e)``).
+
+    Tensor arithmetic only (``clamp``, ``where``; the kind and counts are
+    static), so it runs inside a ``fullgraph=True`` compiled update or a CUDA
+    graph without a host sync. Frozen and hashable: an :class:`Adam` holding
+    it is a static constant to ``torch.compile``.
+    """
+
+    kind: str
+    init_value: float
+    end_value: float = 0.0
+    decay_steps: int = 0
+    warmup_steps: int = 0
+    warmup_init_value: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in SCHEDULE_KINDS:
+            raise ValueError(f"Schedule kind must be one of {', '.join(map(repr, SCHEDULE_KINDS))}, got {self.kind!r}.")
+        if self.kind != "constant" and (not _is_int(self.decay_steps) or self.decay_steps < 1):
+            raise ValueError(f"Schedule decay_steps must be a positive integer for kind {self.kind!r}, got {self.decay_steps!r}.")
+        if not _is_int(self.warmup_steps) or self.warmup_steps < 0:
+            raise ValueError(f"Schedule warmup_steps must be an integer >= 0, got {self.warmup_steps!r}.")
+
+    def __call__(self, step: torch.Tensor) -> torch.Tensor:
+        s = torch.as_tensor(step, dtype=torch.float32)
+        v, w = self.init_value, self.warmup_steps
+        if self.kind == "constant":
+            after: torch.Tensor | float = v if w else torch.full_like(s, v)
+        else:
+            t = s - w if w else s
+            if self.kind == "linear":
+                after = linear_schedule(v, self.end_value, self.decay_steps)(t)
+            else:
+                frac = torch.clamp(t / self.decay_steps, 0.0, 1.0)
+                after = self.end_value + (v - self.end_value) * (0.5 * (1.0 + torch.cos(math.pi * frac)))
+        if not w:
+            return after
+        w0 = self.warmup_init_value
+        warm = w0 + (s / w) * (v - w0)
+        return torch.where(s < w, warm, after)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _is_real(v: Any) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+
+
+_SCHEDULE_EXAMPLE = "{kind: cosine, warmup_updates: 1000, decay_updates: 100000, end_factor: 0.1}"
+
+
+@dataclasses.dataclass(frozen=True)
+class LRSchedule:
+    """A learning-rate schedule as a config sets it, relative to the optimizer's ``lr``.
+
+    ``kind``: ``"constant"``, ``"linear"`` or ``"cosine"``. All counts are
+    **gradient steps of the optimizer it is applied to** (its
+    ``opt_state["step"]``), not environment steps: REDQ's critic takes
+    ``updates_per_step`` of them per env step, its actor and temperature one;
+    DrQ-v2's one per ``update_every`` agent steps; DRQN/R2D2's one per update.
+
+    * ``warmup_updates`` (default 0: none): the rate rises linearly from
+      ``warmup_start_factor * lr`` (default 0) at the first step to ``lr`` at
+      step ``warmup_updates``;
+    * ``decay_updates`` (``linear``/``cosine``, required): then the rate falls
+      from ``lr`` to ``end_factor * lr`` (default 0) over this many steps, and
+      stays there;
+    * ``constant`` takes neither ``decay_updates`` nor ``end_factor``; without
+      warm-up it *is* the constant rate (:meth:`at` returns the float ``lr``,
+      bit-identical to no schedule).
+
+    E.g. ``{kind: cosine, warmup_updates: 1000, decay_updates: 100000,
+    end_factor: 0.1}``. :meth:`at` makes the absolute :class:`Schedule`.
+    """
+
+    kind: str = "constant"
+    warmup_updates: int = 0
+    decay_updates: int | None = None
+    end_factor: float | None = None
+    warmup_start_factor: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check_lr_schedule(dataclasses.asdict(self), "LRSchedule")
+
+    @classmethod
+    def parse(cls, value: Any, name: str = "lr_schedule") -> "LRSchedule | None":
+        """``value`` from a config (``None``, an :class:`LRSchedule` or a mapping of its fields)
+        -> ``LRSchedule`` or ``None``; a bad value is one :class:`ValueError` sentence starting with ``name``."""
+        if value is None or isinstance(value, LRSchedule):
+            return value
+        if not isinstance(value, Mapping):
+            raise ValueError(
+                f"{name} must be a mapping such as {_SCHEDULE_EXAMPLE}, or null for a constant rate; got {value!r}."
+            )
+        valid = [f.name for f in dataclasses.fields(cls)]
+        for key in value:
+            if key not in valid:
+                match = difflib.get_close_matches(str(key), valid, n=1, cutoff=0.5)
+                hint = f"did you mean {match[0]!r}?" if match else f"valid keys are {', '.join(valid)}."
+                raise ValueError(f"{name} has no key {key!r}; {hint}")
+        values = {f.name: value.get(f.name, f.default) for f in dataclasses.fields(cls)}
+        for key in ("warmup_updates", "decay_updates"):  # YAML may give 1000.0
+            v = values[key]
+            if isinstance(v, float) and v.is_integer():
+                values[key] = int(v)
+        _check_lr_schedule(values, name)
+        return cls(**values)
+
+    def at(self, lr: float) -> "float | Schedule":
+        """The schedule of an optimizer whose configured rate is ``lr``: ``lr`` itself (a float)
+        for a constant rate without warm-up, else the absolute :class:`Schedule`."""
+        if self.kind == "constant" and not self.warmup_updates:
+            return lr
+        end = lr if self.kind == "constant" else lr * (self.end_factor or 0.0)
+        return Schedule(
+            kind=self.kind,
+            init_value=lr,
+            end_value=end,
+            decay_steps=self.decay_updates or 0,
+            warmup_steps=self.warmup_updates,
+            warmup_init_value=lr * self.warmup_start_factor,
+        )
+
+
+def _check_lr_schedule(v: dict, name: str) -> None:
+    """One-sentence errors (starting with ``name``) for the fields of an :class:`LRSchedule`."""
+    kind = v["kind"]
+    if kind not in SCHEDULE_KINDS:
+        raise ValueError(f"{name} kind must be one of {', '.join(map(repr, SCHEDULE_KINDS))}, got {kind!r}.")
+    if not _is_int(v["warmup_updates"]) or v["warmup_updates"] < 0:
+        raise ValueError(f"{name} warmup_updates must be an integer >= 0 (gradient steps), got {v['warmup_updates']!r}.")
+    ws = v["warmup_start_factor"]
+    if not _is_real(ws) or not 0.0 <= ws < 1.0:
+        raise ValueError(f"{name} warmup_start_factor must be a number in [0, 1), got {ws!r}.")
+    if ws and not v["warmup_updates"]:
+        raise ValueError(f"{name} warmup_start_factor is set but warmup_updates is 0; set warmup_updates or drop it.")
+    if kind == "constant":
+        for key in ("decay_updates", "end_factor"):
+            if v[key] is not None:
+                raise ValueError(f"{name} kind 'constant' takes no {key}; use kind linear or cosine to decay.")
+        return
+    d = v["decay_updates"]
+    if not _is_int(d) or d < 1:
+        raise ValueError(
+            f"{name} kind {kind!r} needs decay_updates, a positive number of gradient steps over which the rate "
+            f"falls to end_factor * lr; got {d!r}."
+        )
+    e = v["end_factor"]
+    if e is not None and (not _is_real(e) or not 0.0 <= e <= 1.0):
+        raise ValueError(f"{name} end_factor must be a number in [0, 1] (the final rate over lr), got {e!r}.")
+
+
+def scheduled_lr(lr: float, *schedules: LRSchedule | None) -> float | Schedule:
+    """The rate to give :class:`Adam`: the first schedule in ``schedules`` that is set
+    (e.g. ``critic_lr_schedule``, then ``lr_schedule``) at ``lr``, or ``lr`` itself."""
+    for schedule in schedules:
+        if schedule is not None:
+            return schedule.at(lr)
+    return lr
+
+
+def last_lr(opt: Adam, opt_state: TensorDict, like: torch.Tensor) -> torch.Tensor:
+    """The rate ``opt`` used for its last step (``opt_state`` is the state after it), as a
+    0-dim metric of ``like``'s dtype made on ``like``'s device: no host copy, no sync, so a
+    CUDA-graph capture of the update stays legal. Before any step: the first step's rate."""
+    if callable(opt.lr):
+        return opt.lr(torch.clamp(opt_state["step"] - 1, min=0)).to(like.dtype)
+    return like.new_full((), float(opt.lr))
