@@ -5,26 +5,42 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDict
 
-from rlfunc.core.optim import Adam, linear_schedule
+from rlfunc.core.optim import Adam, LRSchedule, Schedule, scheduled_lr
+
+
+def q_lr(config) -> float | Schedule:
+    """The rate of the one optimizer: ``config.lr`` (a float: the papers' constant rate) unless
+    a schedule is set.
+
+    ``config.lr_schedule`` (:class:`~rlfunc.core.optim.LRSchedule`, counted in
+    updates: one Adam step each) is the schedule option, beyond the DRQN and
+    R2D2 papers (both use a constant rate). ``lr_decay_updates: N`` with
+    ``lr_end`` is its older spelling, kept so configs and commands written
+    before it still run: linear from ``lr`` to ``lr_end`` over ``N`` updates,
+    then ``lr_end`` -- ``Schedule("linear", lr, lr_end, N)``, which evaluates
+    exactly the expression the old decay did (:func:`rlfunc.core.optim.linear_schedule`),
+    so runs made with it reproduce bit for bit.
+    """
+    if config.lr_decay_updates:
+        return Schedule("linear", config.lr, config.lr_end, config.lr_decay_updates)
+    return scheduled_lr(config.lr, config.lr_schedule)
 
 
 def q_optimizer(config) -> Adam:
-    """Adam from ``config.lr``, ``config.adam_eps`` and ``config.max_grad_norm`` (global-norm clip or None)."""
-    return Adam(lr=config.lr, eps=config.adam_eps, max_grad_norm=config.max_grad_norm)
+    """Adam at :func:`q_lr` with ``config.adam_eps`` and ``config.max_grad_norm`` (global-norm clip or None)."""
+    return Adam(lr=q_lr(config), eps=config.adam_eps, max_grad_norm=config.max_grad_norm)
 
 
 def q_learning_rate(config, step: torch.Tensor) -> float | torch.Tensor:
-    """The learning rate of update number ``step`` (0-based, a tensor).
+    """The learning rate of update number ``step`` (0-based, a tensor): :func:`q_lr` at ``step``.
 
-    ``config.lr`` unless ``config.lr_decay_updates`` is set: then linear from
-    ``lr`` to ``lr_end`` over that many updates and ``lr_end`` after it -- an
-    option beyond the DRQN and R2D2 papers (both use a constant rate), which
-    damps the late oscillation of greedy returns on small tasks. A pure
-    function of the step, so a compiled update does not recompile.
+    A float for a constant rate, else a 0-dim tensor; a pure function of the
+    step, so a compiled update does not recompile. (:func:`update` takes it
+    from the optimizer's own step counter, ``state["opt", "step"]``, which
+    counts the same updates.)
     """
-    if not config.lr_decay_updates:
-        return config.lr
-    return linear_schedule(config.lr, config.lr_end, config.lr_decay_updates)(step)
+    lr = q_lr(config)
+    return lr(step) if callable(lr) else lr
 
 
 def lr_metric(lr: float | torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -36,11 +52,27 @@ def lr_metric(lr: float | torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 
 def check_lr_decay(config) -> None:
-    """One-sentence errors for ``lr_decay_updates`` / ``lr_end`` (called by the configs' ``__post_init__``)."""
+    """One-sentence errors for ``lr_schedule`` and its old spelling ``lr_decay_updates`` / ``lr_end``
+    (called by the configs' ``__post_init__``; turns a ``lr_schedule`` mapping into an
+    :class:`~rlfunc.core.optim.LRSchedule`)."""
+    object.__setattr__(config, "lr_schedule", LRSchedule.parse(config.lr_schedule, "lr_schedule"))
     if config.lr_decay_updates is not None and config.lr_decay_updates < 0:
         raise ValueError(f"lr_decay_updates must be a number of updates >= 0 (or null: constant lr), got {config.lr_decay_updates}.")
     if not 0.0 <= config.lr_end <= config.lr:
         raise ValueError(f"lr_end must be between 0 and lr ({config.lr}), got {config.lr_end}.")
+    schedule = config.lr_schedule
+    if config.lr_decay_updates and schedule is not None:
+        same = (
+            schedule.kind == "linear"
+            and not schedule.warmup_updates
+            and schedule.decay_updates == config.lr_decay_updates
+            and config.lr * (schedule.end_factor or 0.0) == config.lr_end
+        )
+        if not same:
+            raise ValueError(
+                "lr_schedule and lr_decay_updates (its old spelling, with lr_end) are both set and differ; "
+                "keep lr_schedule and drop lr_decay_updates and lr_end."
+            )
 
 
 def q_learning_state(config, params: TensorDict, device: torch.device | str = "cpu") -> TensorDict:

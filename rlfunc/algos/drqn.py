@@ -34,10 +34,14 @@ updates instead of 10,000; epsilon decayed 1.0 -> 0.05 over 10,000 env steps
 instead of 1.0 -> 0.1 over 1M frames; replay counted in windows. Options beyond
 the paper, off by default: ``double_q`` (van Hasselt et al. 2016),
 ``initial_state="stored"`` (start both unrolls from the actor state stored
-with the window, R2D2's "stored state" without burn-in) and
-``lr_decay_updates``/``lr_end`` (a linear learning-rate decay in updates; the
-paper's rate is constant), ``dueling`` (the linear Q head split into linear
-value and advantage heads, ``q = v + a - mean_a a``, Wang et al. 2016, as
+with the window, R2D2's "stored state" without burn-in),
+``lr_schedule`` (a learning-rate schedule,
+:class:`rlfunc.core.optim.LRSchedule`: constant, linear or cosine with
+optional warm-up, counted in updates, e.g. ``{kind: linear, decay_updates:
+74000, end_factor: 0.1}``; the paper's rate is constant;
+``lr_decay_updates``/``lr_end`` is its older alias for a linear decay to
+``lr_end`` and computes the same rates bit for bit), ``dueling`` (the linear
+Q head split into linear value and advantage heads, ``q = v + a - mean_a a``, Wang et al. 2016, as
 R2D2's; meant for small action gaps), ``n_step`` (the target is the n-step
 return ``r_t + ... + gamma^{n-1} r_{t+n-1} + gamma^n max_a Q'(h'_{t+n}, a)``
 summed inside the window, cut short at its end, R2D2's return without value
@@ -106,11 +110,11 @@ from tensordict import TensorDict
 from torch.func import grad_and_value
 
 from rlfunc.algos import _checks
-from rlfunc.algos._qstate import check_lr_decay, lr_metric, q_learning_rate, q_learning_state, q_optimizer
+from rlfunc.algos._qstate import check_lr_decay, lr_metric, q_learning_state, q_optimizer
 from rlfunc.core import nets
 from rlfunc.core import returns
 from rlfunc.core.exploration import actor_epsilons
-from rlfunc.core.optim import global_norm, linear_schedule
+from rlfunc.core.optim import LRSchedule, global_norm, linear_schedule
 from rlfunc.core.targets import periodic_copy
 
 __all__ = [
@@ -142,7 +146,8 @@ class Config:
     batch_size: int = 32
     gamma: float = 0.99
     lr: float = 1e-3
-    lr_decay_updates: int | None = None  # option: linear decay lr -> lr_end over this many updates
+    lr_schedule: LRSchedule | None = None  # option, e.g. {kind: linear, decay_updates: 74000, end_factor: 0.1}
+    lr_decay_updates: int | None = None  # old spelling of lr_schedule {kind: linear, decay_updates: N}, with lr_end
     lr_end: float = 0.0
     adam_eps: float = 1e-8
     max_grad_norm: float | None = None
@@ -434,8 +439,9 @@ def update(
     params, target = state["params"], state["target"]
     grads, (value, aux) = grad_and_value(loss, has_aux=True)(params, target, config, batch)
     grad_norm = global_norm(grads)
-    lr = q_learning_rate(config, state["step"])
-    params, opt_state = q_optimizer(config).step(grads, state["opt"], params, lr=lr)
+    opt = q_optimizer(config)
+    lr = opt.learning_rate(state["opt"])  # the schedule at this optimizer's step (= updates so far)
+    params, opt_state = opt.step(grads, state["opt"], params, lr=lr)
     step = state["step"] + 1
     target = periodic_copy(target, params, step, config.target_period)
     new_state = TensorDict(

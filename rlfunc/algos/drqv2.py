@@ -49,7 +49,13 @@ eagerly but differs between eager and compiled code.
 
 Options beyond the paper (sizes of the encoder, trunk and heads) exist so
 that tests and CPU benchmarks can run small versions; every default is the
-paper's.
+paper's. Learning-rate schedules are an option too (the official rate is a
+constant 1e-4): ``lr_schedule`` (:class:`rlfunc.core.optim.LRSchedule`, e.g.
+``{kind: cosine, warmup_updates: 1000, decay_updates: 200000, end_factor:
+0.1}``) applies to both optimizers, ``actor_lr_schedule`` replaces it for the
+actor and ``critic_lr_schedule`` for the critic and the encoder (their Adam
+steps go together); counts are updates (one per ``update_every`` agent
+steps), and the metrics then include ``actor_lr`` and ``critic_lr``.
 
 Usage, one update by hand on tiny images (a whole training script:
 ``rlfunc.examples.drqv2_dmc``)::
@@ -85,7 +91,7 @@ from rlfunc.algos import _checks
 from rlfunc.core import nets
 from rlfunc.core.augment import draw_shift, random_shift
 from rlfunc.core.dists import clipped_normal_sample
-from rlfunc.core.optim import Adam
+from rlfunc.core.optim import Adam, LRSchedule, last_lr, scheduled_lr
 from rlfunc.core.targets import polyak
 
 __all__ = [
@@ -111,6 +117,9 @@ class Config:
     """DrQ-v2 hyperparameters; defaults are the official code's (easy DMC tasks)."""
 
     lr: float = 1e-4
+    lr_schedule: LRSchedule | None = None  # option, both optimizers; null: constant (the official rate)
+    actor_lr_schedule: LRSchedule | None = None  # replaces lr_schedule for the actor
+    critic_lr_schedule: LRSchedule | None = None  # ... for the critic and the encoder
     batch_size: int = 256
     gamma: float = 0.99
     nstep: int = 3
@@ -135,6 +144,7 @@ class Config:
         _checks.discount(self, "gamma")
         _checks.fraction(self, "tau")
         _checks.positive_float(self, "lr", "stddev_clip")
+        _checks.lr_schedules(self, "lr_schedule", "actor_lr_schedule", "critic_lr_schedule")
         _checks.nonnegative_float(self, "stddev_init", "stddev_final")
         if self.stddev_final > self.stddev_init:
             raise ValueError(
@@ -373,7 +383,7 @@ def update(state: TensorDict, batch: TensorDict, noise: TensorDict | None = None
     params = state["params"]
     encoder, actor, critic = params["encoder"], params["actor"], params["critic"]
     std = stddev(config, state["agent_step"])
-    opt = Adam(lr=config.lr)
+    critic_opt_fn, actor_opt_fn = _critic_opt(config), _actor_opt(config)
 
     obs = random_shift(batch["obs"].float(), config.pad, noise["shift_obs"])
     next_obs = random_shift(batch["next_obs"].float(), config.pad, noise["shift_next_obs"])
@@ -392,13 +402,13 @@ def update(state: TensorDict, batch: TensorDict, noise: TensorDict | None = None
 
     ec = TensorDict({"encoder": encoder, "critic": critic}, batch_size=[])
     grads, (c_loss, c_aux) = grad_and_value(critic_loss, has_aux=True)(ec, config, obs, batch["action"].float(), y)
-    critic, critic_opt = opt.step(grads["critic"], state["opt", "critic"], critic)
-    encoder, encoder_opt = opt.step(grads["encoder"], state["opt", "encoder"], encoder)
+    critic, critic_opt = critic_opt_fn.step(grads["critic"], state["opt", "critic"], critic)
+    encoder, encoder_opt = critic_opt_fn.step(grads["encoder"], state["opt", "encoder"], encoder)
 
     a_grads, (a_loss, a_aux) = grad_and_value(actor_loss, has_aux=True)(
         actor, config, critic.detach(), c_aux["h"], std, noise["action"]
     )
-    actor, actor_opt = opt.step(a_grads, state["opt", "actor"], actor)
+    actor, actor_opt = actor_opt_fn.step(a_grads, state["opt", "actor"], actor)
     target_critic = polyak(state["target", "critic"], critic, config.tau)
 
     new_state = TensorDict(
@@ -425,7 +435,20 @@ def update(state: TensorDict, batch: TensorDict, noise: TensorDict | None = None
         },
         batch_size=[],
     )
+    if config.lr_schedule is not None or config.actor_lr_schedule is not None or config.critic_lr_schedule is not None:
+        metrics["actor_lr"] = last_lr(actor_opt_fn, actor_opt, std)
+        metrics["critic_lr"] = last_lr(critic_opt_fn, critic_opt, std)
     return new_state, metrics
+
+
+def _critic_opt(config: Config) -> Adam:
+    """Adam for the critic and the encoder: ``lr``, scheduled by ``critic_lr_schedule`` or ``lr_schedule``."""
+    return Adam(lr=scheduled_lr(config.lr, config.critic_lr_schedule, config.lr_schedule))
+
+
+def _actor_opt(config: Config) -> Adam:
+    """Adam for the actor: ``lr``, scheduled by ``actor_lr_schedule`` or ``lr_schedule``."""
+    return Adam(lr=scheduled_lr(config.lr, config.actor_lr_schedule, config.lr_schedule))
 
 
 def act(

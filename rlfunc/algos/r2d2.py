@@ -41,8 +41,13 @@ default:
   ``eps_i = 0.4^(1 + 7 i / (N - 1))`` (:func:`actor_epsilons`; Ape-X, and
   Acme's ``np.logspace(1, 8, N, base=0.4)``); evaluation greedy.
 
-Options beyond the paper, off by default: ``lr_decay_updates``/``lr_end``
-(linear learning-rate decay in updates; the paper's rate is constant).
+Options beyond the paper, off by default: ``lr_schedule`` (a learning-rate
+schedule, :class:`rlfunc.core.optim.LRSchedule`: constant, linear or cosine
+with optional warm-up, counted in updates; the paper's rate is constant), e.g.
+``{kind: linear, decay_updates: 25000, end_factor: 0.1}``; the older
+``lr_decay_updates``/``lr_end`` (linear decay to ``lr_end`` over that many
+updates) is kept as its alias and computes the same rates bit for bit
+(:func:`rlfunc.algos._qstate.q_lr`).
 
 Deviations, each a named option: an MLP encoder (``encoder_sizes=(512,)``,
 ReLU) in place of the Atari conv torso, for vector observations (necessary);
@@ -126,11 +131,11 @@ from tensordict import TensorDict
 from torch.func import grad_and_value
 
 from rlfunc.algos import _checks
-from rlfunc.algos._qstate import check_lr_decay, lr_metric, q_learning_rate, q_learning_state, q_optimizer
+from rlfunc.algos._qstate import check_lr_decay, lr_metric, q_learning_state, q_optimizer
 from rlfunc.core import nets
 from rlfunc.core import returns
 from rlfunc.core.exploration import actor_epsilons
-from rlfunc.core.optim import global_norm
+from rlfunc.core.optim import LRSchedule, global_norm
 from rlfunc.core.targets import periodic_copy
 
 __all__ = [
@@ -177,7 +182,8 @@ class Config:
     value_rescaling: bool = True
     rescale_eps: float = 1e-3
     lr: float = 1e-4
-    lr_decay_updates: int | None = None  # option: linear decay lr -> lr_end over this many updates
+    lr_schedule: LRSchedule | None = None  # option, e.g. {kind: linear, decay_updates: 74000, end_factor: 0.1}
+    lr_decay_updates: int | None = None  # old spelling of lr_schedule {kind: linear, decay_updates: N}, with lr_end
     lr_end: float = 0.0
     adam_eps: float = 1e-3
     max_grad_norm: float | None = None
@@ -558,8 +564,9 @@ def update(
     params, target = state["params"], state["target"]
     grads, (value, aux) = grad_and_value(loss, has_aux=True)(params, target, config, batch)
     grad_norm = global_norm(grads)
-    lr = q_learning_rate(config, state["step"])
-    params, opt_state = q_optimizer(config).step(grads, state["opt"], params, lr=lr)
+    opt = q_optimizer(config)
+    lr = opt.learning_rate(state["opt"])  # the schedule at this optimizer's step (= updates so far)
+    params, opt_state = opt.step(grads, state["opt"], params, lr=lr)
     step = state["step"] + 1
     target = periodic_copy(target, params, step, config.target_period)
     new_state = TensorDict({"params": params, "target": target, "opt": opt_state, "step": step}, batch_size=[])

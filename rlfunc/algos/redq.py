@@ -19,7 +19,17 @@ those of the official code (watchernyu/REDQ, ``redq/algos/redq_sac.py``):
   back-propagates the policy loss before ``q_optimizer.step()``);
 * temperature loss ``-(log_alpha * (log_pi + target_entropy)).mean()``,
   ``log_alpha`` starts at 0, target entropy ``-|A|``;
-* Adam 3e-4 for everything, batch 256, gamma 0.99.
+* Adam 3e-4 for everything, constant (no schedule), batch 256, gamma 0.99.
+
+Learning-rate schedules (an option; the paper's rates are constant):
+``lr_schedule`` (:class:`rlfunc.core.optim.LRSchedule`, e.g. ``{kind: cosine,
+warmup_updates: 1000, decay_updates: 100000, end_factor: 0.1}``) applies to
+every optimizer -- actor, critic ensemble, temperature -- each relative to its
+own ``*_lr`` and counted in its own gradient steps (the critic takes
+``updates_per_step`` per env step, the actor and temperature one);
+``actor_lr_schedule``, ``critic_lr_schedule`` and ``alpha_lr_schedule``
+replace it for one optimizer. With any schedule set the metrics include
+``actor_lr``, ``critic_lr`` and ``alpha_lr`` (the rates of the last steps).
 
 ``G`` is not a config field of :func:`update`: it is the leading dimension of
 the batch. The runtime samples ``G * B`` rows once per environment step and
@@ -75,7 +85,7 @@ from torch.func import grad_and_value
 from rlfunc.algos import _checks
 from rlfunc.core import nets
 from rlfunc.core.dists import tanh_gaussian, tanh_gaussian_mode
-from rlfunc.core.optim import Adam
+from rlfunc.core.optim import Adam, LRSchedule, last_lr, scheduled_lr
 from rlfunc.core.targets import polyak
 
 __all__ = [
@@ -111,6 +121,10 @@ class Config:
     actor_lr: float = 3e-4
     critic_lr: float = 3e-4
     alpha_lr: float = 3e-4
+    lr_schedule: LRSchedule | None = None  # option, every optimizer; null: constant (the paper's)
+    actor_lr_schedule: LRSchedule | None = None  # replaces lr_schedule for the actor
+    critic_lr_schedule: LRSchedule | None = None  # ... for the critic ensemble
+    alpha_lr_schedule: LRSchedule | None = None  # ... for the temperature
     init_alpha: float = 1.0
     auto_alpha: bool = True
     target_entropy: float | None = None  # None: -|A| (REDQ); RLPD uses -|A|/2
@@ -139,6 +153,7 @@ class Config:
         _checks.discount(self, "gamma")
         _checks.fraction(self, "tau")
         _checks.positive_float(self, "actor_lr", "critic_lr", "alpha_lr", "init_alpha", "layer_norm_eps")
+        _checks.lr_schedules(self, "lr_schedule", "actor_lr_schedule", "critic_lr_schedule", "alpha_lr_schedule")
         if self.target_entropy is not None and not isinstance(self.target_entropy, (int, float)):
             raise ValueError(f"target_entropy must be a number or null (-|A|), got {self.target_entropy!r}.")
         _checks.one_of(self, "alpha_loss", ("log_alpha", "alpha"))
@@ -241,15 +256,23 @@ def init(
 
 
 def _actor_opt(config: Config) -> Adam:
-    return Adam(lr=config.actor_lr)
+    """Adam at ``actor_lr``, scheduled by ``actor_lr_schedule`` or ``lr_schedule`` (constant if neither)."""
+    return Adam(lr=scheduled_lr(config.actor_lr, config.actor_lr_schedule, config.lr_schedule))
 
 
 def _critic_opt(config: Config) -> Adam:
-    return Adam(lr=config.critic_lr)
+    return Adam(lr=scheduled_lr(config.critic_lr, config.critic_lr_schedule, config.lr_schedule))
 
 
 def _alpha_opt(config: Config) -> Adam:
-    return Adam(lr=config.alpha_lr)
+    return Adam(lr=scheduled_lr(config.alpha_lr, config.alpha_lr_schedule, config.lr_schedule))
+
+
+def _scheduled(config: Config) -> bool:
+    return any(
+        s is not None
+        for s in (config.lr_schedule, config.actor_lr_schedule, config.critic_lr_schedule, config.alpha_lr_schedule)
+    )
 
 
 def draw_noise(
@@ -535,6 +558,10 @@ def update(
         },
         batch_size=[],
     )
+    if _scheduled(config):
+        metrics["actor_lr"] = last_lr(_actor_opt(config), actor_opt_state, alpha)
+        metrics["critic_lr"] = last_lr(_critic_opt(config), critic_opt_state, alpha)
+        metrics["alpha_lr"] = last_lr(_alpha_opt(config), alpha_opt_state, alpha)
     return new_state, metrics
 
 

@@ -25,7 +25,9 @@ on top of ``configs/sac_config.py``, ``rlpd/agents/sac/sac_learner.py``,
   loss ``alpha * (entropy - target)`` (``alpha_loss="alpha"``) with the
   entropy of that actor step; target entropy ``-|A|/2``; initial temperature 1;
 * backup entropy on (``backup_entropy=False`` for sparse-reward tasks);
-* Adam 3e-4 everywhere, batch 256, gamma 0.99;
+* Adam 3e-4 everywhere, constant, batch 256, gamma 0.99 (``lr_schedule`` and
+  ``actor_lr_schedule``/``critic_lr_schedule``/``alpha_lr_schedule`` are
+  REDQ's schedule options, off by default; :mod:`rlfunc.algos.redq`);
 * the offline ratio (0.5), offline pre-training (0 steps by default) and the
   dataset are run settings, not :class:`Config` fields: the ``data`` section
   of a run config (:mod:`rlfunc.runtime.config`) and
@@ -85,7 +87,8 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from rlfunc.algos import redq
+from rlfunc.algos import _checks, redq
+from rlfunc.core.optim import LRSchedule
 
 __all__ = ["Config", "init", "update", "make_update", "draw_noise", "act", "actor_apply"]
 
@@ -104,6 +107,10 @@ class Config:
     actor_lr: float = 3e-4
     critic_lr: float = 3e-4
     alpha_lr: float = 3e-4
+    lr_schedule: LRSchedule | None = None  # option, every optimizer; null: constant (the official rates)
+    actor_lr_schedule: LRSchedule | None = None  # replaces lr_schedule for the actor
+    critic_lr_schedule: LRSchedule | None = None  # ... for the critic ensemble
+    alpha_lr_schedule: LRSchedule | None = None  # ... for the temperature
     init_alpha: float = 1.0
     auto_alpha: bool = True
     target_entropy: float | None = None  # None: -|A|/2 (RLPD)
@@ -120,6 +127,10 @@ class Config:
     tanh_epsilon: float | None = None  # None: exact tanh log-det (TFP Tanh bijector)
 
     def __post_init__(self) -> None:
+        _checks.lr_schedules(self, "lr_schedule", "actor_lr_schedule", "critic_lr_schedule", "alpha_lr_schedule")
+        te = self.target_entropy
+        if te is not None and (not isinstance(te, (int, float)) or isinstance(te, bool)):
+            raise ValueError(f"target_entropy must be a number or null (-|A|/2, RLPD's), got {te!r}.")
         self.redq_config()  # validates every shared field with REDQ's checks
 
     def redq_config(self, act_dim: int | None = None) -> redq.Config:

@@ -43,7 +43,7 @@ class Args:
     lstm_size: int = arg(128, "LSTM units")
     batch_size: int = arg(16, "windows per update")
     lr: float = arg(1e-3, "Adam learning rate")
-    lr_decay_updates: int = arg(74_000, "decay lr linearly to lr / 10 over this many updates (0: constant, the paper's)")
+    lr_decay_updates: int = arg(74_000, "lr falls linearly to lr / 10 over this many updates (0: constant, the paper's)")
     gamma: float = arg(0.995, "discount (paper: 0.99)")
     target_period: int = arg(250, "updates between target copies")
     double_q: bool = arg(True, "double Q-learning target (an option; the paper uses the plain max)")
@@ -96,7 +96,8 @@ def main(args: Args) -> dict:
         sequence_length=args.sequence_length, sequence_period=args.sequence_period, lstm_size=args.lstm_size,
         encoder_sizes=(args.encoder_size,), batch_size=args.batch_size, lr=args.lr, target_period=args.target_period,
         double_q=args.double_q, max_grad_norm=args.max_grad_norm or None, eps_decay_steps=args.eps_decay_steps,
-        n_step=args.n_step, gamma=args.gamma, lr_decay_updates=args.lr_decay_updates or None, lr_end=args.lr / 10,
+        n_step=args.n_step, gamma=args.gamma,
+        lr_schedule={"kind": "linear", "decay_updates": args.lr_decay_updates, "end_factor": 0.1} if args.lr_decay_updates else None,
     )  # every other field: the module's default (zero-state windows, Huber)
     state = drqn.init(config, obs_space, act_space, seed=args.seed, device=device)
     update = torch.compile(drqn.update, fullgraph=True) if args.compile else drqn.update

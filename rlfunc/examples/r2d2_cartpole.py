@@ -43,7 +43,7 @@ class Args:
     sequence_period: int = arg(8, "a window starts every this many steps (paper: 40)")
     gamma: float = arg(0.99, "discount (paper: 0.997)")
     lr: float = arg(1e-3, "Adam learning rate (paper: 1e-4, Acme: 1e-3)")
-    lr_decay_updates: int = arg(25_000, "decay lr linearly to lr / 10 over this many updates (0: constant, the paper's)")
+    lr_decay_updates: int = arg(25_000, "lr falls linearly to lr / 10 over this many updates (0: constant, the paper's)")
     batch_size: int = arg(32, "windows per update (paper: 64)")
     target_period: int = arg(500, "updates between target copies (paper: 2500)")
     replay_capacity: int = arg(20_000, "replay capacity in windows")
@@ -90,8 +90,8 @@ def main(args: Args) -> dict:
     eval_env = make_env(args.env_id, wrappers=wrappers)
     config = r2d2.Config(
         encoder_sizes=(args.width,), lstm_size=args.width, head_sizes=(args.width,), burn_in=args.burn_in,
-        sequence_length=args.sequence_length, sequence_period=args.sequence_period,
-        gamma=args.gamma, lr=args.lr, lr_decay_updates=args.lr_decay_updates or None, lr_end=args.lr / 10,
+        sequence_length=args.sequence_length, sequence_period=args.sequence_period, gamma=args.gamma, lr=args.lr,
+        lr_schedule={"kind": "linear", "decay_updates": args.lr_decay_updates, "end_factor": 0.1} if args.lr_decay_updates else None,
         batch_size=args.batch_size, target_period=args.target_period, replay_capacity=args.replay_capacity,
         min_replay_size=args.min_replay_size, samples_per_insert=args.samples_per_insert,
     )  # every other field: the paper's / Acme's default (n = 5 double Q with value rescaling, ...)
