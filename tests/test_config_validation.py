@@ -100,11 +100,15 @@ def _bad_values(default):
     return []
 
 
+NUMBER_OR_RULE = {"target_entropy"}
+"""Fields whose default is a named rule (REDQ's ``"mbpo"``, SAC's ``"auto"``) but which take a number too."""
+
 FIELD_CASES = [
     pytest.param(algo, name, value, id=f"{algo}-{name}-{value!r}")
     for algo in ALGOS
     for name, default in _agent_fields(algo)
     for value in _bad_values(default)
+    if not (name in NUMBER_OR_RULE and isinstance(value, int))
 ]
 
 
@@ -162,6 +166,9 @@ RANGE_CASES = [
     ("r2d2", {"agent.adam_eps": 0}, r"agent\.adam_eps must be a finite number > 0"),
     ("drqv2", {"agent.lr": "nan"}, r"agent\.lr must be a finite number"),
     ("drqn", {"agent.lr_end": 0.5}, r"agent\.lr_end must be between 0 and lr"),
+    ("redq", {"agent.target_entropy": True}, r"agent\.target_entropy must be a number, 'mbpo' .* or 'auto'"),
+    ("sac", {"agent.target_entropy": [1]}, r"agent\.target_entropy must be a number, 'mbpo'"),
+    ("rlpd", {"agent.target_entropy": "mbpo"}, r"agent\.target_entropy must be of type float"),  # RLPD: -|A|/2 or a number
     ("r2d2", {"agent.lr_decay_updates": -1}, r"agent\.lr_decay_updates must be a number of updates >= 0"),
     # ordered ranges
     ("redq", {"agent.log_std_min": 2.0}, r"agent\.log_std_min must be below log_std_max \(2\.0\)"),

@@ -40,10 +40,11 @@ def test_defaults_are_the_official_ones():
     assert (c.num_critics, c.subset_size, c.updates_per_step) == (10, 2, 20)
     assert c.hidden_sizes == (256, 256) and c.batch_size == 256
     assert (c.gamma, c.tau, c.actor_lr, c.critic_lr, c.alpha_lr) == (0.99, 0.005, 3e-4, 3e-4, 3e-4)
-    assert c.init_alpha == 1.0 and c.auto_alpha and c.target_entropy is None
+    assert c.init_alpha == 1.0 and c.auto_alpha and c.target_entropy == "mbpo"  # the official table, -|A| off it
+    assert c.lr_schedule is c.actor_lr_schedule is c.critic_lr_schedule is c.alpha_lr_schedule is None  # constant
     assert (c.log_std_min, c.log_std_max) == (-20.0, 2.0) and c.init == "xavier_uniform"
     st = redq.init(c, *_spaces())
-    assert float(st["target_entropy"]) == -ACT
+    assert float(st["target_entropy"]) == -ACT  # no env id: -|A| (tests/test_redq_target_entropy.py: the table)
     assert st["params", "critic"].batch_size == torch.Size([10])
     assert float(st["params", "log_alpha"]) == 0.0
     # target critics start as exact copies

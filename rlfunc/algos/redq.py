@@ -18,8 +18,31 @@ those of the official code (watchernyu/REDQ, ``redq/algos/redq_sac.py``):
   critics as they were before that last critic step (the official code
   back-propagates the policy loss before ``q_optimizer.step()``);
 * temperature loss ``-(log_alpha * (log_pi + target_entropy)).mean()``,
-  ``log_alpha`` starts at 0, target entropy ``-|A|``;
+  ``log_alpha`` starts at 0;
+* target entropy ``"mbpo"``, the official default (``REDQSACAgent(...,
+  target_entropy='mbpo')``): the MBPO paper's value per environment
+  (Janner et al. 2019), the official ``mbpo_target_entropy_dict`` in
+  ``redq/algos/core.py``: Hopper -1, HalfCheetah -3, Walker2d -3, Ant -4,
+  Humanoid -2 (:data:`MBPO_TARGET_ENTROPY`); any other environment gets
+  ``-|A|``, the official code's ``'auto'`` (which raises a ``KeyError`` there
+  instead);
 * Adam 3e-4 for everything, constant (no schedule), batch 256, gamma 0.99.
+
+Target entropy and the environment. ``target_entropy`` is ``"mbpo"`` (the
+table above, ``-|A|`` off it), ``"auto"`` (``-|A|``, the SAC paper's rule,
+Haarnoja et al. 2018b, "Soft Actor-Critic Algorithms and Applications",
+Table 1: target entropy ``-dim(A)``), or a number; ``null`` (configs written
+before ``"mbpo"`` was the default) means ``"auto"``. The table is keyed by the
+environment, which the pure functions never see: :func:`config_for_env`
+turns ``"mbpo"`` into the table's number for an env id (the family name, so
+gymnasium's ``Hopper-v5`` matches the official ``Hopper-v2``: the action
+spaces are the same), and the runtime calls it before :func:`init`. Called
+directly, :func:`init` gives an unresolved ``"mbpo"`` the ``-|A|`` of an
+environment off the table; pass the config through :func:`config_for_env`
+first for a MuJoCo task. SAC (:func:`sac_config`, ``algo: sac``) uses
+``"auto"``, the SAC paper's ``-|A|``; the official REDQ code's "naive SAC"
+(``num_Q = 2, num_min = 2`` in the same agent) keeps ``'mbpo'``, so set
+``target_entropy: mbpo`` to match that baseline.
 
 Learning-rate schedules (an option; the paper's rates are constant):
 ``lr_schedule`` (:class:`rlfunc.core.optim.LRSchedule`, e.g. ``{kind: cosine,
@@ -76,6 +99,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
+import typing
 from typing import Any
 
 import torch
@@ -90,6 +115,10 @@ from rlfunc.core.targets import polyak
 
 __all__ = [
     "Config",
+    "MBPO_TARGET_ENTROPY",
+    "TargetEntropy",
+    "config_for_env",
+    "target_entropy",
     "sac_config",
     "init",
     "draw_noise",
@@ -105,6 +134,57 @@ __all__ = [
     "act",
     "actor_apply",
 ]
+
+
+MBPO_TARGET_ENTROPY: dict[str, float] = {
+    "Hopper": -1.0,
+    "HalfCheetah": -3.0,
+    "Walker2d": -3.0,
+    "Ant": -4.0,
+    "Humanoid": -2.0,
+}
+"""REDQ's default target entropies: the official ``mbpo_target_entropy_dict``
+(watchernyu/REDQ, ``redq/algos/core.py``, "these numbers are from the MBPO
+paper", Janner et al. 2019), keyed there by the MuJoCo ids ``Hopper-v2`` ...
+``Humanoid-v2`` and here by the environment family, so every version
+(gymnasium's ``-v4``/``-v5``, with the same action spaces) matches."""
+
+TargetEntropy = typing.NewType("TargetEntropy", object)
+"""``Config.target_entropy``: a number, ``"mbpo"`` or ``"auto"`` (module doc)."""
+
+_TARGET_ENTROPY_RULES = ("mbpo", "auto")
+
+
+def _env_family(env_id: str) -> str:
+    """``"Hopper-v5"``, ``"gymnasium:Hopper-v5"``, ``"ns/Hopper-v2"`` -> ``"Hopper"``."""
+    name = env_id.rsplit(":", 1)[-1].rsplit("/", 1)[-1]
+    return re.sub(r"-v\d+$", "", name)
+
+
+def target_entropy(config: "Config", act_dim: int, env_id: str | None = None) -> float:
+    """The target entropy ``config`` asks for with ``act_dim`` actions (on env ``env_id``).
+
+    A number is itself; ``"auto"`` (and ``None``) is ``-act_dim``; ``"mbpo"`` is
+    :data:`MBPO_TARGET_ENTROPY` of ``env_id``'s family, or ``-act_dim`` when
+    ``env_id`` is not in the table or not given.
+    """
+    value = config.target_entropy
+    if value == "mbpo" and env_id is not None:
+        value = MBPO_TARGET_ENTROPY.get(_env_family(env_id), "auto")
+    if value is None or value in _TARGET_ENTROPY_RULES:
+        return float(-act_dim)
+    return float(value)
+
+
+def config_for_env(config: "Config", env_id: str) -> "Config":
+    """``config`` with what depends on the environment resolved: a ``"mbpo"`` target entropy
+    becomes :data:`MBPO_TARGET_ENTROPY`'s number for ``env_id`` (unchanged off the table,
+    where :func:`init` gives ``-|A|``). Pure; the runtime calls it before :func:`init`."""
+    if config.target_entropy == "mbpo":
+        value = MBPO_TARGET_ENTROPY.get(_env_family(env_id))
+        if value is not None:
+            return dataclasses.replace(config, target_entropy=value)
+    return config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,7 +207,7 @@ class Config:
     alpha_lr_schedule: LRSchedule | None = None  # ... for the temperature
     init_alpha: float = 1.0
     auto_alpha: bool = True
-    target_entropy: float | None = None  # None: -|A| (REDQ); RLPD uses -|A|/2
+    target_entropy: TargetEntropy | None = "mbpo"  # official: MBPO table per env, -|A| off it; "auto": -|A|
     alpha_loss: str = "log_alpha"  # "log_alpha" (REDQ/SAC) or "alpha" (RLPD)
     backup_entropy: bool = True
     log_std_min: float = -20.0
@@ -154,8 +234,13 @@ class Config:
         _checks.fraction(self, "tau")
         _checks.positive_float(self, "actor_lr", "critic_lr", "alpha_lr", "init_alpha", "layer_norm_eps")
         _checks.lr_schedules(self, "lr_schedule", "actor_lr_schedule", "critic_lr_schedule", "alpha_lr_schedule")
-        if self.target_entropy is not None and not isinstance(self.target_entropy, (int, float)):
-            raise ValueError(f"target_entropy must be a number or null (-|A|), got {self.target_entropy!r}.")
+        te = self.target_entropy
+        is_number = isinstance(te, (int, float)) and not isinstance(te, bool)
+        if not (te is None or is_number or (isinstance(te, str) and te in _TARGET_ENTROPY_RULES)):
+            raise ValueError(
+                f"target_entropy must be a number, 'mbpo' (the official per-environment table, -|A| off it) "
+                f"or 'auto' (-|A|), got {te!r}."
+            )
         _checks.one_of(self, "alpha_loss", ("log_alpha", "alpha"))
         _checks.one_of(self, "critic_loss_reduction", ("sum", "mean"))
         _checks.one_of(self, "ensemble_mode", nets.ENSEMBLE_MODES)
@@ -169,8 +254,9 @@ class Config:
 
 
 def sac_config(**overrides: Any) -> Config:
-    """SAC (Haarnoja et al. 2018) as REDQ's special case N = 2, M = 2, G = 1."""
-    values = dict(num_critics=2, subset_size=2, updates_per_step=1)
+    """SAC (Haarnoja et al. 2018) as REDQ's special case N = 2, M = 2, G = 1, with the
+    SAC paper's target entropy ``-|A|`` (``"auto"``; module doc)."""
+    values = dict(num_critics=2, subset_size=2, updates_per_step=1, target_entropy="auto")
     values.update(overrides)
     return Config(**values)
 
@@ -200,8 +286,10 @@ def init(
 
     Returns a TensorDict with ``params`` (``actor``, ``critic`` stacked
     ``[N]``, ``log_alpha``), ``target`` (``critic``), ``opt`` (Adam states),
-    ``step`` (number of :func:`update` calls) and the static ``config``.
-    Actions are in ``[-1, 1]``: the env factory rescales the env's bounds.
+    ``step`` (number of :func:`update` calls), ``target_entropy``
+    (:func:`target_entropy`: ``"mbpo"`` not resolved by :func:`config_for_env`
+    gives ``-|A|``) and the static ``config``. Actions are in ``[-1, 1]``: the
+    env factory rescales the env's bounds.
     """
     obs_dim, act_dim = _space_dims(obs_space, act_space)
     gen = torch.Generator(device="cpu").manual_seed(int(seed))
@@ -245,9 +333,7 @@ def init(
                 batch_size=[],
             ),
             "step": torch.zeros((), dtype=torch.int64),
-            "target_entropy": torch.tensor(
-                float(-act_dim if config.target_entropy is None else config.target_entropy)
-            ),
+            "target_entropy": torch.tensor(target_entropy(config, act_dim)),
         },
         batch_size=[],
     ).to(device)

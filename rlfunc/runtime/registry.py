@@ -50,8 +50,8 @@ ALGOS: dict[str, AlgoEntry] = {
     "sac": AlgoEntry(
         "sac",
         "rlfunc.algos.redq",
-        config_defaults={"num_critics": 2, "subset_size": 2, "updates_per_step": 1},
-        description="SAC (Haarnoja et al. 2018) as REDQ with N=2, M=2, G=1",
+        config_defaults={"num_critics": 2, "subset_size": 2, "updates_per_step": 1, "target_entropy": "auto"},
+        description="SAC (Haarnoja et al. 2018) as REDQ with N=2, M=2, G=1, target entropy -|A|",
     ),
     "rlpd": AlgoEntry(
         "rlpd",

@@ -112,9 +112,11 @@ class TransitionLearner:
         """What every learner keeps: the registry entry, algorithm, agent and train configs, device, spaces."""
         self.entry = entry
         self.algo = entry.algo
-        self.config = run_config.agent
-        self.train_cfg = run_config.train
         self.env_id = run_config.env.id
+        # What depends on the environment (REDQ's "mbpo" target entropy), resolved before init.
+        for_env = getattr(self.algo, "config_for_env", None)
+        self.config = run_config.agent if for_env is None else for_env(run_config.agent, self.env_id)
+        self.train_cfg = run_config.train
         self.device = torch.device(self.train_cfg.device)
         self.obs_space, self.act_space = obs_space, act_space
 
