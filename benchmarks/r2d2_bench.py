@@ -467,7 +467,7 @@ def _load_params(path: Path):
     from rlfunc.runtime.config import build_config
 
     tensors, meta = load_checkpoint(path)
-    cfg = build_config(meta["config"])
+    cfg = build_config(meta["config"], resolved=True)
     if cfg.algo != "r2d2":
         raise SystemExit(f"stored-state: {path} is a {cfg.algo!r} run, not r2d2.")
     return tensors["state", "params"], cfg, meta

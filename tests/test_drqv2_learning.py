@@ -105,7 +105,7 @@ def test_drqv2_learns_pixel_reach(tmp_path):
     assert "frames" not in rows[0]  # action repeat 1: frames == steps, no extra column
     assert float(rows[-1]["stddev"]) == pytest.approx(0.1)
     last = rows[-1]  # one update per agent step from step random_steps on, before that step's env step (official order)
-    assert int(float(last["updates"])) == int(float(last["step"])) - 150
+    assert int(float(last["learner_calls"])) == int(float(last["step"])) - 150
 
 
 def test_drqv2_runtime_frames_checkpoint_resume(tmp_path):

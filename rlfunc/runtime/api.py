@@ -85,7 +85,7 @@ def _stored_config(ckpt: Path, meta: dict[str, Any]):
     if not isinstance(raw, dict):
         raise CheckpointError(f"Checkpoint {str(ckpt)!r} holds no run config; it was not written by `rlfunc train`.")
     try:
-        return build_config(raw)
+        return build_config(raw, resolved=True)  # a config rlfunc wrote, possibly an older version's
     except ConfigError as exc:
         raise CheckpointError(f"Checkpoint {str(ckpt)!r} holds a config this rlfunc rejects: {exc}") from None
 

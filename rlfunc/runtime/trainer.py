@@ -659,7 +659,7 @@ def resume(run_dir: str | Path, total_steps: int | None = None, callbacks: list 
         raise CheckpointError(f"Checkpoint {str(checkpoint)!r} holds no run config; it was not written by `rlfunc train`.")
     if total_steps is not None:
         raw = apply_overrides(raw, {"train.total_steps": total_steps})
-    run_config = build_config(raw)
+    run_config = build_config(raw, resolved=True)  # a config rlfunc wrote, possibly an older version's
     if total_steps is not None and total_steps < int(meta.get("env_step", 0)):
         raise ConfigError(
             f"--total-steps {total_steps} is below the {meta.get('env_step')} env steps the run already has; pass a larger number."
