@@ -235,3 +235,24 @@ def test_report_names_a_recorded_command_and_never_invents_one(tmp_path):
             "`python benchmarks/run.py update --algo drqv2`)") in md
     assert "drqv2_amd`" not in md
     assert "## prioritized_replay\n\nCommand: not recorded in the JSON\n" in md
+
+
+def test_plot_groups_runs_by_their_whole_setting(tmp_path):
+    """Runs differing only in seed (and bookkeeping) are one curve; another critic_lr is another
+    curve, labelled by what differs."""
+    from rlfunc.runtime.plot import group_runs
+
+    def run(name, seed, lr, threads=1):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "config.yaml").write_text(
+            f"algo: redq\nenv: {{id: Pendulum-v1}}\ntrain: {{seed: {seed}, threads: {threads}, run_dir: runs}}\n"
+            f"agent: {{critic_lr: {lr}, batch_size: 256}}\n"
+        )
+        return d
+
+    dirs = [run("a0", 0, 0.001), run("a1", 1, 0.001, threads=2), run("b0", 0, 0.0003), run("b1", 1, 0.0003)]
+    groups = group_runs(dirs)
+    assert list(groups) == ["redq Pendulum-v1 agent.critic_lr=0.001", "redq Pendulum-v1 agent.critic_lr=0.0003"]
+    assert [[d.name for d in g] for g in groups.values()] == [["a0", "a1"], ["b0", "b1"]]
+    assert list(group_runs(dirs[:2])) == ["redq Pendulum-v1"]  # one setting: no key in the label

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import csv
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 import yaml
 
-__all__ = ["plot_runs", "read_evals", "run_label"]
+__all__ = ["plot_runs", "read_evals", "run_label", "run_setting", "group_runs", "NOT_A_SETTING"]
 
 
 def read_evals(run_dir: str | Path, x: str = "step") -> tuple[np.ndarray, np.ndarray]:
@@ -30,14 +29,78 @@ def _logs_frames(run_dir: str | Path) -> bool:
         return "frames" in (next(csv.reader(f), None) or [])
 
 
+NOT_A_SETTING = frozenset(
+    {
+        "train.seed",
+        "train.run_dir",
+        "train.progress",
+        "train.threads",
+        "train.device",
+        "train.log_every",
+        "train.checkpoint_every",
+        "train.keep_checkpoints",
+        "train.keep_best",
+        "train.checkpoint_replay",
+        "train.on_checkpoint_error",
+        "train.tensorboard",
+        "train.wandb",
+        "train.total_steps",
+        "train.stop_at_return",
+        "train.patience_evals",
+        "train.max_updates",
+        "train.max_wall_s",
+    }
+)
+"""Config keys that do not change what a run learns (seeds, bookkeeping, budgets): runs that differ
+only in these are seeds of one setting."""
+
+
+def _flat(node, prefix: str = "") -> dict[str, str]:
+    if isinstance(node, dict):
+        out: dict[str, str] = {}
+        for k, v in node.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: yaml.safe_dump(node, default_flow_style=True).strip().removesuffix("...").strip()}
+
+
+def run_setting(run_dir: str | Path) -> dict[str, str]:
+    """The run's resolved config, flattened to ``{"agent.critic_lr": "0.001", ...}``, without
+    :data:`NOT_A_SETTING` (what makes two runs seeds of one setting)."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.exists():
+        raise FileNotFoundError(f"{str(run_dir)!r} has no config.yaml; pass run directories made by `rlfunc train`.")
+    cfg = yaml.safe_load(path.read_text())
+    return {k: v for k, v in _flat(cfg).items() if k not in NOT_A_SETTING}
+
+
 def run_label(run_dir: str | Path) -> str:
-    """``algo env`` from the run's config (seeds of one setting share a label)."""
+    """``algo env`` from the run's config."""
     cfg = yaml.safe_load((Path(run_dir) / "config.yaml").read_text())
     return f"{cfg['algo']} {cfg['env']['id']}"
 
 
+def group_runs(run_dirs: list[str | Path]) -> dict[str, list[str | Path]]:
+    """Runs grouped by their whole setting (the resolved config except :data:`NOT_A_SETTING`), in
+    the order first seen; each label is ``algo env`` plus the keys whose values differ between
+    groups, e.g. ``redq Pendulum-v1 agent.critic_lr=0.001``."""
+    settings = {str(d): run_setting(d) for d in run_dirs}
+    groups: dict[tuple, list[str | Path]] = {}
+    for d in run_dirs:
+        groups.setdefault(tuple(sorted(settings[str(d)].items())), []).append(d)
+    keys = sorted({k for key in groups for k, _ in key})
+    differing = [k for k in keys if len({dict(key).get(k) for key in groups}) > 1 and k not in ("algo", "env.id")]
+    labelled: dict[str, list[str | Path]] = {}
+    for key, members in groups.items():
+        values = dict(key)
+        extra = " ".join(f"{k}={values.get(k, 'unset')}" for k in differing)
+        labelled[" ".join(filter(None, [run_label(members[0]), extra]))] = members
+    return labelled
+
+
 def plot_runs(run_dirs: list[str | Path], out: str | Path, title: str | None = None) -> Path:
-    """Plot eval curves; runs with the same label are averaged (line) with min-max band.
+    """Plot eval curves; runs of one setting (:func:`group_runs`: the same resolved config but for
+    the seed and bookkeeping) are averaged (line) with a min-max band, labelled by what differs.
 
     Curves of different seeds are aligned on the steps they share. When every run logs env
     frames (action repeat, e.g. DrQ-v2), the x axis is frames, as in the papers' curves;
@@ -51,9 +114,7 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, title: str | None = N
     except ImportError as exc:
         raise RuntimeError("Plotting needs matplotlib: pip install -e '.[plots]'.") from exc
     x = "frames" if all(_logs_frames(d) for d in run_dirs) else "step"
-    groups: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
-    for d in run_dirs:
-        groups[run_label(d)].append(read_evals(d, x))
+    groups = {label: [read_evals(d, x) for d in members] for label, members in group_runs(run_dirs).items()}
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for label, curves in groups.items():
         common = sorted(set.intersection(*[set(s.tolist()) for s, _ in curves]))
