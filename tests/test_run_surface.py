@@ -213,6 +213,10 @@ def test_checkpoints_are_bounded_and_the_best_is_kept(tmp_path):
 def test_a_weights_only_checkpoint_cannot_be_resumed(tmp_path, capsys):
     rlfunc.train(None, overrides={**TINY, "train.total_steps": 100}, run_dir=tmp_path / "r")
     best = tmp_path / "r" / "best"
+    from rlfunc.runtime.config import ConfigError
+
+    with pytest.raises(ConfigError, match="weights only"):  # from Python too, not only the CLI
+        rlfunc.resume(best)
     (best / "checkpoints").mkdir()
     for p in list(best.iterdir()):
         if p.name != "checkpoints":

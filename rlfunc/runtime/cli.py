@@ -171,16 +171,8 @@ def _run(args: argparse.Namespace) -> None:
         res = train(config, overrides=args.overrides, run_dir=args.run_dir)
         _report(res)
     elif args.command == "resume":
-        from rlfunc.runtime.api import is_weights_only
-        from rlfunc.runtime.config import ConfigError
         from rlfunc.runtime.trainer import resume
 
-        if is_weights_only(args.run_dir):
-            raise ConfigError(
-                f"{args.run_dir!r} holds a policy's weights only (an `rlfunc export` or a run's best/ policy), "
-                "with no optimizer state, replay or counters to continue from; resume the run directory "
-                "`rlfunc train` created, or start a new run."
-            )
         _report(resume(args.run_dir, total_steps=args.total_steps))
     elif args.command == "eval":
         from rlfunc.runtime.api import check_device, evaluate
@@ -269,7 +261,11 @@ def _list_algos(name: str | None) -> None:
 def _report(res) -> None:
     final = "n/a" if res.final_return is None else f"{res.final_return:.2f}"
     print(f"run directory: {res.run_dir}")
-    print(f"env steps: {res.env_steps}, final eval return: {final}, wall time: {res.wall_s:.0f}s")
+    print(
+        f"env steps: {res.env_steps}, gradient steps: {res.gradient_steps}, final eval return: {final}, "
+        f"wall time: {res.wall_s:.0f}s"
+    )
+    print(f"stopped: {res.stop_reason}")
 
 
 if __name__ == "__main__":

@@ -644,9 +644,17 @@ def resume(run_dir: str | Path, total_steps: int | None = None, callbacks: list 
     """Continue the run in ``run_dir`` from its newest checkpoint that verifies (optionally to a new
     ``total_steps``). The config is the one stored in that checkpoint; the run's ``config.yaml`` is
     only a copy for people. Damaged newer checkpoints are skipped with a line saying why."""
+    from rlfunc.runtime.api import is_weights_only
+
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ConfigError(f"{str(run_dir)!r} is not a run directory; pass the directory `rlfunc train` created.")
+    if is_weights_only(run_dir):
+        raise ConfigError(
+            f"{str(run_dir)!r} holds a policy's weights only (an `rlfunc export` or a run's best/ policy), "
+            "with no optimizer state, replay or counters to continue from; resume the run directory "
+            "`rlfunc train` created, or start a new run."
+        )
     if not (run_dir / "checkpoints").is_dir():
         raise ConfigError(
             f"{str(run_dir)!r} has no checkpoints/ to resume from; pass the directory `rlfunc train` created, once it has saved a checkpoint."
