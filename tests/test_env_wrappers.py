@@ -125,3 +125,80 @@ def test_wrappers_compose_in_a_vector_env():
     for _ in range(10):
         obs, *_ = venv.step(venv.action_space.sample())
         assert (obs[:, 1] == 0).all() and (obs[:, 3] == 0).all()
+
+
+# -- gymnasium's wrappers and the user's own, by name ---------------------------------------
+
+
+def test_flatten_one_hots_discrete_and_concatenates_dict_observations():
+    env = make_env("FrozenLake-v1", wrappers=build_wrappers(["flatten"]))
+    assert isinstance(env.observation_space, gym.spaces.Box) and env.observation_space.shape == (16,)
+    obs, _ = env.reset(seed=0)
+    assert obs.tolist() == [1] + [0] * 15  # state 0, one-hot
+    env = make_env("pkg_envs_example:PkgReach-v0", wrappers=build_wrappers(["flatten"]))
+    assert env.observation_space.shape == (4,)  # position (1) + target one-hot (3), keys in order
+    obs, _ = env.reset(seed=1)
+    raw = env.unwrapped._obs()
+    assert obs[0] == pytest.approx(float(raw["position"][0])) and obs[1:].tolist() == np.eye(3)[raw["target"]].tolist()
+
+
+def test_reward_and_time_limit_wrappers_are_gymnasiums():
+    env = make_env(
+        "Pendulum-v1",
+        wrappers=build_wrappers([{"clip_reward": {"min_reward": -1, "max_reward": 1}}, {"time_limit": {"max_episode_steps": 5}}]),
+    )
+    assert isinstance(env.env, gym.wrappers.TimeLimit) and isinstance(env.env.env, gym.wrappers.ClipReward)
+    env.reset(seed=0)
+    rewards, truncated = [], False
+    for t in range(5):
+        _, r, term, truncated, _ = env.step(np.ones(1, np.float32))
+        rewards.append(r)
+        assert not term and truncated == (t == 4)
+    assert min(rewards) == -1.0  # Pendulum's rewards start near -9 from a random angle: clipped
+    env = make_env("Pendulum-v1", wrappers=build_wrappers([{"normalize_reward": {"gamma": "0.9"}}]))
+    assert isinstance(env.env, gym.wrappers.NormalizeReward) and env.env.gamma == 0.9
+
+
+def test_any_gymnasium_wrapper_class_and_the_users_own_by_name():
+    (wrap,) = build_wrappers([{"gymnasium.wrappers.NormalizeObservation": {"epsilon": "1e-6"}}])
+    env = make_env("Pendulum-v1", wrappers=[wrap])
+    assert isinstance(env.env, gym.wrappers.NormalizeObservation) and env.env.epsilon == 1e-6
+    (wrap,) = build_wrappers([{"pkg_envs_example:ScaleReward": {"factor": 2, "offset": 1}}])
+    env = make_env("pkg_envs_example:PkgReachBox-v0", wrappers=[wrap])
+    env.reset(seed=0)
+    _, r, *_ = env.step(np.zeros(1, np.float32))
+    dist = abs(float(env.unwrapped._pos[0]) - env.unwrapped.TARGETS[env.unwrapped._target])
+    assert r == pytest.approx(2 * -10.0 * dist + 1)
+    (wrap,) = build_wrappers(["gymnasium.wrappers:ClipAction"])  # gymnasium's module named as module:Class
+    assert wrap.func is gym.wrappers.ClipAction
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        (["time_limit"], "'time_limit' needs argument(s) max_episode_steps; write it as {time_limit: {max_episode_steps: ...}}."),
+        ([{"time_limit": {"steps": 5}}], "'time_limit' has no argument 'steps'; its arguments are max_episode_steps."),
+        ([{"time_limit": {"max_episode_steps": 2.5}}], "'time_limit' argument 'max_episode_steps' must be an integer, got 2.5."),
+        ([{"clip_reward": {"max_reward": "high"}}], "'clip_reward' argument 'max_reward' must be a number or a list of numbers or null"),
+        (["gymnasium.wrappers.TransformReward"], "needs a Python function (func), which a config cannot hold"),
+        ([{"gymnasium.wrappers.TransformReward": {"func": "abs"}}], "argument 'func' must be a Python function"),
+        (["gymnasium.wrappers.NormaliseObservation"], "has no wrapper class 'NormaliseObservation'; did you mean 'gymnasium.wrappers.NormalizeObservation'?"),
+        (["gymnasium.wrappers.vector"], "gymnasium.wrappers has no wrapper class 'vector'."),
+        (["FlattenObservation"], "gymnasium's wrapper is named 'gymnasium.wrappers.FlattenObservation'."),
+        (["flaten"], "did you mean 'flatten'?"),
+        (["normalise_reward"], "did you mean 'normalize_reward'?"),
+        (["collections:OrderedDict"], "'collections:OrderedDict' is not a gymnasium.Wrapper class"),
+        (["surely_absent_mod:Wrap"], "names module 'surely_absent_mod', which is not installed"),
+        (["pkg_envs_example:NoSuchWrapper"], "module 'pkg_envs_example' has no 'NoSuchWrapper'."),
+        ([{"pkg_envs_example:ScaleReward": {"scale": 2}}], "has no argument 'scale'; its arguments are factor, offset."),
+        (["pkg_envs_example:"], "must be module:ClassName"),
+    ],
+)
+def test_wrapper_faults_are_one_sentence_before_any_env(spec, message):
+    from rlfunc.runtime.config import ConfigError, build_config
+
+    with pytest.raises(ValueError) as info:
+        build_wrappers(spec)
+    assert message in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(ConfigError, match="env.wrappers|Unknown env wrapper"):
+        build_config({"algo": "sac", "env": {"id": "Pendulum-v1", "wrappers": spec}})

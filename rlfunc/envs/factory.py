@@ -12,19 +12,175 @@ from typing import Any, Callable
 import gymnasium as gym
 import numpy as np
 
-__all__ = ["make_env", "make_vector_env", "check_env_id", "env_spaces", "build_wrappers", "WRAPPERS"]
+__all__ = [
+    "make_env",
+    "make_vector_env",
+    "check_env_id",
+    "split_env_id",
+    "suggest_env_ids",
+    "env_spaces",
+    "build_wrappers",
+    "WRAPPERS",
+]
 
 _MUJOCO_HINT = "install MuJoCo with `pip install -e '.[mujoco]'` (mujoco==3.17.0)"
 
 
+def _import_named(module: str, what: str) -> types.ModuleType:
+    """Import ``module`` (a dotted name the user wrote in ``what``); one ``ValueError`` sentence
+    when it cannot be imported: not installed, one of its own imports missing, or an error it raises."""
+    import importlib
+    import os
+    import sys
+
+    if not module or not all(part.isidentifier() for part in module.split(".")):
+        raise ValueError(f"{what} names module {module!r}, which is not a Python module name (e.g. my_package.envs).")
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if missing and module != missing and not module.startswith(missing + "."):
+            raise ValueError(
+                f"{what} names module {module!r}, whose import needs {missing!r}, which is not installed; "
+                f"pip install {missing.split('.')[0]!r} (or the package that provides it)."
+            ) from None
+        top = module.split(".")[0]
+        here = next((f for f in (f"{top}.py", top) if os.path.exists(f)), None)
+        on_path = {os.path.abspath(p or os.curdir) for p in sys.path}
+        if here is not None and os.path.abspath(os.curdir) not in on_path:
+            raise ValueError(
+                f"{what} names module {module!r}, which is not on the Python path, though ./{here} is in the current "
+                "directory; run with PYTHONPATH=. (or pip install the package it belongs to)."
+            ) from None
+        raise ValueError(
+            f"{what} names module {module!r}, which is not installed; pip install the package that provides it, "
+            "or fix the module name."
+        ) from None
+    except Exception as exc:  # noqa: BLE001 -- the user's module raised while being imported
+        detail = " ".join(str(exc).split()) or "no message"
+        raise ValueError(
+            f"{what} names module {module!r}, and importing it failed with {type(exc).__name__}: {detail}."
+        ) from None
+
+
+def _typo_distance(a: str, b: str) -> int:
+    """Edit distance of ``a`` and ``b`` ignoring case (insert, delete, substitute, swap two neighbours)."""
+    a, b = a.lower(), b.lower()
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        cur = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                cur[j] = min(cur[j], prev2[j - 2] + 1)
+        prev2, prev = prev, cur
+    return prev[-1]
+
+
+def _same_task_spelling(typed: str, name: str) -> bool:
+    """Whether ``typed`` reads as a misspelling of the registered env name ``name`` (namespace included).
+
+    Case is ignored; at most one edit for names of up to 5 characters, two for longer ones; and the
+    digits must be the same, in the same order, since a digit names another task (``Walker`` is not
+    ``Walker2d``, ``GymV21Environment`` is not ``GymV26Environment``)."""
+    digits = lambda s: "".join(c for c in s if c.isdigit())  # noqa: E731
+    if digits(typed) != digits(name):
+        return False
+    return _typo_distance(typed, name) <= (1 if len(name) <= 5 else 2)
+
+
+def suggest_env_ids(env_id: str) -> list[str]:
+    """Registered ids that ``env_id`` (without a ``module:`` prefix) most likely meant; may be empty.
+
+    The rule, so that a suggestion never points to a different task with a similar name:
+
+    1. the same env (namespace and name, case ignored) registered at another version: its highest
+       version (``HalfCheetah-v9`` -> ``HalfCheetah-v5``; ``Pendulum`` -> ``Pendulum-v1``);
+    2. otherwise a misspelling of a registered env's namespace/name (:func:`_same_task_spelling`:
+       one or two edits, case ignored, the same digits): that env at the version written if it is
+       registered, else at its highest version (``Hoper-v5`` -> ``Hopper-v5``,
+       ``walker2D-v5`` -> ``Walker2d-v5``); ties all listed;
+    3. nothing else: ``Walker-v5`` suggests no ``Walker2d-v5``, ``dmc/reacher_easy`` no
+       ``dmc/reacher_hard``.
+    """
+    from gymnasium.envs.registration import parse_env_id
+
+    try:
+        ns, name, version = parse_env_id(env_id)
+    except gym.error.Error:
+        return []
+    full = lambda n, m: f"{n}/{m}" if n else m  # noqa: E731
+    typed = full(ns, name)
+    versions: dict[str, dict[int | None, str]] = {}
+    for spec in gym.registry.values():
+        versions.setdefault(full(spec.namespace, spec.name), {})[spec.version] = spec.id
+
+    def pick(registered: str) -> str:
+        ids = versions[registered]
+        if version in ids and registered != typed:
+            return ids[version]
+        numbered = [v for v in ids if v is not None and v != version]
+        return ids[max(numbered)] if numbered else next(iter(ids.values()))
+
+    same = [n for n in versions if n.lower() == typed.lower() and (n != typed or set(versions[n]) - {version})]
+    if same:
+        return [pick(same[0])]
+    close = [(n, _typo_distance(typed, n)) for n in versions if _same_task_spelling(typed, n)]
+    if not close:
+        return []
+    best = min(d for _, d in close)
+    return sorted(pick(n) for n, d in close if d == best)
+
+
+def split_env_id(env_id: str) -> tuple[str | None, str]:
+    """``"my_pkg.envs:MyEnv-v0"`` -> ``("my_pkg.envs", "MyEnv-v0")``; ``"Pendulum-v1"`` -> ``(None, "Pendulum-v1")``.
+
+    gymnasium's own ``module:env-id`` form (``gym.make`` imports the module, which registers the
+    id, then looks the id up); one ``:`` at most."""
+    if ":" not in env_id:
+        return None, env_id
+    parts = env_id.split(":")
+    if len(parts) != 2:
+        raise ValueError(
+            f"Environment id {env_id!r} has {len(parts) - 1} ':'; write it as module:Env-v0 (one ':', the module to "
+            "import before the id is looked up) or Env-v0."
+        )
+    module, the_id = parts
+    if not the_id:
+        raise ValueError(f"Environment id {env_id!r} names no environment after ':'; write it as module:Env-v0.")
+    return module, the_id
+
+
 def check_env_id(env_id: str) -> None:
-    """Raise one clear ValueError if ``env_id`` is not a registered gymnasium id."""
+    """Raise one clear ValueError unless ``env_id`` names a registered gymnasium environment.
+
+    ``module:Env-v0`` (gymnasium's form) imports ``module`` first, as ``gym.make`` does, so a package
+    (or the user's own module) that calls ``gymnasium.register`` on import provides the id; a module
+    that cannot be imported is one sentence naming it. An unknown id suggests only what
+    :func:`suggest_env_ids` finds (the same env at another version, or a misspelling of it), never a
+    different task with a similar name. Versions are required (gymnasium would pick the highest).
+    """
     import rlfunc.envs  # noqa: F401  (registers rlfunc's own envs)
 
-    if env_id in gym.registry:
+    if not isinstance(env_id, str) or not env_id.strip():
+        raise ValueError(f"An environment id must be a gymnasium id such as 'Pendulum-v1', got {env_id!r}.")
+    module, the_id = split_env_id(env_id)
+    if module is not None:
+        _import_named(module, f"Environment id {env_id!r}")
+    if the_id in gym.registry:
         return
-    close = difflib.get_close_matches(env_id, list(gym.registry.keys()), n=1, cutoff=0.6)
-    hint = f"; did you mean {close[0]!r}?" if close else "; see gymnasium.pprint_registry() for valid ids."
+    prefix = f"{module}:" if module is not None else ""
+    close = [prefix + s for s in suggest_env_ids(the_id)]
+    if close:
+        hint = "; did you mean " + " or ".join(repr(c) for c in close) + "?"
+    elif module is not None:
+        hint = f"; importing {module!r} registered no such id (it must call gymnasium.register({the_id!r}, ...))."
+    else:
+        hint = (
+            f"; if a package registers it, write {'package:' + the_id!r} so that it is imported first "
+            "(gymnasium.pprint_registry() lists the ids registered now)."
+        )
     raise ValueError(f"Unknown environment id {env_id!r}{hint}")
 
 
@@ -102,9 +258,15 @@ WRAPPERS: dict[str, str] = {
     "flicker": "rlfunc.envs.wrappers:FlickerObservation",
     "scale_obs": "rlfunc.envs.wrappers:ScaleObservation",
     "pixels": "rlfunc.envs.pixels:PixelObservation",
+    # gymnasium's own, to adapt envs from other packages
+    "flatten": "gymnasium.wrappers:FlattenObservation",  # Discrete one-hot, Dict/Tuple/MultiDiscrete -> one flat Box
+    "clip_reward": "gymnasium.wrappers:ClipReward",  # min_reward, max_reward
+    "normalize_reward": "gymnasium.wrappers:NormalizeReward",  # gamma, epsilon (running statistics, not checkpointed)
+    "time_limit": "gymnasium.wrappers:TimeLimit",  # max_episode_steps: truncate episodes
 }
-"""Names usable in a config's ``env.wrappers`` list -> ``module:class``."""
-
+"""Short names usable in a config's ``env.wrappers`` list -> ``module:class``. Besides these, an
+entry may name any gymnasium wrapper class as ``gymnasium.wrappers.ClassName`` and a wrapper class
+of the user's own as ``module:ClassName`` (see :func:`build_wrappers`)."""
 
 def _arg_value(value: Any, tp: Any) -> Any:
     """``value`` checked (and YAML-1.1 number strings such as ``"1e-3"`` read) against annotation ``tp``;
@@ -146,6 +308,14 @@ def _arg_value(value: Any, tp: Any) -> Any:
         if isinstance(value, str):
             return value
         raise TypeError
+    if tp is np.ndarray:  # gymnasium's per-entry bounds (ClipReward's min_reward, ...): numbers from YAML
+        try:
+            arr = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise TypeError from None
+        if arr.ndim == 0 or isinstance(value, bool):
+            raise TypeError  # a single number is read by the annotation's float, where it has one
+        return arr
     if origin in (list, tuple, collections.abc.Sequence) or tp in (list, tuple):
         if not isinstance(value, (list, tuple)):
             raise TypeError
@@ -164,26 +334,109 @@ def _type_text(tp: Any) -> str:
         args = [a for a in typing.get_args(tp) if a is not Ellipsis]
         plural = {int: "integers", float: "numbers", bool: "booleans", str: "strings"}
         return f"a list of {plural.get(args[0], 'values')}" if args else "a list"
+    if tp is np.ndarray:
+        return "a list of numbers"
     return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(tp, getattr(tp, "__name__", str(tp)))
 
 
-def _wrapper_class(name: str):
+def _gymnasium_wrapper_names() -> list[str]:
+    """The class names gymnasium.wrappers exports (names only: some load optional packages lazily)."""
+    import gymnasium.wrappers as gw
+
+    return sorted(n for n in getattr(gw, "__all__", ()) if n[:1].isupper())
+
+
+def _unknown_wrapper(name: Any) -> ValueError:
+    text = str(name)
+    gym_names = _gymnasium_wrapper_names()
+    if text in gym_names:
+        hint = f"; gymnasium's wrapper is named 'gymnasium.wrappers.{text}'."
+    else:
+        close = difflib.get_close_matches(text, list(WRAPPERS), n=1)
+        if not close:
+            close = [f"gymnasium.wrappers.{c}" for c in difflib.get_close_matches(text, gym_names, n=1, cutoff=0.7)]
+        hint = (
+            f"; did you mean {close[0]!r}?" if close
+            else f"; valid names are {sorted(WRAPPERS)}, gymnasium.wrappers.ClassName or module:ClassName."
+        )
+    return ValueError(f"Unknown env wrapper {name!r} in env.wrappers{hint}")
+
+
+def _wrapper_class(name: Any) -> type:
+    """The wrapper class an ``env.wrappers`` entry names (one ``ValueError`` sentence if none).
+
+    A short name of :data:`WRAPPERS`; ``gymnasium.wrappers.ClassName`` (only that module is
+    looked in); or ``module:ClassName``, the user's own module, imported as an env id's module is.
+    The class must be a ``gymnasium.Wrapper``."""
     import importlib
 
-    mod, _, cls = WRAPPERS[name].partition(":")
-    return getattr(importlib.import_module(mod), cls)
+    if not isinstance(name, str):
+        raise _unknown_wrapper(name)
+    if name in WRAPPERS:
+        mod, _, attr = WRAPPERS[name].partition(":")
+        return getattr(importlib.import_module(mod), attr)
+    if name.startswith("gymnasium.wrappers."):
+        import gymnasium.wrappers as gw
+
+        attr = name[len("gymnasium.wrappers."):]
+        try:
+            cls = getattr(gw, attr, None) if attr.isidentifier() else None
+        except ImportError as exc:  # a wrapper gymnasium loads lazily, whose optional package is missing
+            raise ValueError(
+                f"env.wrappers entry {name!r} needs {exc.name or 'a package'!r}, which is not installed; pip install it."
+            ) from None
+        if not (isinstance(cls, type) and issubclass(cls, gym.Wrapper)):
+            close = difflib.get_close_matches(attr, _gymnasium_wrapper_names(), n=1, cutoff=0.6)
+            hint = f"; did you mean 'gymnasium.wrappers.{close[0]}'?" if close else "."
+            raise ValueError(f"env.wrappers entry {name!r}: gymnasium.wrappers has no wrapper class {attr!r}{hint}")
+        return cls
+    if ":" in name:
+        module, _, attr = name.partition(":")
+        if not attr or not all(part.isidentifier() for part in attr.split(".")):
+            raise ValueError(f"env.wrappers entry {name!r} must be module:ClassName, e.g. my_package.wrappers:MyWrapper.")
+        obj: Any = _import_named(module, f"env.wrappers entry {name!r}")
+        for part in attr.split("."):
+            if not hasattr(obj, part):
+                raise ValueError(f"env.wrappers entry {name!r}: module {module!r} has no {attr!r}.")
+            obj = getattr(obj, part)
+        if not (isinstance(obj, type) and issubclass(obj, gym.Wrapper)):
+            raise ValueError(
+                f"env.wrappers entry {name!r} is not a gymnasium.Wrapper class; name a class whose __init__ takes the "
+                "env first."
+            )
+        return obj
+    raise _unknown_wrapper(name)
+
+
+def _is_callable_type(tp: Any) -> bool:
+    return tp is collections.abc.Callable or typing.get_origin(tp) is collections.abc.Callable
 
 
 def build_wrappers(spec: list) -> list[Callable]:
     """``["mask_velocity", {"flicker": {"p": 0.5}}]`` -> wrapper callables, validated.
 
-    Names are checked against :data:`WRAPPERS`, argument names against the
-    wrapper's signature and argument types against its annotations (YAML
-    number strings such as ``1e-3`` are read as numbers), and values by the
-    wrapper's ``check_arguments`` where it has one (what needs no env, e.g.
+    An entry is a name or ``{name: {argument: value}}``. A name is one of
+    :data:`WRAPPERS` (rlfunc's own, and short names for gymnasium's
+    ``flatten``, ``clip_reward``, ``normalize_reward``, ``time_limit``), any
+    gymnasium wrapper class as ``gymnasium.wrappers.ClassName`` (e.g.
+    ``{gymnasium.wrappers.NormalizeObservation: {epsilon: 1e-8}}``), or a
+    ``gymnasium.Wrapper`` class of the user's own as ``module:ClassName``
+    (the module is imported here, as an env id's module is). Nothing else is
+    imported.
+
+    Argument names are checked against the wrapper's signature (and required
+    ones must be given), argument types against its annotations (YAML number
+    strings such as ``1e-3`` are read as numbers; a function, e.g.
+    ``TransformReward``'s ``func``, cannot come from a config), and values by
+    the wrapper's ``check_arguments`` where it has one (what needs no env, e.g.
     flicker's ``p`` in [0, 1]); each fault is one ``ValueError`` sentence. The
     rest (e.g. mask_velocity's indices against the observation size) is
     checked by the wrapper when the env is made.
+
+    Reward wrappers change the reward the agent learns from *and* the
+    returns evaluation reports, since the evaluation env is wrapped the same
+    way; ``normalize_reward``'s running statistics start afresh in every env
+    (they are not checkpointed).
     """
     import functools
 
@@ -204,29 +457,41 @@ def build_wrappers(spec: list) -> list[Callable]:
             kwargs = dict(kwargs or {})
         else:
             raise ValueError(f"env.wrappers entries must be a name or {{name: {{arguments}}}}, got {item!r}.")
-        if not isinstance(name, str) or name not in WRAPPERS:
-            close = difflib.get_close_matches(str(name), list(WRAPPERS), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; valid names are {sorted(WRAPPERS)}."
-            raise ValueError(f"Unknown env wrapper {name!r} in env.wrappers{hint}")
         cls = _wrapper_class(name)
         params = dict(list(inspect.signature(cls).parameters.items())[1:])  # after the wrapped env
+        named = {p: v for p, v in params.items() if v.kind not in (v.VAR_POSITIONAL, v.VAR_KEYWORD, v.POSITIONAL_ONLY)}
         try:
             hints = typing.get_type_hints(cls.__init__)
         except Exception:  # noqa: BLE001 -- unresolvable annotations: names are still checked
             hints = {}
         for key, value in kwargs.items():
-            if key not in params or params[key].kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
-                valid = ", ".join(p for p, v in params.items() if v.kind not in (v.VAR_POSITIONAL, v.VAR_KEYWORD))
+            if key not in named:
                 raise ValueError(
-                    f"env.wrappers: {name!r} has no argument {key!r}; its arguments are {valid or 'none'}."
+                    f"env.wrappers: {name!r} has no argument {key!r}; its arguments are {', '.join(named) or 'none'}."
                 )
             tp = hints.get(key, inspect.Parameter.empty)
+            if _is_callable_type(tp):
+                raise ValueError(
+                    f"env.wrappers: {name!r} argument {key!r} must be a Python function, which a config cannot hold; "
+                    "write a wrapper class in your own module and name it as module:ClassName."
+                )
             try:
                 kwargs[key] = _arg_value(value, tp)
             except TypeError:
                 raise ValueError(
                     f"env.wrappers: {name!r} argument {key!r} must be {_type_text(tp)}, got {value!r}."
                 ) from None
+        missing = [p for p, v in named.items() if v.default is inspect.Parameter.empty and p not in kwargs]
+        if missing:
+            if any(_is_callable_type(hints.get(p)) for p in missing):
+                raise ValueError(
+                    f"env.wrappers: {name!r} needs a Python function ({', '.join(missing)}), which a config cannot "
+                    "hold; write a wrapper class in your own module and name it as module:ClassName."
+                )
+            example = ", ".join(f"{p}: ..." for p in missing)
+            raise ValueError(
+                f"env.wrappers: {name!r} needs argument(s) {', '.join(missing)}; write it as {{{name}: {{{example}}}}}."
+            )
         check = getattr(cls, "check_arguments", None)
         if check is not None:
             check(**kwargs)  # the wrapper's own checks that need no env (e.g. flicker p in [0, 1])

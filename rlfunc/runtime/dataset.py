@@ -42,10 +42,15 @@ def collect(
 
     ``policy="checkpoint"`` needs ``checkpoint`` (its env, kwargs and wrappers
     are used; ``env_id`` may repeat its id); ``policy="random"`` needs
-    ``env_id`` (or a checkpoint to take the env from) and samples actions
-    uniformly in the env's bounds.
+    ``env_id`` (or a checkpoint to take the env, kwargs and wrappers from) and
+    samples actions uniformly in the env's bounds. ``env_id`` may be
+    gymnasium's ``module:Env-v0`` (the module is imported first, so it can
+    register the id); an env without Box observations and actions is refused
+    in one sentence (``--env`` applies no wrappers).
     """
-    from rlfunc.envs import build_wrappers, make_env
+    import gymnasium as gym
+
+    from rlfunc.envs import build_wrappers, make_env, split_env_id
     from rlfunc.replay.offline import write_npz
 
     if steps < 1:
@@ -62,7 +67,7 @@ def collect(
 
         agent = load(checkpoint)
         trained_env = agent.run_config.env
-        if env_id is not None and env_id != trained_env.id:
+        if env_id is not None and split_env_id(env_id)[1] != split_env_id(trained_env.id)[1]:
             raise ValueError(
                 f"The checkpoint was trained on {trained_env.id!r}, not {env_id!r}; drop --env or pass its own env."
             )
@@ -73,6 +78,14 @@ def collect(
     if env_id is None:
         raise ValueError("Pass --env ID (or a --checkpoint whose env to use).")
     env = make_env(env_id, kwargs=env_kwargs, wrappers=build_wrappers(wrappers), rescale_actions=False)
+    if not isinstance(env.observation_space, gym.spaces.Box) or not isinstance(env.action_space, gym.spaces.Box):
+        what = type(env.observation_space).__name__, type(env.action_space).__name__
+        env.close()
+        raise ValueError(
+            f"Environment {env_id!r} has {what[0]} observations and {what[1]} actions, but a dataset holds Box "
+            "observations and Box actions; train a run whose env.wrappers adapt it (e.g. flatten) and collect with "
+            "--checkpoint RUN (its wrappers are used, with --policy random too)."
+        )
     space = env.action_space
     low = np.asarray(space.low, dtype=np.float64)
     high = np.asarray(space.high, dtype=np.float64)
