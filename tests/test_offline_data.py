@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -14,10 +15,13 @@ from rlfunc.replay.offline import (
     ACTION_CLIP_EPS,
     DatasetError,
     DatasetNotFoundError,
+    DatasetWarning,
     MixedSampler,
     OfflineDataset,
     dataset_checksum,
     load_dataset,
+    resolve_dataset_path,
+    same_env_id,
     write_npz,
 )
 from rlfunc.replay.uniform import UniformReplay
@@ -191,7 +195,9 @@ def test_from_arrays_without_files():
     assert len(ds) == 10 and ds.sample(4).batch_size == (4,)
 
 
-def _make_minari(root, env_id="Pendulum-v1", episodes=3, steps=20):
+def _make_minari(root, env_id="Pendulum-v1", episodes=3, steps=20, dataset_id="rlfunc/test-v0", unflagged=()):
+    """A dataset written by Minari's own create_dataset_from_buffers under ``root`` (its
+    MINARI_DATASETS_PATH); episodes in ``unflagged`` end with neither flag set."""
     minari = pytest.importorskip("minari")
     from minari.data_collector import EpisodeBuffer
 
@@ -203,7 +209,7 @@ def _make_minari(root, env_id="Pendulum-v1", episodes=3, steps=20):
         for t in range(steps):
             a = env.action_space.sample()
             obs, r, te, tr, _ = env.step(a)
-            tr = tr or t == steps - 1
+            tr = (tr or t == steps - 1) and ep not in unflagged
             O.append(obs), A.append(a), R.append(r), TE.append(te), TR.append(tr)
             if te or tr:
                 break
@@ -217,13 +223,13 @@ def _make_minari(root, env_id="Pendulum-v1", episodes=3, steps=20):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            minari.create_dataset_from_buffers("rlfunc/test-v0", bufs, env=env, algorithm_name="random", data_format="hdf5")
+            minari.create_dataset_from_buffers(dataset_id, bufs, env=env, algorithm_name="random", data_format="hdf5")
     finally:
         if old is None:
             os.environ.pop("MINARI_DATASETS_PATH")
         else:
             os.environ["MINARI_DATASETS_PATH"] = old
-    return root / "rlfunc" / "test-v0"
+    return root / dataset_id
 
 
 def test_loads_a_local_minari_dataset(tmp_path):
@@ -254,3 +260,97 @@ def test_minari_metadata_that_would_make_minari_build_its_env_is_refused(tmp_pat
     with pytest.raises(DatasetError, match="observation_space and action_space.*runs code"):
         load_dataset(tmp_path / "evil", OBS_SPACE, ACT_SPACE)
     assert not marker.exists()
+
+
+def test_missing_dataset_names_both_ways_to_make_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "store"))
+    with pytest.raises(DatasetNotFoundError) as info:
+        load_dataset(tmp_path / "nope.npz", OBS_SPACE, ACT_SPACE)
+    text = str(info.value)
+    assert f"`rlfunc dataset collect ... --out {tmp_path / 'nope.npz'}`" in text
+    assert "a Minari dataset directory or the id of a dataset in Minari's local store" in text
+    try:
+        import minari  # noqa: F401
+    except ImportError:
+        return
+    with pytest.raises(DatasetNotFoundError) as info:
+        load_dataset("nobody/nothing-v0", OBS_SPACE, ACT_SPACE)
+    text = str(info.value)
+    assert "nor as a Minari dataset id in Minari's local store (no " + repr(str(tmp_path / "store" / "nobody" / "nothing-v0")) in text
+    assert "--out FILE.npz" in text and "\n" not in text
+
+
+def test_same_env_id_ignores_a_module_prefix():
+    assert same_env_id("my_pkg:MyEnv-v0", "MyEnv-v0") and same_env_id("Pendulum-v1", "gymnasium:Pendulum-v1")
+    assert not same_env_id("Pendulum-v1", "Pendulum-v0")
+    arrays = _arrays(env_id=np.asarray("Pendulum-v1"))
+    OfflineDataset.from_arrays(arrays, OBS_SPACE, ACT_SPACE, env_id="gymnasium:Pendulum-v1")  # the same env
+    with pytest.raises(DatasetError, match="recorded in 'Pendulum-v1'"):
+        OfflineDataset.from_arrays(arrays, OBS_SPACE, ACT_SPACE, env_id="my_pkg:Other-v0")
+
+
+def test_a_minari_dataset_id_is_found_as_minari_finds_it_without_network(tmp_path, monkeypatch):
+    """data.path may be a Minari id: resolved with minari.storage.get_dataset_path under
+    MINARI_DATASETS_PATH; nothing is downloaded (no socket is opened); a path that exists wins."""
+    pytest.importorskip("h5py")
+    import socket
+
+    store = tmp_path / "store"
+    folder = _make_minari(store, dataset_id="rlfunc/idtest-v1")
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(store))
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("reading a local Minari dataset opened a network connection")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    assert resolve_dataset_path("rlfunc/idtest-v1") == folder
+    by_id = load_dataset("rlfunc/idtest-v1", OBS_SPACE, ACT_SPACE, env_id="Pendulum-v1")
+    by_dir = load_dataset(folder, OBS_SPACE, ACT_SPACE, env_id="Pendulum-v1")
+    assert by_id.format == "minari" and len(by_id) == 60 and by_id.checksum == by_dir.checksum
+    assert by_id.path == str(folder)
+    torch.testing.assert_close(by_id.rows["obs"], by_dir.rows["obs"])
+    # a local path of the same name wins over the store
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rlfunc" / "idtest-v1").mkdir(parents=True)
+    assert resolve_dataset_path("rlfunc/idtest-v1") == Path("rlfunc/idtest-v1")
+    # the unknown id of another store is not found, and says where it looked
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "empty"))
+    with pytest.raises(DatasetNotFoundError, match="no '" + str(tmp_path / "empty")):
+        load_dataset("rlfunc/other-v1", OBS_SPACE, ACT_SPACE)
+
+
+def test_rlpd_reads_a_minari_id_from_data_path(tmp_path, monkeypatch):
+    pytest.importorskip("h5py")
+    from rlfunc.runtime.config import build_config, load_config
+    from rlfunc.runtime.trainer import Trainer
+
+    store = tmp_path / "store"
+    _make_minari(store, dataset_id="pendulum/random-v0")
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(store))
+    raw = load_config(str(Path(__file__).resolve().parents[1] / "configs/rlpd/pendulum.yaml"))
+    raw["data"] = {"path": "pendulum/random-v0"}
+    raw["agent"] = {**(raw.get("agent") or {}), "hidden_sizes": [16, 16], "num_critics": 2}
+    trainer = Trainer(build_config(raw), tmp_path / "run")
+    dataset = trainer.learner.dataset
+    assert dataset.format == "minari" and len(dataset) == 60 and dataset.path == str(store / "pendulum" / "random-v0")
+
+
+def test_minari_episodes_without_an_end_flag_are_named_once(tmp_path):
+    pytest.importorskip("h5py")
+    import warnings
+
+    path = _make_minari(tmp_path, episodes=4, unflagged=(0, 2))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ds = load_dataset(path, OBS_SPACE, ACT_SPACE)
+    ours = [w for w in caught if issubclass(w.category, DatasetWarning)]
+    assert len(ours) == 1, [str(w.message) for w in caught]
+    text = str(ours[0].message)
+    assert "2 of 4 episodes end with neither a termination nor a truncation flag (episode 0, 2)" in text
+    assert str(path / "data") in text
+    assert len(ds) == 80 and float(ds.rows["terminated"].sum()) == 0.0  # read as cut: they bootstrap
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        load_dataset(_make_minari(tmp_path / "flagged"), OBS_SPACE, ACT_SPACE)
+    assert not [w for w in caught if issubclass(w.category, DatasetWarning)]

@@ -10,8 +10,15 @@ Two on-disk formats are read, both from local disk (nothing is downloaded):
   ``noise``. Read
   with ``allow_pickle=False``.
 * **minari** -- a Minari (>= 0.5) dataset directory: the folder holding
-  ``metadata.json`` and the data file (``.../<name>-v0/data``) or its parent.
-  Needs the optional extra ``pip install -e '.[minari]'``.
+  ``metadata.json`` and the data file (``.../<name>-v0/data``) or its parent;
+  or a Minari dataset id (``namespace/name-v0``) of a dataset in Minari's
+  local store, found as Minari finds it (``minari.storage.get_dataset_path``:
+  ``$MINARI_DATASETS_PATH/<id>``, else ``~/.minari/datasets/<id>``; never
+  downloaded). A path that exists wins over an id. Needs the optional extra
+  ``pip install -e '.[minari]'`` (Minari with its HDF5 and Arrow storages and
+  Pillow, which both storages import). An episode that ends with neither a
+  termination nor a truncation flag is read as cut (its last transition
+  bootstraps) and the loader warns once per dataset, with their count and ids.
 
 Conventions (the official RLPD code's, ``rlpd/data/d4rl_datasets.py``):
 
@@ -25,7 +32,7 @@ Conventions (the official RLPD code's, ``rlpd/data/d4rl_datasets.py``):
 
 Every check runs when the dataset is loaded, before any training, and its
 error (:class:`DatasetError`) names the key, the row and what to change:
-missing file, missing key (with the closest present one), wrong shape or
+missing file (naming both ways to make one), missing key (with the closest present one), wrong shape or
 dtype against the env's spaces, NaN/inf values, actions outside the env's
 bounds, a dataset recorded for another env.
 """
@@ -37,6 +44,7 @@ import difflib
 import hashlib
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +55,7 @@ from tensordict import TensorDict
 __all__ = [
     "DatasetError",
     "DatasetNotFoundError",
+    "DatasetWarning",
     "OfflineDataset",
     "MixedSampler",
     "load_dataset",
@@ -56,6 +65,8 @@ __all__ = [
     "write_npz",
     "dataset_checksum",
     "detect_format",
+    "resolve_dataset_path",
+    "same_env_id",
     "describe",
     "REQUIRED_KEYS",
     "ACTION_CLIP_EPS",
@@ -78,19 +89,78 @@ class DatasetNotFoundError(DatasetError, FileNotFoundError):
     """The dataset path does not exist."""
 
 
+class DatasetWarning(UserWarning):
+    """A dataset is usable but something in it is probably not what its author meant."""
+
+
+def same_env_id(recorded: str, env_id: str) -> bool:
+    """Whether two env ids name the same env, ignoring a gymnasium ``module:`` prefix
+    (``"my_pkg:MyEnv-v0"`` is ``"MyEnv-v0"``, which Minari records as the env spec's id)."""
+    return recorded.rsplit(":", 1)[-1] == env_id.rsplit(":", 1)[-1]
+
+
+_MINARI_EXTRA = "pip install -e '.[minari]' (or pip install 'rlfunc[minari]')"
+
+
+def _minari_id(text: str) -> bool:
+    """Whether ``text`` parses as a Minari dataset id (Minari's own ``parse_dataset_id``)."""
+    try:
+        from minari.dataset.minari_dataset import parse_dataset_id
+    except ImportError:
+        return False
+    try:
+        parse_dataset_id(text)
+    except Exception:  # noqa: BLE001 -- ValueError (malformed), TypeError (no version)
+        return False
+    return True
+
+
+def _not_found(path: str | Path, detail: str = "") -> DatasetNotFoundError:
+    text = str(path)
+    out = text if text.endswith(".npz") else "FILE.npz"
+    return DatasetNotFoundError(
+        f"Dataset {text!r} does not exist{detail}; make one with `rlfunc dataset collect ... --out {out}` and set "
+        "data.path to that file, or set data.path to a Minari dataset directory or the id of a dataset in Minari's "
+        "local store (e.g. one written by minari.create_dataset_from_buffers)."
+    )
+
+
+def resolve_dataset_path(path: str | Path) -> Path:
+    """Where ``path`` (``data.path``) is: itself when it exists, else the Minari dataset id it names.
+
+    An id is resolved with Minari's own ``minari.storage.get_dataset_path`` (under
+    ``$MINARI_DATASETS_PATH``, else ``~/.minari/datasets``) and must be there already: nothing
+    is downloaded. Neither -> :class:`DatasetNotFoundError` naming both ways to make a dataset."""
+    local = Path(path)
+    if local.exists():
+        return local
+    text = str(path)
+    if _minari_id(text):
+        from minari.storage import get_dataset_path
+
+        found = Path(get_dataset_path(text))
+        if (found / "data").is_dir():
+            return found
+        raise _not_found(text, f" as a path, nor as a Minari dataset id in Minari's local store (no {str(found)!r})")
+    try:
+        import minari  # noqa: F401
+    except ImportError:
+        if "-v" in text and not text.endswith(".npz"):
+            raise _not_found(
+                text, f" as a path; if it is a Minari dataset id, reading one needs the optional extra: {_MINARI_EXTRA}"
+            ) from None
+    raise _not_found(text)
+
+
 # --------------------------------------------------------------------------- reading
 
 
 def detect_format(path: str | Path, fmt: str = "auto") -> str:
-    """``"npz"`` or ``"minari"`` for ``path`` (``fmt="auto"`` looks at the path)."""
-    path = Path(path)
+    """``"npz"`` or ``"minari"`` for ``path`` (``fmt="auto"`` looks at the path; a Minari dataset
+    id is resolved first, :func:`resolve_dataset_path`)."""
     if fmt not in ("auto", "npz", "minari"):
         raise DatasetError(f"Unknown dataset format {fmt!r}; use 'npz', 'minari' or 'auto'.")
-    if not path.exists():
-        raise DatasetNotFoundError(
-            f"Dataset {str(path)!r} does not exist; make one with `rlfunc dataset collect ... --out {path}` "
-            "or fix data.path."
-        )
+    path = resolve_dataset_path(path)
     if fmt != "auto":
         return fmt
     if path.is_file():
@@ -111,9 +181,7 @@ def read_npz(path: str | Path) -> dict[str, np.ndarray]:
     """Raw arrays of a D4RL-style ``.npz`` (no pickle); missing file -> :class:`DatasetNotFoundError`."""
     path = Path(path)
     if not path.is_file():
-        raise DatasetNotFoundError(
-            f"Dataset file {str(path)!r} does not exist; make one with `rlfunc dataset collect --out {path}`."
-        )
+        raise _not_found(path)
     with open(path, "rb") as fh:
         if fh.read(2) != b"PK":
             raise DatasetError(f"Dataset {str(path)!r} is not a readable .npz file (not a zip archive of arrays).")
@@ -163,16 +231,14 @@ def _check_minari_metadata(data_dir: Path) -> None:
 
 
 def read_minari(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """Transitions of a local Minari dataset directory, in the npz keys, plus its spaces.
+    """Transitions of a local Minari dataset (a directory or a local id), in the npz keys, plus its spaces.
 
     Each episode's ``observations [T+1]`` give ``observations = obs[:-1]`` and
     ``next_observations = obs[1:]``; ``terminations`` become ``terminals`` and
     ``truncations`` become ``timeouts``. Returns ``(arrays, info)`` with
     ``info["action_space"]``, ``info["observation_space"]``, ``info["env_id"]``.
     """
-    path = Path(path)
-    if not path.exists():
-        raise DatasetNotFoundError(f"Minari dataset {str(path)!r} does not exist; check data.path.")
+    path = resolve_dataset_path(path)
     data_dir = _minari_data_dir(path)
     if data_dir is None:
         raise DatasetError(f"{str(path)!r} is not a Minari dataset directory (no metadata.json in it or in data/).")
@@ -180,16 +246,21 @@ def read_minari(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, Any]
     try:
         import minari
     except ImportError:
-        raise DatasetError(
-            "Reading Minari datasets needs the optional extra: pip install -e '.[minari]' "
-            "(or convert the dataset to .npz)."
-        ) from None
+        raise DatasetError(f"Reading Minari datasets needs the optional extra: {_MINARI_EXTRA} (or convert the dataset to .npz).") from None
     try:
         ds = minari.MinariDataset(str(data_dir))
+    except ImportError as exc:  # a storage's own imports (h5py, PIL, pyarrow)
+        raise DatasetError(
+            f"Minari cannot open {str(data_dir)!r}: its storage needs {exc.name or str(exc)!r}, which is not installed; "
+            f"{_MINARI_EXTRA} installs what Minari's storages need."
+        ) from None
     except Exception as exc:
         raise DatasetError(f"Minari could not open {str(data_dir)!r} ({type(exc).__name__}: {exc}).") from None
     obs, acts, rews, nxt, terms, timeouts = [], [], [], [], [], []
+    unflagged: list[int] = []
+    episodes = 0
     for ep in ds.iterate_episodes():
+        episodes += 1
         o = ep.observations
         if not isinstance(o, np.ndarray):
             raise DatasetError(
@@ -207,8 +278,19 @@ def read_minari(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, Any]
         rews.append(np.asarray(ep.rewards))
         terms.append(np.asarray(ep.terminations))
         timeouts.append(np.asarray(ep.truncations))
+        if t and not (bool(terms[-1][-1]) or bool(timeouts[-1][-1])):
+            unflagged.append(int(ep.id))
     if not obs:
         raise DatasetError(f"Minari dataset {str(data_dir)!r} holds no episodes.")
+    if unflagged:
+        shown = ", ".join(str(i) for i in unflagged[:5]) + (", ..." if len(unflagged) > 5 else "")
+        warnings.warn(
+            f"Minari dataset {str(data_dir)!r}: {len(unflagged)} of {episodes} episodes end with neither a termination "
+            f"nor a truncation flag (episode {shown}); their last transitions are read as cut by a time limit "
+            "(bootstrapped), so re-create the dataset with the flags if those episodes really terminated.",
+            DatasetWarning,
+            stacklevel=2,
+        )
     arrays = {
         "observations": np.concatenate(obs),
         "actions": np.concatenate(acts),
@@ -289,7 +371,7 @@ def validate_arrays(
         )
     if env_id is not None and "env_id" in arrays:
         recorded = str(arrays["env_id"])
-        if recorded and recorded != env_id:
+        if recorded and not same_env_id(recorded, env_id):
             raise DatasetError(
                 f"{source} was recorded in {recorded!r}, but the run's env is {env_id!r}; "
                 "use a dataset of the same env (or set env.id accordingly)."
@@ -456,19 +538,23 @@ def load_dataset(
 ) -> OfflineDataset:
     """Load and validate a prior dataset for an env with these (native) spaces.
 
+    ``path``: an ``.npz`` file, a Minari dataset directory, or the id of a dataset in Minari's
+    local store (:func:`resolve_dataset_path`).
+
     ``act_space`` is the env's own action ``Box``; actions come back rescaled
     to ``[-1, 1]`` and clipped to ``(-1 + clip_eps, 1 - clip_eps)``. ``env_id``
     (optional) is checked against the id the dataset recorded, if any.
     """
-    path = Path(path)
     fmt = detect_format(path, fmt)
-    source = f"Dataset {str(path)!r}"
+    named = str(path)
+    path = resolve_dataset_path(path)
+    source = f"Dataset {named!r}" if str(path) == named else f"Dataset {named!r} ({str(path)!r})"
     if fmt == "npz":
         arrays = read_npz(path)
     else:
         arrays, info = read_minari(path)
         _check_minari_spaces(info, obs_space, act_space, source)
-        if env_id is not None and info.get("env_id") and info["env_id"] != env_id:
+        if env_id is not None and info.get("env_id") and not same_env_id(info["env_id"], env_id):
             raise DatasetError(
                 f"{source} was recorded in {info['env_id']!r}, but the run's env is {env_id!r}; "
                 "use a dataset of the same env."
