@@ -86,6 +86,31 @@ def test_import_failures_are_one_sentence_naming_the_module(tmp_path, monkeypatc
         assert "\n" not in text and text.endswith((".", ")")), text
 
 
+def test_an_env_whose_dependency_is_missing_is_one_sentence(tmp_path, monkeypatch, capsys):
+    """A registered env that cannot be made (its entry point's module or a package it needs is absent)
+    is the user's to fix: one line, exit 2, not a traceback."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "pkg_needs_dep.py").write_text(
+        "import gymnasium as gym\n"
+        "class NeedsDep(gym.Env):\n"
+        "    def __init__(self):\n"
+        "        raise gym.error.DependencyNotInstalled('fancy_sim is not installed, run `pip install fancy_sim`')\n"
+        "if 'NeedsDep-v0' not in gym.registry:\n"
+        "    gym.register('NeedsDep-v0', entry_point=NeedsDep)\n"
+        "    gym.register('LazyDep-v0', entry_point='surely_absent_sim_pkg.envs:Sim')\n"
+    )
+    with pytest.raises(ValueError, match=r"Environment 'pkg_needs_dep:NeedsDep-v0' needs a package that is not installed \(fancy_sim is not installed, run `pip install fancy_sim`\); install what it names\."):
+        make_env("pkg_needs_dep:NeedsDep-v0")
+    with pytest.raises(ValueError, match="could not be made: it needs 'surely_absent_sim_pkg', which is not installed"):
+        make_env("pkg_needs_dep:LazyDep-v0")
+    out = tmp_path / "d.npz"
+    assert main(["dataset", "collect", "--env", "pkg_needs_dep:NeedsDep-v0", "--policy", "random", "--steps", "5", "--out", str(out)]) == 2
+    assert "needs a package that is not installed" in _one_line_error(capsys)
+    for env_id in ("NeedsDep-v0", "LazyDep-v0"):
+        gym.registry.pop(env_id, None)
+    sys.modules.pop("pkg_needs_dep", None)
+
+
 def test_a_module_in_the_current_directory_but_off_the_path_is_explained(tmp_path, monkeypatch):
     """`rlfunc` (the console script) does not put the current directory on sys.path; say so."""
     (tmp_path / "my_local_envs.py").write_text("")

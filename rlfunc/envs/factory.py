@@ -188,7 +188,13 @@ def _make_one(env_id: str, kwargs: dict[str, Any], wrappers: list[Callable], res
     try:
         env = gym.make(env_id, **kwargs)
     except gym.error.DependencyNotInstalled as exc:
-        raise RuntimeError(f"Environment {env_id!r} needs a missing dependency: {_MUJOCO_HINT} ({exc}).") from exc
+        detail = " ".join(str(exc).split()).rstrip(".")
+        hint = _MUJOCO_HINT if "mujoco" in detail.lower() else "install what it names"
+        raise ValueError(f"Environment {env_id!r} needs a package that is not installed ({detail}); {hint}.") from None
+    except ImportError as exc:  # the entry point's module, or a package the env imports when made
+        missing = getattr(exc, "name", None)
+        what = f"{missing!r}, which is not installed" if missing else f"an import that failed ({exc})"
+        raise ValueError(f"Environment {env_id!r} could not be made: it needs {what}; pip install it.") from None
     except TypeError as exc:
         raise ValueError(f"Bad env.kwargs for {env_id!r}: {exc}; remove or rename that keyword.") from exc
     for wrap in wrappers:
