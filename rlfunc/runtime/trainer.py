@@ -310,8 +310,9 @@ class Trainer:
     def run(self, resumed: bool = False) -> TrainResult:
         cfg = self.config.train
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        for line in clean_leftovers(self.ckpt_dir):
-            print(f"rlfunc: {self.ckpt_dir}: {line}", file=sys.stderr)
+        for directory in (self.ckpt_dir, self.best_dir):
+            for line in clean_leftovers(directory):
+                print(f"rlfunc: {directory}: {line}", file=sys.stderr)
         # A copy for people: resume reads the config stored in the checkpoint.
         write_atomic(self.run_dir / "config.yaml", yaml.safe_dump(to_dict(self.config), sort_keys=False))
         truncate = self.env_step if resumed else None
