@@ -346,8 +346,10 @@ def test_the_alias_and_lr_schedule_update_identically(algo):
 def test_alias_and_schedule_together_must_agree():
     same = dict(lr=1e-3, lr_decay_updates=100, lr_end=1e-4)
     drqn.Config(**same, lr_schedule={"kind": "linear", "decay_updates": 100, "end_factor": 0.1})  # the same: fine
-    with pytest.raises(ValueError, match=r"^lr_schedule and lr_decay_updates .* are both set and differ; keep lr_schedule"):
+    with pytest.raises(ValueError, match=r"^lr_schedule and lr_decay_updates .* are both set and differ; set one of them: "
+                                         r"lr_schedule null keeps .*, lr_decay_updates null keeps lr_schedule\.$"):
         drqn.Config(**same, lr_schedule={"kind": "cosine", "decay_updates": 100, "end_factor": 0.1})
+    drqn.Config(**same, lr_schedule=None)  # the old keys alone: the old decay
 
 
 # --------------------------------------------------------------------------- each optimizer, its own steps

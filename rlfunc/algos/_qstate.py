@@ -70,8 +70,8 @@ def check_lr_decay(config) -> None:
         )
         if not same:
             raise ValueError(
-                "lr_schedule and lr_decay_updates (its old spelling, with lr_end) are both set and differ; "
-                "keep lr_schedule and drop lr_decay_updates and lr_end."
+                "lr_schedule and lr_decay_updates (its old spelling, with lr_end) are both set and differ; set one "
+                "of them: lr_schedule null keeps the lr_decay_updates/lr_end decay, lr_decay_updates null keeps lr_schedule."
             )
 
 
