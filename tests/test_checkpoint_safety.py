@@ -493,3 +493,27 @@ def test_an_impossible_allocation_is_one_sentence(tmp_path, capsys, monkeypatch)
     assert main(["train", "--run-dir", str(tmp_path / "r")]) == 2
     assert "out of memory" in one_error_line(capsys)
     assert not (tmp_path / "r").exists()
+
+
+def test_loading_never_imports_a_module_the_stored_config_names(run, tmp_path, monkeypatch, capsys):
+    """A stored config may name a user's module (env.id module:Env-v0, a module:Class wrapper):
+    rlfunc.load and rlfunc export never import it; making the env (rlfunc eval) does, as gym.make would."""
+    (tmp_path / "side_effect_mod.py").write_text(
+        "import pathlib\npathlib.Path(__file__).with_name('imported').write_text('yes')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def edit(meta):
+        meta["config"]["env"]["id"] = "side_effect_mod:Pendulum-v1"
+        meta["config"]["env"]["wrappers"] = [{"side_effect_mod:Nothing": {}}]
+
+    ckpt = newest(run)
+    rewrite_meta(ckpt, edit)
+    policy = rlfunc.load(ckpt)
+    assert policy.run_config.env.id == "side_effect_mod:Pendulum-v1"
+    assert main(["export", str(ckpt), "--out", str(tmp_path / "exported")]) == 0
+    assert not (tmp_path / "imported").exists()
+    # running the env imports the module (and here finds it has no such wrapper: one sentence)
+    assert main(["eval", str(ckpt), "--episodes", "1"]) == 2
+    assert "has no 'Nothing'" in one_error_line(capsys)
+    assert (tmp_path / "imported").exists()

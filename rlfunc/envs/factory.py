@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import collections.abc
+import contextlib
+import contextvars
 import difflib
 import inspect
 import types
@@ -24,6 +26,26 @@ __all__ = [
 ]
 
 _MUJOCO_HINT = "install MuJoCo with `pip install -e '.[mujoco]'` (mujoco==3.17.0)"
+
+
+_USER_IMPORTS = contextvars.ContextVar("rlfunc_user_imports", default=True)
+
+
+@contextlib.contextmanager
+def without_user_imports():
+    """Within this block, env ids and wrappers naming a user's module (``module:Env-v0``,
+    ``module:ClassName``) are checked for form only and their modules are not imported.
+
+    Used when a config comes from a file rlfunc wrote (a checkpoint's or a run's config):
+    reading or loading a checkpoint never imports a module it names; making its env
+    (``rlfunc eval``, ``resume``, ``dataset collect``) does, as ``gym.make`` would, so that
+    module must be installed by the user.
+    """
+    token = _USER_IMPORTS.set(False)
+    try:
+        yield
+    finally:
+        _USER_IMPORTS.reset(token)
 
 
 def _import_named(module: str, what: str) -> types.ModuleType:
@@ -167,6 +189,10 @@ def check_env_id(env_id: str) -> None:
         raise ValueError(f"An environment id must be a gymnasium id such as 'Pendulum-v1', got {env_id!r}.")
     module, the_id = split_env_id(env_id)
     if module is not None:
+        if not _USER_IMPORTS.get():
+            if not all(part.isidentifier() for part in module.split(".")):
+                raise ValueError(f"Environment id {env_id!r} names module {module!r}, which is not a Python module name.")
+            return  # checked when the env is made (without_user_imports)
         _import_named(module, f"Environment id {env_id!r}")
     if the_id in gym.registry:
         return
@@ -418,6 +444,11 @@ def _is_callable_type(tp: Any) -> bool:
     return tp is collections.abc.Callable or typing.get_origin(tp) is collections.abc.Callable
 
 
+def _wrap_later(entry: dict, env):
+    """Apply a ``module:ClassName`` wrapper whose checks were deferred by :func:`without_user_imports`."""
+    return build_wrappers([entry])[0](env)
+
+
 def build_wrappers(spec: list) -> list[Callable]:
     """``["mask_velocity", {"flicker": {"p": 0.5}}]`` -> wrapper callables, validated.
 
@@ -463,6 +494,10 @@ def build_wrappers(spec: list) -> list[Callable]:
             kwargs = dict(kwargs or {})
         else:
             raise ValueError(f"env.wrappers entries must be a name or {{name: {{arguments}}}}, got {item!r}.")
+        if isinstance(name, str) and ":" in name and not _USER_IMPORTS.get():
+            # a user's module (without_user_imports): imported and checked when the env is made
+            out.append(functools.partial(_wrap_later, {name: kwargs}))
+            continue
         cls = _wrapper_class(name)
         params = dict(list(inspect.signature(cls).parameters.items())[1:])  # after the wrapped env
         named = {p: v for p, v in params.items() if v.kind not in (v.VAR_POSITIONAL, v.VAR_KEYWORD, v.POSITIONAL_ONLY)}

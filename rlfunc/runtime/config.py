@@ -438,6 +438,21 @@ def _check_sections(sections: dict[str, dict], entry) -> None:
 def build_config(raw: dict[str, Any], *, resolved: bool = False) -> RunConfig:
     """Validate a raw mapping into a :class:`RunConfig` (raises :class:`ConfigError`).
 
+    A resolved config (read from a file rlfunc wrote) is validated without importing the
+    modules its ``env.id`` or ``env.wrappers`` name (``module:...``): loading a checkpoint
+    never imports code it names; making its env does (:func:`rlfunc.envs.factory.without_user_imports`).
+    """
+    if resolved:
+        from rlfunc.envs.factory import without_user_imports
+
+        with without_user_imports():
+            return _build_config(raw, resolved=True)
+    return _build_config(raw, resolved=False)
+
+
+def _build_config(raw: dict[str, Any], *, resolved: bool = False) -> RunConfig:
+    """:func:`build_config`'s checks.
+
     ``resolved=True`` reads a config rlfunc wrote (a run's ``config.yaml``, a
     checkpoint's meta): keys the algorithm does not use are dropped instead of
     refused, as files written before they were refused hold every key.
