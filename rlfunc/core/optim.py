@@ -20,6 +20,21 @@ optax's ``adam(learning_rate=schedule)``. A schedule is tensor arithmetic only
 value), so it compiles with ``fullgraph=True``, never syncs with the host, and
 the compiled update does not recompile as the step advances.
 
+The rate may also come from the training state (settings as data): a 0-dim
+tensor *base rate* (``learning_rate(opt_state, base)``, e.g. a population
+member's ``state["hparams", "critic_lr"]``) replaces the configured float
+rate, and a :class:`Schedule` then keeps its shape and is rescaled to start
+from that rate (:meth:`Schedule.scaled`), so per-member rates and schedules are
+one mechanism. This is optax's ``inject_hyperparams`` idea -- hyperparameters
+as arrays that ``vmap`` can batch -- with the rate kept next to the other
+settings in the state rather than in the optimizer state. Absent, nothing
+changes: the float path runs.
+
+Under a ``torch.func`` transform (``torch.vmap`` over a population's stacked
+states) :meth:`Adam.step` runs the out-of-place arithmetic that the compiled
+path runs, because the fused kernel has no batching rule (it mutates its
+inputs); the numbers agree with the fused kernel to float rounding.
+
 Learning-rate schedules (:class:`Schedule`, built from the config-level
 :class:`LRSchedule`): ``constant``, ``linear`` and ``cosine`` decay, each with
 an optional linear warm-up, in the forms of optax's ``linear_schedule``,
@@ -96,8 +111,15 @@ class Adam:
     decoupled: bool = False
     max_grad_norm: float | None = None
 
-    def _traced_math(self, p_list, g_list, m_list, v_list, step, lr):
-        """``torch.optim.Adam``'s single-tensor arithmetic, out of place."""
+    def _traced_math(self, p_list, g_list, m_list, v_list, step, lr, fused_scalars: bool = False):
+        """``torch.optim.Adam``'s single-tensor arithmetic, out of place.
+
+        ``fused_scalars``: the bias corrections as the fused kernel computes them, in
+        float64 then rounded to float32 (``lr / (1 - beta1^t)`` and ``sqrt(1 - beta2^t)``;
+        in float32 ``1 - 0.999^t`` loses ~1e-5 of its value to cancellation at small
+        ``t``). The element-wise arithmetic is the fused kernel's, in its order, so
+        with it a vmapped step equals the eager fused step to a last-bit rounding at most.
+        Off: the compiled path's float32 scalars, kept as they were."""
         beta1, beta2 = self.betas
         if self.weight_decay != 0.0:
             if self.decoupled:
@@ -106,18 +128,40 @@ class Adam:
                 g_list = [g + self.weight_decay * p for g, p in zip(g_list, p_list)]
         m_new = [torch.lerp(m, g, 1.0 - beta1) for m, g in zip(m_list, g_list)]
         v_new = [v * beta2 + (1.0 - beta2) * g * g for v, g in zip(v_list, g_list)]
-        step_size = lr / (1.0 - beta1**step)
-        bias_correction2_sqrt = torch.sqrt(1.0 - beta2**step)
+        if fused_scalars and step.device.type != "mps":  # MPS has no float64
+            t = step.to(torch.float64)
+            step_size = (lr / (1.0 - beta1**t)).to(step.dtype)
+            bias_correction2_sqrt = torch.sqrt(1.0 - beta2**t).to(step.dtype)
+        else:
+            step_size = lr / (1.0 - beta1**step)
+            bias_correction2_sqrt = torch.sqrt(1.0 - beta2**step)
         p_new = [
             p - step_size * m / (torch.sqrt(v) / bias_correction2_sqrt + self.eps)
             for p, m, v in zip(p_list, m_new, v_new)
         ]
         return p_new, m_new, v_new
 
-    def learning_rate(self, opt_state: TensorDict) -> float | torch.Tensor:
+    def learning_rate(
+        self, opt_state: TensorDict, base: torch.Tensor | None = None
+    ) -> float | torch.Tensor:
         """The rate of the next :meth:`step` from ``opt_state``: ``lr`` itself when it is a
         float, else the schedule at ``opt_state["step"]`` (this optimizer's steps so far;
-        a float32 counter, exact up to 2**24 steps, as ``torch.optim``'s). Pure, no sync."""
+        a float32 counter, exact up to 2**24 steps, as ``torch.optim``'s). Pure, no sync.
+
+        ``base`` (a 0-dim tensor, e.g. ``state["hparams", "critic_lr"]``) is a rate
+        held in the state that replaces the configured one: returned as is for a
+        constant rate, or the :class:`Schedule` rescaled to start from it
+        (:meth:`Schedule.scaled`). ``None`` (the default) is the float path above.
+        """
+        if base is not None:
+            if isinstance(self.lr, Schedule):
+                return self.lr.scaled(opt_state["step"], base)
+            if callable(self.lr):
+                raise ValueError(
+                    "a base learning rate from the state needs Adam's lr to be a float or a Schedule, "
+                    f"got the callable {self.lr!r}, whose scale is unknown."
+                )
+            return base
         if callable(self.lr):
             return self.lr(opt_state["step"])
         return self.lr
@@ -153,10 +197,13 @@ class Adam:
             grads, _ = clip_by_global_norm(grads, self.max_grad_norm)
         step = opt_state["step"] + 1
         keys = list(params.keys(include_nested=True, leaves_only=True))
-        if torch.compiler.is_compiling():
+        compiling = torch.compiler.is_compiling()
+        if compiling or _under_functorch():
             # Traced: plain out-of-place math, which inductor fuses into one
             # kernel per tensor (the fused aten kernel mutates in place and
-            # does not functionalize).
+            # does not functionalize). Under torch.func transforms (vmap over
+            # a population) too, eagerly: the fused kernel has no batching rule;
+            # there with the fused kernel's float64 bias corrections.
             p_new, m_new, v_new = self._traced_math(
                 [params[k] for k in keys],
                 [grads[k] for k in keys],
@@ -164,6 +211,7 @@ class Adam:
                 [opt_state["exp_avg_sq"][k] for k in keys],
                 step,
                 lr,
+                fused_scalars=not compiling,
             )
             new_params = params.empty(recurse=True)
             new_m = opt_state["exp_avg"].empty(recurse=True)
@@ -209,6 +257,11 @@ class Adam:
             {"step": step, "exp_avg": new_m, "exp_avg_sq": new_v}, batch_size=[], device=opt_state.device
         )
         return new_params, new_state
+
+
+def _under_functorch() -> bool:
+    """True inside a ``torch.func`` transform (``vmap``, ``grad``, ...): the interpreter stack is not empty."""
+    return torch._C._functorch.peek_interpreter_stack() is not None
 
 
 def linear_schedule(start: float, end: float, duration: int) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -267,20 +320,35 @@ class Schedule:
             raise ValueError(f"Schedule warmup_steps must be an integer >= 0, got {self.warmup_steps!r}.")
 
     def __call__(self, step: torch.Tensor) -> torch.Tensor:
+        """The rate at ``step`` (a tensor; the result is float32 of its shape)."""
+        return self._at(step, self.init_value, self.end_value, self.warmup_init_value)
+
+    def scaled(self, step: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
+        """This schedule's shape started from the rate ``base`` (a tensor) instead of
+        ``init_value``: ``base * self(step) / init_value``, i.e. the same formula with
+        ``init_value = 1`` and the end and warm-up values divided by ``init_value``,
+        times ``base``. An :meth:`LRSchedule.at` schedule is relative to its rate, so
+        this is that :class:`LRSchedule` at ``base``: how a rate held in the state
+        (a population member's ``hparams``) and a config's schedule combine."""
+        if self.init_value == 0:
+            raise ValueError("Schedule.scaled needs a nonzero init_value, the rate that base replaces.")
+        v = self.init_value
+        return base * self._at(step, 1.0, self.end_value / v, self.warmup_init_value / v)
+
+    def _at(self, step: torch.Tensor, v: float, end_value: float, w0: float) -> torch.Tensor:
         s = torch.as_tensor(step, dtype=torch.float32)
-        v, w = self.init_value, self.warmup_steps
+        w = self.warmup_steps
         if self.kind == "constant":
             after: torch.Tensor | float = v if w else torch.full_like(s, v)
         else:
             t = s - w if w else s
             if self.kind == "linear":
-                after = linear_schedule(v, self.end_value, self.decay_steps)(t)
+                after = linear_schedule(v, end_value, self.decay_steps)(t)
             else:
                 frac = torch.clamp(t / self.decay_steps, 0.0, 1.0)
-                after = self.end_value + (v - self.end_value) * (0.5 * (1.0 + torch.cos(math.pi * frac)))
+                after = end_value + (v - end_value) * (0.5 * (1.0 + torch.cos(math.pi * frac)))
         if not w:
             return after
-        w0 = self.warmup_init_value
         warm = w0 + (s / w) * (v - w0)
         return torch.where(s < w, warm, after)
 
@@ -406,10 +474,17 @@ def scheduled_lr(lr: float, *schedules: LRSchedule | None) -> float | Schedule:
     return lr
 
 
-def last_lr(opt: Adam, opt_state: TensorDict, like: torch.Tensor) -> torch.Tensor:
+def last_lr(
+    opt: Adam, opt_state: TensorDict, like: torch.Tensor, base: torch.Tensor | None = None
+) -> torch.Tensor:
     """The rate ``opt`` used for its last step (``opt_state`` is the state after it), as a
     0-dim metric of ``like``'s dtype made on ``like``'s device: no host copy, no sync, so a
-    CUDA-graph capture of the update stays legal. Before any step: the first step's rate."""
+    CUDA-graph capture of the update stays legal. Before any step: the first step's rate.
+    ``base``: the rate from the state that replaced ``opt.lr`` (:meth:`Adam.learning_rate`)."""
+    if base is not None:
+        if isinstance(opt.lr, Schedule):
+            base = opt.lr.scaled(torch.clamp(opt_state["step"] - 1, min=0), base)
+        return base.detach().to(like.dtype)
     if callable(opt.lr):
         return opt.lr(torch.clamp(opt_state["step"] - 1, min=0)).to(like.dtype)
     return like.new_full((), float(opt.lr))

@@ -12,10 +12,16 @@ def polyak(target: TensorDict, online: TensorDict, tau: float | torch.Tensor) ->
     """Soft update ``target <- (1 - tau) * target + tau * online`` (Lillicrap et al. 2016).
 
     REDQ and RLPD use ``tau = 0.005`` after every critic step, DrQ-v2 ``0.01``.
-    One ``_foreach_lerp`` over all leaves; returns a new TensorDict.
+    One ``_foreach_lerp`` over all leaves; returns a new TensorDict. ``tau`` may
+    be a 0-dim tensor (a setting held in the state). Under a ``torch.func``
+    transform (``torch.vmap`` over a population) it is one ``torch.lerp`` per
+    leaf instead, the same arithmetic: the foreach kernel has no batching rule.
     """
     keys = list(target.keys(include_nested=True, leaves_only=True))
-    new = torch._foreach_lerp([target[k] for k in keys], [online[k] for k in keys], tau)
+    if torch._C._functorch.peek_interpreter_stack() is not None:
+        new = [torch.lerp(target[k], online[k], tau) for k in keys]
+    else:
+        new = torch._foreach_lerp([target[k] for k in keys], [online[k] for k in keys], tau)
     out = target.empty(recurse=True)
     for k, v in zip(keys, new):
         out[k] = v
