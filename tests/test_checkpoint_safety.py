@@ -138,6 +138,7 @@ def test_crafted_pickle_never_runs(run, tmp_path, capsys, version):
         ["eval", str(run), "--episodes", "1"],
         ["eval", str(ckpt), "--episodes", "1"],
         ["dataset", "collect", "--checkpoint", str(ckpt), "--steps", "5", "--out", str(tmp_path / "d.npz")],
+        ["export", str(ckpt), "--out", str(tmp_path / "exported")],
     ]
     for argv in commands:
         assert main(argv) == 2, argv
