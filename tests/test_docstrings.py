@@ -95,3 +95,20 @@ def test_algorithm_docstring_examples_run(module_name):
         warnings.simplefilter("ignore")  # gymnasium's Box precision notes
         result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0, result
+
+
+CORE_EXAMPLES = [m for m in _modules(rlfunc.core) if ">>>" in (importlib.import_module(m).__doc__ or "")]
+
+
+def test_core_modules_with_examples_are_found():
+    assert "rlfunc.core.population" in CORE_EXAMPLES
+
+
+@pytest.mark.parametrize("module_name", CORE_EXAMPLES)
+def test_core_docstring_examples_run(module_name):
+    """A core module's ``>>>`` examples (e.g. ``torch.vmap(redq.update)`` over a population) run."""
+    module = importlib.import_module(module_name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0, result

@@ -45,7 +45,18 @@ distinct: one agent step is ``action_repeat`` env frames.
 Randomness is explicit: ``update(state, batch, noise)`` takes the shifts and
 the standard-normal draws it needs (:func:`draw_noise`, drawn on the device).
 Without ``noise`` it draws them from torch's global generator, which is fine
-eagerly but differs between eager and compiled code.
+eagerly but differs between eager and compiled code (and is refused under
+``torch.vmap(..., randomness="error")``: a population passes each member's noise).
+
+Settings as data (:data:`HPARAMS`): ``lr`` (all three optimizers) and ``tau``
+are read from ``state["hparams", name]`` (0-dim tensors) when present, else
+from :class:`Config`, so the members of a population
+(:mod:`rlfunc.core.population`: ``torch.vmap(update)`` over stacked states)
+may differ in them; a state without ``hparams`` (what :func:`init` returns)
+runs the float path, unchanged. The discount is already data: the replay's
+``discount`` (``gamma^n``), so a per-member ``gamma`` is the replay's
+setting, not the update's. The whole update vmaps (tested against
+single-member updates).
 
 Options beyond the paper (sizes of the encoder, trunk and heads) exist so
 that tests and CPU benchmarks can run small versions; every default is the
@@ -87,7 +98,7 @@ import torch
 from tensordict import TensorDict
 from torch.func import grad_and_value
 
-from rlfunc.algos import _checks
+from rlfunc.algos import _checks, _hparams
 from rlfunc.core import nets
 from rlfunc.core.augment import draw_shift, random_shift
 from rlfunc.core.dists import clipped_normal_sample
@@ -96,6 +107,7 @@ from rlfunc.core.targets import polyak
 
 __all__ = [
     "Config",
+    "HPARAMS",
     "init",
     "draw_noise",
     "stddev",
@@ -110,6 +122,11 @@ __all__ = [
 ]
 
 _LOG_2PI = math.log(2.0 * math.pi)
+
+HPARAMS = ("lr", "tau")
+"""The :class:`Config` fields :func:`update` reads from ``state["hparams", name]`` when
+present (settings as data, module doc): ``lr`` for the encoder, critic and actor
+optimizers, ``tau`` for the target critic."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -373,6 +390,8 @@ def update(state: TensorDict, batch: TensorDict, noise: TensorDict | None = None
     the online encoder (no gradient); target; critic + encoder step; actor
     step on the detached obs features against the updated critic; polyak
     target critic. Returns ``(new_state, metrics)`` with 0-dim tensor metrics.
+    A ``state["hparams"]`` entry (``lr``, ``tau``) replaces its :class:`Config`
+    field and is carried to the new state.
     """
     config: Config = state.get_non_tensor("config")
     _check_batch(batch)
@@ -384,6 +403,7 @@ def update(state: TensorDict, batch: TensorDict, noise: TensorDict | None = None
     encoder, actor, critic = params["encoder"], params["actor"], params["critic"]
     std = stddev(config, state["agent_step"])
     critic_opt_fn, actor_opt_fn = _critic_opt(config), _actor_opt(config)
+    hparams = _hparams.of(state)
 
     obs = random_shift(batch["obs"].float(), config.pad, noise["shift_obs"])
     next_obs = random_shift(batch["next_obs"].float(), config.pad, noise["shift_next_obs"])
@@ -402,14 +422,22 @@ def update(state: TensorDict, batch: TensorDict, noise: TensorDict | None = None
 
     ec = TensorDict({"encoder": encoder, "critic": critic}, batch_size=[])
     grads, (c_loss, c_aux) = grad_and_value(critic_loss, has_aux=True)(ec, config, obs, batch["action"].float(), y)
-    critic, critic_opt = critic_opt_fn.step(grads["critic"], state["opt", "critic"], critic)
-    encoder, encoder_opt = critic_opt_fn.step(grads["encoder"], state["opt", "encoder"], encoder)
+    critic, critic_opt = critic_opt_fn.step(
+        grads["critic"], state["opt", "critic"], critic,
+        lr=_hparams.rate(critic_opt_fn, state["opt", "critic"], hparams, "lr"),
+    )
+    encoder, encoder_opt = critic_opt_fn.step(
+        grads["encoder"], state["opt", "encoder"], encoder,
+        lr=_hparams.rate(critic_opt_fn, state["opt", "encoder"], hparams, "lr"),
+    )
 
     a_grads, (a_loss, a_aux) = grad_and_value(actor_loss, has_aux=True)(
         actor, config, critic.detach(), c_aux["h"], std, noise["action"]
     )
-    actor, actor_opt = actor_opt_fn.step(a_grads, state["opt", "actor"], actor)
-    target_critic = polyak(state["target", "critic"], critic, config.tau)
+    actor, actor_opt = actor_opt_fn.step(
+        a_grads, state["opt", "actor"], actor, lr=_hparams.rate(actor_opt_fn, state["opt", "actor"], hparams, "lr")
+    )
+    target_critic = polyak(state["target", "critic"], critic, _hparams.setting(hparams, config, "tau"))
 
     new_state = TensorDict(
         {
@@ -421,6 +449,7 @@ def update(state: TensorDict, batch: TensorDict, noise: TensorDict | None = None
         },
         batch_size=[],
     )
+    _hparams.carry(new_state, hparams)
     new_state.set_non_tensor("config", config)
     metrics = TensorDict(
         {
@@ -435,9 +464,11 @@ def update(state: TensorDict, batch: TensorDict, noise: TensorDict | None = None
         },
         batch_size=[],
     )
-    if config.lr_schedule is not None or config.actor_lr_schedule is not None or config.critic_lr_schedule is not None:
-        metrics["actor_lr"] = last_lr(actor_opt_fn, actor_opt, std)
-        metrics["critic_lr"] = last_lr(critic_opt_fn, critic_opt, std)
+    scheduled = config.lr_schedule is not None or config.actor_lr_schedule is not None
+    if scheduled or config.critic_lr_schedule is not None or _hparams.entry(hparams, "lr") is not None:
+        base = _hparams.entry(hparams, "lr")
+        metrics["actor_lr"] = last_lr(actor_opt_fn, actor_opt, std, base)
+        metrics["critic_lr"] = last_lr(critic_opt_fn, critic_opt, std, base)
     return new_state, metrics
 
 

@@ -73,7 +73,20 @@ turns the RLPD ones on.
 Randomness is explicit: ``update(state, batch, noise)`` takes the standard
 normal and uniform draws it needs (:func:`draw_noise`). Without ``noise`` it
 draws them from torch's global generator, which is fine eagerly but differs
-between eager and compiled code.
+between eager and compiled code (and is refused under ``torch.vmap(...,
+randomness="error")``: a population passes each member's noise).
+
+Settings as data (:data:`HPARAMS`): ``actor_lr``, ``critic_lr``,
+``alpha_lr``, ``gamma``, ``tau`` and ``init_alpha`` (the fixed temperature
+when ``auto_alpha`` is off) are read from ``state["hparams", name]`` (0-dim
+tensors) when present, else from :class:`Config`; so the members of a
+population (:mod:`rlfunc.core.population`, ``torch.vmap(update)`` over stacked
+states) may differ in them. The target entropy is already state
+(``state["target_entropy"]``), and so is the initial temperature with
+``auto_alpha`` (``params["log_alpha"]``): :data:`INIT_SETTINGS`. A state
+without ``hparams`` (what :func:`init` returns) runs the float path,
+unchanged. Everything else in :class:`Config` is static (shapes, counts,
+switches). The whole update vmaps (tested against single-member updates).
 
 Usage, one environment step of learning by hand (a whole training script:
 ``rlfunc.examples.redq_pendulum``; SAC: :func:`sac_config`)::
@@ -107,7 +120,7 @@ import torch
 from tensordict import TensorDict
 from torch.func import grad_and_value
 
-from rlfunc.algos import _checks
+from rlfunc.algos import _checks, _hparams
 from rlfunc.core import nets
 from rlfunc.core.dists import tanh_gaussian, tanh_gaussian_mode
 from rlfunc.core.optim import Adam, LRSchedule, last_lr, scheduled_lr
@@ -115,6 +128,8 @@ from rlfunc.core.targets import polyak
 
 __all__ = [
     "Config",
+    "HPARAMS",
+    "INIT_SETTINGS",
     "MBPO_TARGET_ENTROPY",
     "TargetEntropy",
     "config_for_env",
@@ -148,6 +163,16 @@ MBPO_TARGET_ENTROPY: dict[str, float] = {
 paper", Janner et al. 2019), keyed there by the MuJoCo ids ``Hopper-v2`` ...
 ``Humanoid-v2`` and here by the environment family, so every version
 (gymnasium's ``-v4``/``-v5``, with the same action spaces) matches."""
+
+HPARAMS = ("actor_lr", "critic_lr", "alpha_lr", "gamma", "tau", "init_alpha")
+"""The :class:`Config` fields :func:`update` reads from ``state["hparams", name]`` when
+present (settings as data, module doc); ``init_alpha`` is read there only with
+``auto_alpha`` off (with it on, the temperature is the state's ``log_alpha``)."""
+
+INIT_SETTINGS = ("target_entropy", "init_alpha")
+"""The :class:`Config` fields :func:`init` turns into state tensors (``target_entropy``,
+``params["log_alpha"]`` when ``auto_alpha``): states made from configs that differ
+only in them (and in :data:`HPARAMS`) are one population."""
 
 TargetEntropy = typing.NewType("TargetEntropy", object)
 """``Config.target_entropy``: a number, ``"mbpo"`` or ``"auto"`` (module doc)."""
@@ -354,6 +379,9 @@ def _alpha_opt(config: Config) -> Adam:
     return Adam(lr=scheduled_lr(config.alpha_lr, config.alpha_lr_schedule, config.lr_schedule))
 
 
+_LR_FIELDS = ("actor_lr", "critic_lr", "alpha_lr")
+
+
 def _scheduled(config: Config) -> bool:
     return any(
         s is not None
@@ -424,12 +452,15 @@ def compute_target(
     batch: TensorDict,
     next_action_noise: torch.Tensor,
     subset_noise: torch.Tensor,
+    *,
+    gamma: float | torch.Tensor | None = None,
 ) -> torch.Tensor:
     """REDQ target ``y [B]`` for one mini-batch (no gradient flows through it).
 
     ``subset_noise [N]``: the ``M`` largest entries select the target critics.
     Terminated transitions do not bootstrap; truncated ones do (the collector
-    stores ``terminated`` only).
+    stores ``terminated`` only). ``gamma`` (e.g. ``state["hparams", "gamma"]``)
+    replaces ``config.gamma``.
     """
     with torch.no_grad():
         next_action, next_log_prob = _sample(config, actor, batch["next_obs"], next_action_noise)
@@ -439,7 +470,8 @@ def compute_target(
         if config.backup_entropy:
             q_next = q_next - alpha * next_log_prob
         not_done = 1.0 - batch["terminated"].to(q_next.dtype)
-        return batch["reward"] + config.gamma * not_done * q_next
+        gamma = config.gamma if gamma is None else gamma
+        return batch["reward"] + gamma * not_done * q_next
 
 
 def critic_loss(
@@ -503,15 +535,21 @@ def critic_step(
     mini: TensorDict,
     next_action_noise: torch.Tensor,
     subset_noise: torch.Tensor,
+    hparams: TensorDict | None = None,
 ) -> tuple[TensorDict, TensorDict, TensorDict, torch.Tensor, torch.Tensor]:
     """One critic update on mini-batch ``mini [B]``: target, loss, Adam, polyak. Pure.
 
-    Returns ``(critic, target_critic, critic_opt_state, loss, mean_q)``.
+    ``hparams``: ``state["hparams"]`` (``critic_lr``, ``gamma``, ``tau`` replace the
+    config's when present; :data:`HPARAMS`). Returns ``(critic, target_critic,
+    critic_opt_state, loss, mean_q)``.
     """
-    y = compute_target(config, actor, target_critic, alpha, mini, next_action_noise, subset_noise)
+    gamma = _hparams.setting(hparams, config, "gamma")
+    y = compute_target(config, actor, target_critic, alpha, mini, next_action_noise, subset_noise, gamma=gamma)
     grads, (loss, aux) = grad_and_value(critic_loss, has_aux=True)(critic, config, mini["obs"], mini["action"], y)
-    critic, critic_opt_state = _critic_opt(config).step(grads, critic_opt_state, critic)
-    target_critic = polyak(target_critic, critic, config.tau)
+    opt = _critic_opt(config)
+    lr = _hparams.rate(opt, critic_opt_state, hparams, "critic_lr")
+    critic, critic_opt_state = opt.step(grads, critic_opt_state, critic, lr=lr)
+    target_critic = polyak(target_critic, critic, _hparams.setting(hparams, config, "tau"))
     return critic, target_critic, critic_opt_state, loss.detach(), aux["q"]
 
 
@@ -526,23 +564,29 @@ def policy_step(
     target_entropy: torch.Tensor,
     obs: torch.Tensor,
     noise: torch.Tensor,
+    hparams: TensorDict | None = None,
 ) -> tuple[TensorDict, TensorDict, torch.Tensor, TensorDict, TensorDict]:
     """One actor update and one temperature update on ``obs [B, O]``. Pure.
 
-    ``critic`` is data here (no gradient reaches it). Returns ``(actor,
+    ``critic`` is data here (no gradient reaches it). ``hparams``: ``state["hparams"]``
+    (``actor_lr``, ``alpha_lr`` replace the config's when present). Returns ``(actor,
     actor_opt_state, log_alpha, alpha_opt_state, metrics)``.
     """
     actor_grads, (a_loss, a_aux) = grad_and_value(actor_loss, has_aux=True)(
         actor, config, critic.detach(), alpha, obs, noise
     )
-    actor, actor_opt_state = _actor_opt(config).step(actor_grads, actor_opt_state, actor)
+    opt = _actor_opt(config)
+    lr = _hparams.rate(opt, actor_opt_state, hparams, "actor_lr")
+    actor, actor_opt_state = opt.step(actor_grads, actor_opt_state, actor, lr=lr)
     log_prob = a_aux["log_prob"]
     la_td = TensorDict({"log_alpha": log_alpha}, batch_size=[])
     if config.auto_alpha:
         alpha_grads, (t_loss, _) = grad_and_value(temperature_loss, has_aux=True)(
             la_td, config, log_prob, target_entropy
         )
-        la_td, alpha_opt_state = _alpha_opt(config).step(alpha_grads, alpha_opt_state, la_td)
+        opt = _alpha_opt(config)
+        lr = _hparams.rate(opt, alpha_opt_state, hparams, "alpha_lr")
+        la_td, alpha_opt_state = opt.step(alpha_grads, alpha_opt_state, la_td, lr=lr)
     else:
         t_loss = torch.zeros_like(log_alpha)
     metrics = TensorDict(
@@ -568,7 +612,9 @@ def update(
     temperature update (:func:`policy_step`) on mini-batch ``G - 1``: with the
     critics as they were before the last critic optimizer step (REDQ) or, with
     ``config.actor_after_critics``, after it (RLPD). Returns ``(new_state,
-    metrics)``; metrics are 0-dim tensors (no host sync).
+    metrics)``; metrics are 0-dim tensors (no host sync). A ``state["hparams"]``
+    entry replaces its :class:`Config` field (:data:`HPARAMS`) and is carried to
+    the new state; with any rate there, the metrics include the three rates.
 
     ``steps`` replaces ``(critic_step, policy_step)`` by other implementations
     of the same functions, e.g. compiled ones (:func:`make_update`).
@@ -591,12 +637,18 @@ def update(
     critic_opt_state = state["opt", "critic"]
     actor_opt_state = state["opt", "actor"]
     alpha_opt_state = state["opt", "alpha"]
-    alpha = log_alpha.exp().detach() if config.auto_alpha else torch.full_like(log_alpha, config.init_alpha)
+    hparams = _hparams.of(state)
+    if config.auto_alpha:
+        alpha = log_alpha.exp().detach()
+    elif _hparams.entry(hparams, "init_alpha") is not None:
+        alpha = hparams["init_alpha"].to(log_alpha.dtype)
+    else:
+        alpha = torch.full_like(log_alpha, config.init_alpha)
 
     def run_policy(critic_now: TensorDict):
         return do_policy(
             config, actor, actor_opt_state, critic_now, log_alpha, alpha_opt_state, alpha,
-            target_entropy, batch[updates - 1]["obs"], noise["action"],
+            target_entropy, batch[updates - 1]["obs"], noise["action"], hparams,
         )
 
     q_losses = []
@@ -608,7 +660,7 @@ def update(
             new_actor, actor_opt_state, new_log_alpha, alpha_opt_state, p_metrics = run_policy(critic)
         critic, target_critic, critic_opt_state, loss, q_mean = do_critic(
             config, critic, target_critic, critic_opt_state, actor, alpha, batch[g],
-            noise["next_action"][g], noise["subset"][g],
+            noise["next_action"][g], noise["subset"][g], hparams,
         )
         q_losses.append(loss)
         q_means.append(q_mean)
@@ -632,6 +684,7 @@ def update(
         },
         batch_size=[],
     )
+    _hparams.carry(new_state, hparams)
     new_state.set_non_tensor("config", config)
     metrics = TensorDict(
         {
@@ -644,10 +697,13 @@ def update(
         },
         batch_size=[],
     )
-    if _scheduled(config):
-        metrics["actor_lr"] = last_lr(_actor_opt(config), actor_opt_state, alpha)
-        metrics["critic_lr"] = last_lr(_critic_opt(config), critic_opt_state, alpha)
-        metrics["alpha_lr"] = last_lr(_alpha_opt(config), alpha_opt_state, alpha)
+    if _scheduled(config) or any(_hparams.entry(hparams, k) is not None for k in _LR_FIELDS):
+        for name, opt_fn, opt_state in (
+            ("actor_lr", _actor_opt, actor_opt_state),
+            ("critic_lr", _critic_opt, critic_opt_state),
+            ("alpha_lr", _alpha_opt, alpha_opt_state),
+        ):
+            metrics[name] = last_lr(opt_fn(config), opt_state, alpha, _hparams.entry(hparams, name))
     return new_state, metrics
 
 
