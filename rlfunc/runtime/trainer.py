@@ -44,6 +44,7 @@ from rlfunc.runtime.checkpoint import (
     prune_checkpoints,
     save_checkpoint,
 )
+from rlfunc.replay.offline import DatasetError
 from rlfunc.runtime.collector import Collector
 from rlfunc.runtime.config import (
     ConfigError,
@@ -243,7 +244,7 @@ class Trainer:
             prior_wall = float(meta.get("wall_s", 0.0))  # older checkpoints lack it: counted from 0
             self.collector.restore(meta["env_rng"])
         except (KeyError, TypeError, ValueError, IndexError, RuntimeError) as exc:
-            if isinstance(exc, CheckpointError) or type(exc).__name__ == "DatasetError":
+            if isinstance(exc, (CheckpointError, DatasetError)):  # already one sentence about the file
                 raise
             raise CheckpointError(
                 f"Checkpoint {str(checkpoint)!r} does not fit this run ({type(exc).__name__}: {exc}); resume it with the rlfunc version and config that wrote it."
