@@ -46,7 +46,7 @@ randomness inside the loss, rlfunc and the baseline take pre-drawn noise.
 ``pendulum_train_loop_utd20`` -- environment steps per second of a whole
 training loop on Pendulum-v1 at UTD 20 (batch 256, 256-256): act, env step,
 store, sample, 20 critic updates (+ actor), measured after a warm-up in which
-learning has started (``random_steps`` steps of random actions, then a few
+learning has started (``learning_starts`` steps of random actions, then a few
 learning steps; only steps with updates are timed; each window is a segment of
 ``--segment-steps`` env steps). ``rlfunc`` REDQ (N=10) and SAC (N=2, G=20)
 drive the runtime's own pieces (``rlfunc.runtime.trainer.Trainer``'s env,
@@ -166,13 +166,13 @@ TASKS = (
 SIZES: dict[str, dict[str, Any]] = {
     "full": dict(
         obs=11, act=3, hidden=(256, 256), batch=256, utd=20, redq_critics=10, redq_subset=2,
-        loop_batch=256, loop_hidden=(256, 256), loop_utd=20, loop_random_steps=256, loop_replay=100_000,
+        loop_batch=256, loop_hidden=(256, 256), loop_utd=20, loop_learning_starts=256, loop_replay=100_000,
         drqn_batch=32, drqn_window=10, drqn_lstm=128, drqn_encoder=64, drqn_obs=4, drqn_actions=2,
         replay_capacity=100_000, replay_batch=256, seq_window=10, seq_batch=32, seq_episode=200,
     ),
     "tiny": dict(
         obs=11, act=3, hidden=(16, 16), batch=8, utd=2, redq_critics=3, redq_subset=2,
-        loop_batch=8, loop_hidden=(16, 16), loop_utd=2, loop_random_steps=16, loop_replay=1_000,
+        loop_batch=8, loop_hidden=(16, 16), loop_utd=2, loop_learning_starts=16, loop_replay=1_000,
         drqn_batch=4, drqn_window=4, drqn_lstm=8, drqn_encoder=8, drqn_obs=4, drqn_actions=2,
         replay_capacity=2_000, replay_batch=32, seq_window=4, seq_batch=4, seq_episode=20,
     ),
@@ -609,7 +609,7 @@ def _rlfunc_loop(config_path: str, sz: dict, args, *, compile: bool, agent: dict
         from rlfunc.runtime.trainer import Trainer
 
         overrides = {
-            "train.random_steps": sz["loop_random_steps"],
+            "train.learning_starts": sz["loop_learning_starts"],
             "train.total_steps": 10**9,
             "train.replay_size": sz["loop_replay"],
             "train.threads": args.threads,
@@ -637,7 +637,7 @@ def _rlfunc_loop(config_path: str, sz: dict, args, *, compile: bool, agent: dict
                 if learner.ready(trainer.env_step):
                     trainer._learn()
 
-        for _ in range(sz["loop_random_steps"] + args.loop_warmup):
+        for _ in range(sz["loop_learning_starts"] + args.loop_warmup):
             env_step()
         assert trainer.learner_calls >= 1, "learning has not started after the warm-up"
         return lambda: [env_step() for _ in range(args.segment_steps)]
@@ -652,12 +652,12 @@ def _sb3_loop(sz: dict, args):
 
         model = SAC(
             "MlpPolicy", gym.make("Pendulum-v1"), learning_rate=3e-4, buffer_size=sz["loop_replay"],
-            learning_starts=sz["loop_random_steps"], batch_size=sz["loop_batch"], tau=0.005, gamma=0.99,
+            learning_starts=sz["loop_learning_starts"], batch_size=sz["loop_batch"], tau=0.005, gamma=0.99,
             train_freq=1, gradient_steps=sz["loop_utd"], ent_coef="auto",
             policy_kwargs={"net_arch": list(sz["loop_hidden"])}, seed=0, device=_device(args).type, verbose=0,
         )
         torch.set_num_threads(args.threads)
-        model.learn(total_timesteps=sz["loop_random_steps"] + args.loop_warmup)
+        model.learn(total_timesteps=sz["loop_learning_starts"] + args.loop_warmup)
         assert model._n_updates >= 1, "SB3 has not started learning after the warm-up"
         return lambda: model.learn(total_timesteps=args.segment_steps, reset_num_timesteps=False)
 
@@ -688,7 +688,7 @@ def _torchrl_loop(sz: dict, args, critics: int, subset: int):
 
         def env_step() -> None:
             td = state["td"]
-            if state["steps"] < sz["loop_random_steps"]:
+            if state["steps"] < sz["loop_learning_starts"]:
                 td = env.rand_action(td)
             else:
                 with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
@@ -696,10 +696,10 @@ def _torchrl_loop(sz: dict, args, critics: int, subset: int):
             out, state["td"] = env.step_and_maybe_reset(td)
             rb.add(out.exclude("loc", "scale", "action_log_prob", "sample_log_prob"))
             state["steps"] += 1
-            if state["steps"] >= sz["loop_random_steps"]:
+            if state["steps"] >= sz["loop_learning_starts"]:
                 trl.env_step([rb.sample() for _ in range(G)])
 
-        for _ in range(sz["loop_random_steps"] + args.loop_warmup):
+        for _ in range(sz["loop_learning_starts"] + args.loop_warmup):
             env_step()
         return lambda: [env_step() for _ in range(args.segment_steps)]
 
@@ -709,7 +709,7 @@ def _torchrl_loop(sz: dict, args, critics: int, subset: int):
 def task_pendulum_loop(task: str, args, run, sz: dict) -> list[dict]:
     G = sz["loop_utd"]
     problem = {"env": "Pendulum-v1", "utd": G, "batch": sz["loop_batch"], "hidden": list(sz["loop_hidden"]),
-               "random_steps": sz["loop_random_steps"], "warmup_learning_steps": args.loop_warmup,
+               "learning_starts": sz["loop_learning_starts"], "warmup_learning_steps": args.loop_warmup,
                "segment_env_steps": args.segment_steps,
                "work_per_env_step": f"act + env step + store + sample + {G} critic updates (+ actor, temperature)"}
     missing = _unavailable_peers(("torchrl", "stable-baselines3"))

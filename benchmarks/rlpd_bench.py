@@ -10,7 +10,7 @@ data help, and does LayerNorm matter?" on Pendulum-v1:
    action noise (``--data-steps`` transitions, ``--data-noise`` std in
    ``[-1, 1]`` units), or an existing ``.npz`` with ``--data``;
 3. three runs per seed, each ``--steps`` online env steps with the same
-   warm-up (``--random-steps`` uniform actions) and evaluation schedule:
+   warm-up (``--learning-starts`` steps of uniform actions) and evaluation schedule:
 
    * ``rlpd``: ``configs/rlpd/pendulum.yaml`` with the prior data;
    * ``rlpd_no_layernorm``: the same without LayerNorm in the critics;
@@ -52,7 +52,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     g.add_argument("--data", type=Path, default=None, help="RLPD: an existing prior-data .npz (skips collection)")
     g.add_argument("--data-steps", type=int, default=5000, help="RLPD: transitions to collect")
     g.add_argument("--data-noise", type=float, default=0.2, help="RLPD: action noise std of the collecting agent")
-    g.add_argument("--random-steps", type=int, default=200, help="RLPD: uniform warm-up steps of every run")
+    g.add_argument("--learning-starts", type=int, default=200, help="RLPD: uniform warm-up steps of every run")
     g.add_argument("--preset", choices=sorted(PRESETS), default="cpu", help="RLPD: update size (module doc)")
     g.add_argument("--target", type=float, default=-200.0, help="RLPD: return the median must reach")
 
@@ -139,7 +139,7 @@ def run_learn_rlpd(args: argparse.Namespace, run) -> int:
     # 3. the comparison
     common = {
         "train.total_steps": steps,
-        "train.random_steps": args.random_steps,
+        "train.learning_starts": args.learning_starts,
         "train.eval_every": 250,
         "train.eval_episodes": 5,
         "train.checkpoint_every": steps,

@@ -16,7 +16,7 @@ TINY = {
     "agent.num_critics": 3,
     "agent.updates_per_step": 2,
     "agent.batch_size": 32,
-    "train.random_steps": 300,
+    "train.learning_starts": 300,
     "train.eval_every": 1000,
     "train.eval_episodes": 1,
     "train.checkpoint_every": 1000,
@@ -103,7 +103,7 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
         "env.id": "rlfunc_test/Counting-v0",
         "env.kwargs": {"term_at": 50, "nan_reward_after": 1500},
         "train.total_steps": 3000,
-        "train.random_steps": 100,
+        "train.learning_starts": 100,
         "train.eval_every": 500,
         "train.checkpoint_every": 500,
     }

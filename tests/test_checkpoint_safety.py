@@ -32,7 +32,7 @@ TINY = {
     "agent.updates_per_step": 1,
     "agent.batch_size": 16,
     "train.total_steps": 300,
-    "train.random_steps": 100,
+    "train.learning_starts": 100,
     "train.eval_every": 300,
     "train.eval_episodes": 1,
     "train.checkpoint_every": 150,
@@ -250,10 +250,11 @@ def _foreign_algo(ckpt):
     def edit(meta):
         meta["algo"] = "drqn"
         meta["config"]["algo"] = "drqn"
-        meta["config"]["agent"] = {"learning_starts": 0}  # a config that builds: the state is what is foreign
+        meta["config"]["agent"] = {}  # a config that builds: the state is what is foreign
         meta["config"]["env"]["id"] = "CartPole-v1"
-        for key in ("random_steps", "replay_size", "compile_mode"):  # a drqn config has none (its agent sets them)
-            meta["config"]["train"].pop(key, None)
+        meta["config"]["train"].pop("compile_mode", None)  # not a drqn key (it compiles whole updates)
+        meta["config"]["train"].pop("replay_size", None)  # drqn's default, in windows
+        meta["config"]["train"]["learning_starts"] = 0
         meta["num_actions"] = 2
         meta.pop("action_low"), meta.pop("action_high")
         meta["obs_shape"] = [4]

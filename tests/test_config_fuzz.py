@@ -6,6 +6,7 @@ types, negative or zero sizes, NaN/inf numbers, out-of-range probabilities
 and discounts, unknown keys, keys in the wrong section, malformed ``--set``
 strings (YAML errors, constructor tags), bad wrapper names and arguments,
 warm-ups longer than the run or the replay, keys the algorithm does not use,
+keys of earlier versions (renamed),
 a missing ``env.id``, and replays or networks too big for memory. Each runs
 through ``rlfunc train`` in-process, delivered either in the config file or
 as ``--set``, and must give:
@@ -34,7 +35,7 @@ import yaml
 
 from rlfunc.runtime import trainer as trainer_module
 from rlfunc.runtime.cli import main
-from rlfunc.runtime.config import DataSection, EnvSection, TrainSection, apply_overrides, load_config
+from rlfunc.runtime.config import RENAMED_KEYS, DataSection, EnvSection, TrainSection, apply_overrides, load_config
 from rlfunc.runtime.registry import ALGOS, get_algo
 
 torch.set_num_threads(1)
@@ -152,21 +153,22 @@ HUGE = {
     "redq": [("train.replay_size", 10**13), ("agent.hidden_sizes", [10**9])],
     "sac": [("train.replay_size", 10**13), ("agent.hidden_sizes", [10**5, 10**5])],
     "rlpd": [("train.replay_size", 10**13), ("agent.hidden_sizes", [10**9, 8])],
-    "drqn": [("agent.buffer_windows", 10**12), ("agent.lstm_size", 10**8)],
-    "dqn": [("agent.buffer_windows", 10**12), ("agent.encoder_sizes", [10**9])],
-    "r2d2": [("agent.replay_capacity", 10**12), ("agent.head_sizes", [10**9])],
+    "drqn": [("train.replay_size", 10**12), ("agent.lstm_size", 10**8)],
+    "dqn": [("train.replay_size", 10**12), ("agent.encoder_sizes", [10**9])],
+    "r2d2": [("train.replay_size", 10**12), ("agent.head_sizes", [10**9])],
     "drqv2": [("train.replay_size", 10**13), ("agent.hidden_dim", 10**7)],
 }
 
 
 def _warmups(algo: str, raw: dict) -> list[dict]:
-    t, a = raw.get("train", {}), raw.get("agent", {})
-    total = t["total_steps"]
+    t = raw.get("train", {})
+    total, warmup = t["total_steps"], t["learning_starts"]
+    if algo == "r2d2":  # in windows: more than the replay holds, or than the run can store
+        return [{"train.learning_starts": t["replay_size"] + 1},
+                {"train.learning_starts": total + 1, "train.replay_size": total + 1}]
     if algo in TRANSITION:
-        return [{"train.random_steps": total + 1}, {"train.replay_size": max(t.get("random_steps", 5000) - 1, 1)}]
-    if algo == "r2d2":
-        return [{"agent.min_replay_size": a["replay_capacity"] + 1}, {"agent.min_replay_size": total + 1, "agent.replay_capacity": total + 1}]
-    return [{"agent.learning_starts": total + 1}, {"agent.buffer_windows": 1}]
+        return [{"train.learning_starts": total + 1}, {"train.replay_size": max(warmup - 1, 1)}]
+    return [{"train.learning_starts": total + 1}, {"train.replay_size": 1}]
 
 
 WRAPPERS = [
@@ -254,11 +256,11 @@ def _cases() -> list:
         # warm-up longer than the run or the replay
         add(algo, "warmup", sets=[_set(k, v) for k, v in rng.choice(_warmups(algo, raw)).items()])
         # keys the algorithm does not use
-        if algo in SEQUENCE:
-            key = rng.choice(["train.random_steps", "train.replay_size", "train.compile_mode"])
-            add(algo, "unused", sets=[_set(key, {"train.compile_mode": "full"}.get(key, rng.choice([0, 1000])))])
-        elif algo == "drqv2":
-            add(algo, "unused", sets=["train.compile_mode=step"])
+        if algo in SEQUENCE or algo == "drqv2":
+            add(algo, "unused", sets=[_set("train.compile_mode", rng.choice(["full", "step"]))])
+        # keys of earlier versions
+        old = rng.choice(sorted(RENAMED_KEYS))
+        add(algo, "renamed", raw=apply_overrides(raw, {old: rng.choice([0, 1000])}))
         if algo != "rlpd":
             add(algo, "unused-data", sets=[_set(rng.choice(["data.path", "data.offline_ratio"]), rng.choice(["x.npz", 0.5]))])
         # a missing env.id
@@ -273,7 +275,7 @@ def _cases() -> list:
     add("none", "not-yaml", text="algo: redq\nenv: {id: [Pendulum-v1\n")
     add("none", "not-a-mapping", text="- algo\n- redq\n")
     add("none", "yaml-tag", text="algo: !!python/object/apply:os.system ['touch PWNED']\n")
-    add("none", "no-algo", text="env: {id: Pendulum-v1}\ntrain: {total_steps: 100, random_steps: 10}\n")
+    add("none", "no-algo", text="env: {id: Pendulum-v1}\ntrain: {total_steps: 100, learning_starts: 10}\n")
     return cases
 
 
@@ -290,7 +292,7 @@ def test_every_algorithm_is_fuzzed_in_every_way():
     for algo in ALGOS:
         kinds = {i.split("-")[1] for i in ids if i.startswith(f"{algo}-")}
         assert {"type", "negative", "size", "nonfinite", "range", "unknown", "section", "malformed", "wrapper",
-                "warmup", "no", "huge"} <= kinds, (algo, kinds)
+                "warmup", "renamed", "no", "huge"} <= kinds, (algo, kinds)
     assert len(CASES) >= 100
 
 

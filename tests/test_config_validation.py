@@ -2,8 +2,8 @@
 
 Every value of every algorithm's ``Config`` is checked against its meaning
 (sizes, finiteness, ranges, choices), the ``train``/``env``/``data`` sections
-likewise; keys an algorithm does not use are refused; the warm-up must fit the
-run and the replay; wrappers are checked by name and argument; ``--set``
+likewise; keys an algorithm does not use are refused (keys of earlier versions:
+tests/test_replay_keys.py); the warm-up must fit the run and the replay; wrappers are checked by name and argument; ``--set``
 values YAML cannot read are one sentence; and replay and network storage that
 would not fit in memory is one sentence with the bytes, before allocation.
 """
@@ -44,7 +44,6 @@ BASES = {
 }
 """A valid shipped config per registered algorithm (RLPD's with a data path)."""
 
-SEQUENCE = ("drqn", "dqn", "r2d2")
 
 
 def base(algo: str) -> dict:
@@ -143,9 +142,9 @@ RANGE_CASES = [
     ("r2d2", {"agent.head_sizes": [-3]}, r"agent\.head_sizes"),
     ("drqn", {"agent.lstm_size": 0}, r"agent\.lstm_size must be a positive integer"),
     ("drqn", {"agent.sequence_length": 0}, r"agent\.sequence_length must be a positive integer"),
-    ("drqn", {"agent.buffer_windows": 0}, r"agent\.buffer_windows must be a positive integer"),
+    ("drqn", {"train.replay_size": 0}, r"train\.replay_size must be a positive integer"),
     ("drqn", {"agent.train_every": 0}, r"agent\.train_every must be a positive integer"),
-    ("r2d2", {"agent.replay_capacity": 0}, r"agent\.replay_capacity must be a positive integer"),
+    ("r2d2", {"train.replay_size": -1}, r"train\.replay_size must be a positive integer"),
     ("r2d2", {"agent.target_period": 0}, r"agent\.target_period must be a positive integer"),
     ("drqv2", {"agent.hidden_dim": 0}, r"agent\.hidden_dim must be a positive integer"),
     ("drqv2", {"agent.encoder_channels": [32, 0, 32, 32]}, r"agent\.encoder_channels"),
@@ -157,7 +156,6 @@ RANGE_CASES = [
     ("drqn", {"agent.sequence_period": 7}, r"agent\.sequence_period must be between 1 and sequence_length"),
     ("drqn", {"agent.n_step": 7}, r"agent\.n_step must be between 1 and sequence_length"),
     ("r2d2", {"agent.sequence_period": 9}, r"agent\.sequence_period must be between 1 and burn_in"),
-    ("r2d2", {"agent.min_replay_size": 6000}, r"agent\.min_replay_size must not exceed replay_capacity \(5000"),
     # learning rates finite and > 0
     ("redq", {"agent.actor_lr": 0}, r"agent\.actor_lr must be a finite number > 0"),
     ("rlpd", {"agent.critic_lr": -3e-4}, r"agent\.critic_lr must be a finite number > 0"),
@@ -223,7 +221,8 @@ SECTION_CASES = [
     ("redq", {"train.total_steps": 0}, r"train\.total_steps must be a positive integer"),
     ("sac", {"train.eval_episodes": 0}, r"train\.eval_episodes must be a positive integer"),
     ("redq", {"train.log_every": -5}, r"train\.log_every must be a positive integer"),
-    ("redq", {"train.random_steps": -1}, r"train\.random_steps must be >= 0"),
+    ("redq", {"train.learning_starts": -1}, r"train\.learning_starts must be >= 0"),
+    ("r2d2", {"train.learning_starts": -1}, r"train\.learning_starts must be >= 0"),
     ("redq", {"train.threads": -1}, r"train\.threads must be >= 0"),
     ("redq", {"train.device": "tpu"}, r"train\.device must be 'cpu' or 'cuda\[:N\]'"),
     ("drqv2", {"train.device": "cuda:x"}, r"train\.device must be 'cpu' or 'cuda\[:N\]'"),
@@ -282,20 +281,21 @@ def test_sections_must_be_mappings():
 # -- 2. warm-up <= total steps and <= replay capacity, in each learner's units ------------
 
 WARMUP_CASES = [
-    ("redq", {"train.random_steps": 3001}, r"train\.random_steps=3001 is more than train\.total_steps=3000"),
-    ("sac", {"train.random_steps": 2000, "train.replay_size": 1500},
-     r"train\.random_steps=2000 is more than the replay holds \(train\.replay_size=1500 transitions\)"),
-    ("rlpd", {"train.total_steps": 100}, r"train\.random_steps=200 is more than train\.total_steps=100"),
+    ("redq", {"train.learning_starts": 3001}, r"train\.learning_starts=3001 is more than train\.total_steps=3000"),
+    ("sac", {"train.learning_starts": 2000, "train.replay_size": 1500},
+     r"train\.learning_starts=2000 is more than the replay holds \(train\.replay_size=1500 transitions\)"),
+    ("rlpd", {"train.total_steps": 100}, r"train\.learning_starts=200 is more than train\.total_steps=100"),
     ("drqv2", {"train.replay_size": 1000},
-     r"train\.random_steps=2000 is more than the replay holds \(train\.replay_size=1000 frames\)"),
-    ("drqv2", {"train.total_steps": 1999}, r"train\.random_steps=2000 is more than train\.total_steps=1999"),
-    ("drqn", {"agent.learning_starts": 2001}, r"agent\.learning_starts=2001 is more than train\.total_steps=2000"),
-    ("dqn", {"agent.buffer_windows": 100},
-     r"agent\.learning_starts=500 is more than the replay holds \(agent\.buffer_windows=100 windows, one every "
+     r"train\.learning_starts=2000 is more than the replay holds \(train\.replay_size=1000 frames\)"),
+    ("drqv2", {"train.total_steps": 1999}, r"train\.learning_starts=2000 is more than train\.total_steps=1999"),
+    ("drqn", {"train.learning_starts": 2001}, r"train\.learning_starts=2001 is more than train\.total_steps=2000"),
+    ("dqn", {"train.replay_size": 100},
+     r"train\.learning_starts=500 is more than the replay holds \(train\.replay_size=100 windows, one every "
      r"agent\.sequence_period=1 steps: about 100 env steps\)"),
     ("r2d2", {"train.total_steps": 99},
-     r"agent\.min_replay_size=100 sequences cannot be stored in train\.total_steps=99 env steps"),
-    ("r2d2", {"agent.replay_capacity": 50}, r"agent\.min_replay_size must not exceed replay_capacity \(50 sequences\)"),
+     r"train\.learning_starts=100 windows cannot be stored in train\.total_steps=99 env steps"),
+    ("r2d2", {"train.replay_size": 50},
+     r"train\.learning_starts=100 windows is more than the replay holds \(train\.replay_size=50 windows\)"),
 ]
 
 
@@ -306,36 +306,20 @@ def test_warmup_fits_the_run_and_the_replay(algo, overrides, match):
 
 
 def test_r2d2_paper_warmup_on_a_short_run_is_refused_not_silent():
-    """The issue's case: R2D2's min_replay_size (50000 sequences) above what a run can store never learns."""
-    refused("r2d2", {"agent.min_replay_size": 50_000, "agent.replay_capacity": 100_000},
-            r"^agent\.min_replay_size=50000 sequences cannot be stored in train\.total_steps=4000")
-    refused("r2d2", {"agent.min_replay_size": 50_000}, r"^agent\.min_replay_size must not exceed replay_capacity")
+    """The issue's case: R2D2's warm-up (Acme's 50000 windows) above what a run can store never learns."""
+    refused("r2d2", {"train.learning_starts": 50_000, "train.replay_size": 100_000},
+            r"^train\.learning_starts=50000 windows cannot be stored in train\.total_steps=4000")
+    refused("r2d2", {"train.learning_starts": 3000, "train.replay_size": 2000},
+            r"^train\.learning_starts=3000 windows is more than the replay holds \(train\.replay_size=2000 windows\)")
 
 
 def test_warmup_equal_to_the_limits_is_fine():
-    build("redq", {"train.random_steps": 3000, "train.replay_size": 3000})
-    build("drqn", {"agent.learning_starts": 2000})
-    build("r2d2", {"agent.min_replay_size": 4000, "agent.replay_capacity": 4000})
+    build("redq", {"train.learning_starts": 3000, "train.replay_size": 3000})
+    build("drqn", {"train.learning_starts": 2000})
+    build("r2d2", {"train.learning_starts": 4000, "train.replay_size": 4000})
 
 
 # -- 3. keys an algorithm does not use --------------------------------------------------
-
-UNUSED_CASES = [
-    (algo, key, instead)
-    for algo, keys in {
-        "drqn": {"train.random_steps": "agent.learning_starts", "train.replay_size": "agent.buffer_windows"},
-        "dqn": {"train.random_steps": "agent.learning_starts", "train.replay_size": "agent.buffer_windows"},
-        "r2d2": {"train.random_steps": "agent.min_replay_size", "train.replay_size": "agent.replay_capacity"},
-    }.items()
-    for key, instead in keys.items()
-]
-
-
-@pytest.mark.parametrize("algo,key,instead", UNUSED_CASES)
-@pytest.mark.parametrize("value", [0, 1000])
-def test_train_keys_a_sequence_learner_ignores_are_refused(algo, key, instead, value):
-    msg = refused(algo, {key: value}, rf"^{re.escape(key)} is not used by {algo}; remove it \({re.escape(instead)} sets")
-    assert instead in msg
 
 
 def test_compile_mode_and_data_only_where_used():
@@ -355,10 +339,10 @@ def test_defaults_that_are_merely_present_pass_and_resolved_configs_round_trip()
         cfg = build(algo)
         again = build_config(to_dict(cfg))
         assert again == cfg, algo
-        if algo in SEQUENCE:
+        if not hasattr(get_algo(algo).algo, "make_update"):
             d = to_dict(cfg)
-            assert "random_steps" not in d["train"] and "replay_size" not in d["train"]
-            old = {**d, "train": {**d["train"], "random_steps": 5000, "replay_size": 1_000_000}}
+            assert "compile_mode" not in d["train"]
+            old = {**d, "train": {**d["train"], "compile_mode": "step"}}
             with pytest.raises(ConfigError, match="is not used by"):
                 build_config(old)
             assert build_config(old, resolved=True) == cfg
@@ -461,10 +445,10 @@ MEMORY_CASES = [
      r"^The agent's networks \(agent\.hidden_sizes=\[1000000000\], agent\.num_critics=2\) need \d+\.\d [GT]B for "
      r"parameters, targets and optimizer state, but only .* is available; lower agent\.hidden_sizes or agent\.num_critics\.$"),
     ("rlpd", {"agent.hidden_sizes": [65536, 65536]}, r"^The agent's networks .* need .* GB"),
-    ("drqn", {"agent.buffer_windows": 10**12}, r"^agent\.buffer_windows=1000000000000 needs .* for the replay of "
+    ("drqn", {"train.replay_size": 10**12}, r"^train\.replay_size=1000000000000 needs .* for the replay of "
      r"rlfunc/CueMemory-v0 windows of 6 steps"),
     ("dqn", {"agent.lstm_size": 10**8}, r"^The agent's networks \(agent\.encoder_sizes=\[64\], agent\.lstm_size=100000000\) need "),
-    ("r2d2", {"agent.replay_capacity": 10**12}, r"^agent\.replay_capacity=1000000000000 needs .* windows of 8 steps"),
+    ("r2d2", {"train.replay_size": 10**12}, r"^train\.replay_size=1000000000000 needs .* windows of 8 steps"),
     ("drqv2", {"train.replay_size": 10**13, "train.total_steps": 10**13},
      r"^train\.replay_size=10000000000000 needs .* for the pixel replay of Pendulum-v1"),
     ("drqv2", {"agent.hidden_dim": 10**7}, r"^The agent's networks .*agent\.hidden_dim=10000000\) need "),
@@ -494,7 +478,7 @@ def test_replay_and_networks_that_fit_only_apart_are_refused_together(monkeypatc
                        r"40\.0 MB of memory is available; lower train\.replay_size or agent\.hidden_sizes or agent\.num_critics\.$"):
         get_algo("redq").make_learner(cfg, *PENDULUM)
     monkeypatch.setattr(memory, "available_bytes", lambda device: None)  # unknowable: not checked
-    get_algo("redq").make_learner(build("redq", {"agent.hidden_sizes": [8], "train.replay_size": 10, "train.random_steps": 10}), *PENDULUM)
+    get_algo("redq").make_learner(build("redq", {"agent.hidden_sizes": [8], "train.replay_size": 10, "train.learning_starts": 10}), *PENDULUM)
 
 
 def test_pixel_replay_counts_the_frames_a_run_writes(monkeypatch):
@@ -528,8 +512,8 @@ def test_a_key_in_the_wrong_section_names_the_right_one():
 
 
 def test_train_defaults_alone_never_learn_and_are_refused():
-    """TrainSection's defaults (3000 env steps, REDQ's 5000-step uniform warm-up) would end the run
-    before its first update: a config must set train.total_steps or train.random_steps."""
-    with pytest.raises(ConfigError, match=r"^train\.random_steps=5000 is more than train\.total_steps=3000"):
+    """TrainSection's defaults (3000 env steps, SAC's 5000-step uniform warm-up) would end the run
+    before its first update: a config must set train.total_steps or train.learning_starts."""
+    with pytest.raises(ConfigError, match=r"^train\.learning_starts=5000 is more than train\.total_steps=3000"):
         build_config({"algo": "sac", "env": {"id": "Pendulum-v1"}})
     assert build_config({"algo": "sac", "env": {"id": "Pendulum-v1"}, "train": {"total_steps": 5000}})

@@ -24,7 +24,7 @@ def _tiny_drqn_run(tmp_path, extra=None):
         "configs/drqn/cartpole_novel.yaml",
         overrides={
             "agent.lstm_size": 16, "agent.encoder_sizes": [16], "agent.batch_size": 8,
-            "agent.learning_starts": 50, "agent.buffer_windows": 200, "env.num_envs": 2,
+            "train.learning_starts": 50, "train.replay_size": 200, "env.num_envs": 2,
             "train.total_steps": 200, "train.eval_every": 200, "train.checkpoint_every": 200,
             "train.eval_episodes": 1, "train.compile": False, "train.progress": False,
             **(extra or {}),

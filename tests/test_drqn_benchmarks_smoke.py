@@ -43,7 +43,7 @@ def test_update_drqn_quick(tmp_path):
 def test_learn_generic_tiny(tmp_path):
     out = tmp_path / "learn_drqn.json"
     _run("learn", "--algo", "drqn", "--seeds", "1", "--steps", "120", "--runs-dir", str(tmp_path / "runs"),
-         "--out", str(out), "--set", "train.compile=false", "--set", "agent.learning_starts=60",
+         "--out", str(out), "--set", "train.compile=false", "--set", "train.learning_starts=60",
          "--set", "train.eval_every=60", "--set", "train.eval_episodes=1", "--set", "env.num_envs=2")
     res = json.loads(out.read_text())
     assert [r["algo"] for r in res["runs"]] == ["drqn", "dqn"]

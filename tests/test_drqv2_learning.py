@@ -69,7 +69,7 @@ CONFIG = {
     },
     "train": {
         "total_steps": 800,
-        "random_steps": 150,
+        "learning_starts": 150,
         "replay_size": 5000,
         "eval_every": 400,
         "eval_episodes": 10,
@@ -104,7 +104,7 @@ def test_drqv2_learns_pixel_reach(tmp_path):
         rows = list(csv.DictReader(f))
     assert "frames" not in rows[0]  # action repeat 1: frames == steps, no extra column
     assert float(rows[-1]["stddev"]) == pytest.approx(0.1)
-    last = rows[-1]  # one update per agent step from step random_steps on, before that step's env step (official order)
+    last = rows[-1]  # one update per agent step from step learning_starts on, before that step's env step (official order)
     assert int(float(last["learner_calls"])) == int(float(last["step"])) - 150
 
 
@@ -114,7 +114,7 @@ def test_drqv2_runtime_frames_checkpoint_resume(tmp_path):
     raw = {
         **CONFIG,
         "env": {**CONFIG["env"], "wrappers": [{"pixels": {"size": 12, "frame_stack": 2, "action_repeat": 2}}]},
-        "train": {**CONFIG["train"], "total_steps": 60, "random_steps": 30, "eval_every": 40, "eval_episodes": 1,
+        "train": {**CONFIG["train"], "total_steps": 60, "learning_starts": 30, "eval_every": 40, "eval_episodes": 1,
                   "checkpoint_every": 40, "log_every": 20},
         "agent": {**CONFIG["agent"], "batch_size": 8, "hidden_dim": 16},
     }
@@ -158,7 +158,7 @@ def test_drqv2_updates_between_acting_and_the_env_step(tmp_path, monkeypatch):
     monkeypatch.setattr(PixelLearner, "learn", learn)
     raw = {
         **CONFIG,
-        "train": {**CONFIG["train"], "total_steps": 40, "random_steps": 30, "eval_every": 40, "eval_episodes": 1,
+        "train": {**CONFIG["train"], "total_steps": 40, "learning_starts": 30, "eval_every": 40, "eval_episodes": 1,
                   "checkpoint_every": 40, "log_every": 20},
         "agent": {**CONFIG["agent"], "batch_size": 8, "hidden_dim": 16, "update_every": 2},
     }

@@ -36,7 +36,7 @@ def run_example(name: str, argv: list[str], monkeypatch, capsys) -> list[tuple[i
 
 
 def test_redq_example_runs(monkeypatch, capsys):
-    argv = ["--total-steps", "200", "--random-steps", "100", "--num-critics", "3", "--updates-per-step", "2",
+    argv = ["--total-steps", "200", "--learning-starts", "100", "--num-critics", "3", "--updates-per-step", "2",
             "--batch-size", "16", "--hidden", "16", "--eval-every", "100", "--eval-episodes", "1"]
     evals = run_example("redq_pendulum", argv, monkeypatch, capsys)
     assert [s for s, _ in evals] == [100, 200] and all(-2000 < r <= 0 for _, r in evals)
@@ -46,7 +46,7 @@ def test_rlpd_example_runs(tmp_path, monkeypatch, capsys):
     from rlfunc.runtime.dataset import collect
 
     data = collect(tmp_path / "prior.npz", env_id="Pendulum-v1", steps=300, policy="random", seed=1)["path"]
-    argv = ["--data-path", data, "--total-steps", "200", "--random-steps", "100", "--num-critics", "3",
+    argv = ["--data-path", data, "--total-steps", "200", "--learning-starts", "100", "--num-critics", "3",
             "--updates-per-step", "2", "--batch-size", "16", "--hidden", "16", "--eval-every", "100",
             "--eval-episodes", "1"]
     evals = run_example("rlpd_pendulum", argv, monkeypatch, capsys)
@@ -60,14 +60,14 @@ def test_rlpd_example_without_data_is_a_clear_error(monkeypatch, capsys):
 
 def test_drqn_example_runs(monkeypatch, capsys):
     argv = ["--num-envs", "2", "--total-steps", "300", "--learning-starts", "100", "--batch-size", "4",
-            "--lstm-size", "8", "--buffer-windows", "200", "--eval-every", "150", "--eval-episodes", "1"]
+            "--lstm-size", "8", "--replay-size", "200", "--eval-every", "150", "--eval-episodes", "1"]
     evals = run_example("drqn_cartpole", argv, monkeypatch, capsys)
     assert [s for s, _ in evals] == [150, 300] and all(r >= 1 for _, r in evals)
 
 
 def test_r2d2_example_runs(monkeypatch, capsys):
     argv = ["--num-envs", "2", "--total-steps", "300", "--width", "8", "--burn-in", "2", "--sequence-length", "4",
-            "--sequence-period", "2", "--batch-size", "4", "--replay-capacity", "200", "--min-replay-size", "10",
+            "--sequence-period", "2", "--batch-size", "4", "--replay-size", "200", "--learning-starts", "10",
             "--eval-every", "150", "--eval-episodes", "1"]
     evals = run_example("r2d2_cartpole", argv, monkeypatch, capsys)
     assert [s for s, _ in evals] == [150, 300]
@@ -78,7 +78,7 @@ TINY_DRQV2 = ["--size", "16", "--frame-stack", "2", "--batch-size", "8", "--chan
 
 
 def test_drqv2_example_runs_on_a_gymnasium_pixel_env(monkeypatch, capsys):
-    argv = ["--env-id", "Pendulum-v1", *TINY_DRQV2, "--total-steps", "200", "--random-steps", "100",
+    argv = ["--env-id", "Pendulum-v1", *TINY_DRQV2, "--total-steps", "200", "--learning-starts", "100",
             "--eval-every", "100"]
     evals = run_example("drqv2_dmc", argv, monkeypatch, capsys)
     assert [s for s, _ in evals] == [100, 200]
@@ -86,7 +86,7 @@ def test_drqv2_example_runs_on_a_gymnasium_pixel_env(monkeypatch, capsys):
 
 def test_drqv2_example_runs_on_dmc(monkeypatch, capsys):
     pytest.importorskip("dm_control", reason="dm-control not installed: pip install -e '.[dmc]'")
-    argv = [*TINY_DRQV2, "--action-repeat", "8", "--fast-render", "--total-steps", "40", "--random-steps", "20",
+    argv = [*TINY_DRQV2, "--action-repeat", "8", "--fast-render", "--total-steps", "40", "--learning-starts", "20",
             "--eval-every", "40"]
     evals = run_example("drqv2_dmc", argv, monkeypatch, capsys)
     assert [s for s, _ in evals] == [40] and evals[0][1] >= 0.0  # DMC rewards are in [0, 1] per frame

@@ -17,7 +17,7 @@ SAC = {
     "agent.hidden_sizes": [64, 64],
     "agent.batch_size": 32,
     "train.total_steps": 300,
-    "train.random_steps": 100,
+    "train.learning_starts": 100,
     "train.eval_every": 300,
     "train.eval_episodes": 1,
     "train.checkpoint_every": 300,
@@ -222,9 +222,9 @@ def test_eval_records_mujoco_and_dmc_videos_headless(env, tmp_path):
     if env.startswith("dmc/"):
         pytest.importorskip("dm_control", reason="dm-control not installed: pip install -e '.[dmc]'")
         raw = {"algo": "drqv2", "env": {"id": env, "kwargs": {"size": 32, "action_repeat": 8, "fast_render": True}},
-               "train": {"random_steps": 0}, "agent": {"hidden_dim": 16, "feature_dim": 8}}
+               "train": {"learning_starts": 0}, "agent": {"hidden_dim": 16, "feature_dim": 8}}
     else:
-        raw = {"algo": "redq", "env": {"id": env}, "train": {"random_steps": 0}, "agent": {"hidden_sizes": [16, 16]}}
+        raw = {"algo": "redq", "env": {"id": env}, "train": {"learning_starts": 0}, "agent": {"hidden_sizes": [16, 16]}}
     out = rlfunc.evaluate(_untrained_policy(raw), episodes=1, video_dir=tmp_path / "videos")
     (video,) = out["videos"]
     assert Path(video).name.startswith(f"{raw['algo']}-") and Path(video).stat().st_size > 1000

@@ -319,7 +319,7 @@ def test_transition_learner_wires_cuda_graph_to_fixed_buffers():
     cfg = _forced_cuda_graph_on_cpu(
         None,
         {"agent.hidden_sizes": [16, 16], "agent.num_critics": 2, "agent.updates_per_step": 2, "agent.batch_size": 8,
-         "train.random_steps": 0},
+         "train.learning_starts": 0},
     )
     learner, env = _learner(cfg)
     assert isinstance(learner._update, FixedStateUpdate) and learner.state is learner._update.state
@@ -350,7 +350,7 @@ def test_sequence_learner_wires_cuda_graph_to_fixed_buffers():
     cfg = _forced_cuda_graph_on_cpu(
         "configs/drqn/cartpole_novel.yaml",
         {"agent.lstm_size": 8, "agent.encoder_sizes": [8], "agent.batch_size": 2, "agent.sequence_length": 4, "agent.sequence_period": 2, "agent.n_step": 2,
-         "agent.learning_starts": 0, "agent.buffer_windows": 50},
+         "train.learning_starts": 0, "train.replay_size": 50},
     )
     learner, env = _learner(cfg)
     assert isinstance(learner._update, FixedStateUpdate)
@@ -454,7 +454,7 @@ def _tiny_redq_on_cuda(total_steps: int) -> dict:
         "train.device": "cuda",
         "train.cuda_graph": True,
         "train.total_steps": total_steps,
-        "train.random_steps": 200,
+        "train.learning_starts": 200,
         "train.eval_every": total_steps,
         "train.eval_episodes": 1,
         "train.progress": False,

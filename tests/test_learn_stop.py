@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # A tiny REDQ run that would take far longer than the test: the test stops it once it learns.
 SETTINGS = {
     "agent.hidden_sizes": "[16,16]", "agent.num_critics": "2", "agent.updates_per_step": "1",
-    "agent.batch_size": "32", "train.random_steps": "200", "train.eval_every": "100000",
+    "agent.batch_size": "32", "train.learning_starts": "200", "train.eval_every": "100000",
     "train.checkpoint_every": "100000", "train.log_every": "100",
 }
 

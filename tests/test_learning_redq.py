@@ -19,7 +19,7 @@ def test_redq_learns_pendulum(tmp_path):
         "configs/redq/pendulum.yaml",
         overrides={
             "train.total_steps": 2000,
-            "train.random_steps": 500,
+            "train.learning_starts": 500,
             "train.eval_every": 1000,
             "train.eval_episodes": 5,
             "train.checkpoint_every": 2000,

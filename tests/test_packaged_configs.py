@@ -23,7 +23,7 @@ SHIPPED = sorted(p.relative_to(ROOT / "configs").with_suffix("").as_posix() for 
 
 TINY_REDQ = [
     "agent.hidden_sizes=[16,16]", "agent.num_critics=2", "agent.updates_per_step=1", "agent.batch_size=16",
-    "train.total_steps=200", "train.random_steps=100", "train.eval_every=200", "train.eval_episodes=1",
+    "train.total_steps=200", "train.learning_starts=100", "train.eval_every=200", "train.eval_episodes=1",
     "train.checkpoint_every=200", "train.progress=false",
 ]
 

@@ -297,7 +297,7 @@ def test_stored_state_is_the_actors_state_before_the_first_observation():
     config = _tiny(burn_in=2, sequence_length=3, sequence_period=2)
     params = r2d2.init(config, OBS, ACT, seed=0)["params"]
     n, lengths = 2, (9, 7)
-    rb = PrioritizedSequenceReplay(64, 5, num_envs=n, **{k: v for k, v in r2d2.replay_kwargs(config).items() if k == "period"})
+    rb = PrioritizedSequenceReplay(64, 5, num_envs=n, **{k: v for k, v in r2d2.replay_kwargs(config, 64).items() if k == "period"})
     g = torch.Generator().manual_seed(0)
     carry = r2d2.initial_carry(config, n)
     prev_a, prev_r = torch.zeros(n, dtype=torch.int64), torch.zeros(n)
@@ -435,8 +435,9 @@ def test_prioritized_replay_round_trip_writes_priorities_back():
     """replay.sample -> update -> replay.update_priorities, with the replay built from replay_kwargs."""
     from rlfunc.replay.prioritized import PrioritizedSequenceReplay
 
-    config = _tiny(replay_capacity=50, min_replay_size=10)
-    rb = PrioritizedSequenceReplay(num_envs=2, **r2d2.replay_kwargs(config))
+    config = _tiny()
+    rb = PrioritizedSequenceReplay(num_envs=2, **r2d2.replay_kwargs(config, 50))
+    assert rb.capacity == 50
     g = torch.Generator().manual_seed(0)
     carry = r2d2.carry_to_td(r2d2.initial_carry(config, 2))
     for s in range(30):
@@ -487,8 +488,8 @@ def test_config_and_batch_errors():
         r2d2.update(state, no_carry)
     zeros = _tiny(initial_state="zeros")
     r2d2.loss(state["params"], state["target"], zeros, no_carry)  # the zero start needs no stored state
-    kw = r2d2.replay_kwargs(r2d2.Config())
-    assert kw["sequence_length"] == 120 and kw["period"] == 40 and kw["priority_exponent"] == 0.9
+    kw = r2d2.replay_kwargs(r2d2.Config(), 100_000)
+    assert kw["capacity"] == 100_000 and kw["sequence_length"] == 120 and kw["period"] == 40 and kw["priority_exponent"] == 0.9
     defaults = r2d2.Config()
     assert (defaults.n_step, defaults.gamma, defaults.lr, defaults.adam_eps, defaults.target_period) == (5, 0.997, 1e-4, 1e-3, 2500)
     assert (defaults.lstm_size, defaults.batch_size, defaults.importance_exponent, defaults.rescale_eps) == (512, 64, 0.6, 1e-3)

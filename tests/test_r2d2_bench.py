@@ -54,7 +54,7 @@ def test_stored_state_subcommand(tmp_path):
         "configs/r2d2/cartpole_novel.yaml",
         overrides={
             "agent.lstm_size": 16, "agent.encoder_sizes": [16], "agent.head_sizes": [16], "agent.burn_in": 3,
-            "agent.sequence_length": 4, "agent.sequence_period": 3, "agent.batch_size": 8, "agent.min_replay_size": 10,
+            "agent.sequence_length": 4, "agent.sequence_period": 3, "agent.batch_size": 8, "train.learning_starts": 10,
             "env.num_envs": 2, "train.total_steps": 200, "train.eval_every": 200, "train.checkpoint_every": 100,
             "train.eval_episodes": 1, "train.compile": False, "train.progress": False,
         },

@@ -93,7 +93,7 @@ def test_bad_target_entropy_is_one_sentence():
 
 def _learner(algo: str, config_path: str, env_id: str, act_dim: int, **overrides):
     raw = apply_overrides(load_config(str(ROOT / config_path)), {
-        "env.id": env_id, "agent.hidden_sizes": [8], "train.replay_size": 100, "train.random_steps": 10,
+        "env.id": env_id, "agent.hidden_sizes": [8], "train.replay_size": 100, "train.learning_starts": 10,
         **overrides,
     })
     cfg = build_config(raw)
@@ -120,7 +120,7 @@ def test_the_runtime_resolves_the_table_before_init():
 def test_rlpd_keeps_its_own_rule():
     raw = apply_overrides(load_config(str(ROOT / "configs/rlpd/pendulum.yaml")), {
         "env.id": "Hopper-v5", "data.offline_ratio": 0.0, "agent.hidden_sizes": [8], "train.replay_size": 100,
-        "train.random_steps": 10,
+        "train.learning_starts": 10,
     })
     learner = get_algo("rlpd").make_learner(build_config(raw), *_spaces(3, obs_dim=11))
     assert float(learner.state["target_entropy"]) == -1.5
@@ -145,7 +145,7 @@ def test_a_hopper_run_trains_with_the_official_target_entropy(tmp_path):
     import rlfunc
     from rlfunc.runtime.checkpoint import load_checkpoint
 
-    overrides = {"train.total_steps": 30, "train.random_steps": 20, "train.replay_size": 100, "train.eval_every": 30,
+    overrides = {"train.total_steps": 30, "train.learning_starts": 20, "train.replay_size": 100, "train.eval_every": 30,
                  "train.eval_episodes": 1, "train.checkpoint_every": 30, "train.progress": False,
                  "agent.hidden_sizes": [8, 8], "agent.num_critics": 2, "agent.updates_per_step": 1,
                  "agent.batch_size": 4}

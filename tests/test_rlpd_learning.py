@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 COMMON = {
     "train.total_steps": 1000,
-    "train.random_steps": 100,
+    "train.learning_starts": 100,
     "train.eval_every": 1000,
     "train.eval_episodes": 5,
     "train.checkpoint_every": 1000,

@@ -19,7 +19,7 @@ RLPD_YAML = str(ROOT / "configs/rlpd/pendulum.yaml")
 
 TINY = [
     "train.total_steps=60",
-    "train.random_steps=50",
+    "train.learning_starts=50",
     "train.eval_every=30",
     "train.eval_episodes=1",
     "train.checkpoint_every=30",
@@ -100,7 +100,7 @@ def test_data_section_is_validated_before_training(tmp_path):
         build_config({**raw, "data": {"path": "x.npz", "offline_ratio": 1.5}})
     with pytest.raises(ConfigError, match="does not learn from prior data"):
         build_config({"algo": "redq", "env": {"id": "Pendulum-v1"}, "data": {"path": "x.npz"}})
-    redq = build_config({"algo": "redq", "env": {"id": "Pendulum-v1"}, "train": {"random_steps": 1000}})
+    redq = build_config({"algo": "redq", "env": {"id": "Pendulum-v1"}, "train": {"learning_starts": 1000}})
     assert "data" not in __import__("rlfunc.runtime.config", fromlist=["to_dict"]).to_dict(redq)
     online_only = build_config({**raw, "data": {"offline_ratio": 0.0}})
     assert online_only.data.path is None
@@ -136,7 +136,7 @@ def test_learner_batches_hold_exactly_half_prior_rows(tmp_path):
     learner.observe(TensorDict({"obs": torch.zeros(n, 3), "action": torch.zeros(n, 1), "reward": torch.full((n,), 99.0),
                                 "next_obs": torch.zeros(n, 3), "terminated": torch.zeros(n, dtype=torch.bool)}, [n]))
     assert len(learner.replay) == n  # only online rows in the online buffer
-    assert learner.ready(learner.train_cfg.random_steps)
+    assert learner.ready(learner.train_cfg.learning_starts)
     for _ in range(3):
         batch = learner.sample_batch()
         assert batch.batch_size == (4, 16)

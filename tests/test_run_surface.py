@@ -22,7 +22,7 @@ TINY = {
     "agent.updates_per_step": 2,
     "agent.batch_size": 16,
     "train.total_steps": 400,
-    "train.random_steps": 100,
+    "train.learning_starts": 100,
     "train.eval_every": 100,
     "train.eval_episodes": 1,
     "train.checkpoint_every": 100,
@@ -234,7 +234,7 @@ def test_checkpoint_without_replay_resumes_with_an_empty_one(tmp_path, capsys):
     res = rlfunc.resume(tmp_path / "r", total_steps=400)
     assert "resuming with an empty replay" in capsys.readouterr().err
     metrics = {int(m["step"]): m for m in rows(tmp_path / "r" / "metrics.csv")}
-    # the replay is refilled with train.random_steps (100) transitions before learning continues,
+    # the replay is refilled with train.learning_starts (100) transitions before learning continues,
     # as at the start of a run: the first call is at step 300
     assert int(metrics[250]["learner_calls"]) == calls_before
     assert int(metrics[300]["learner_calls"]) == calls_before + 1

@@ -31,7 +31,9 @@ field): an MLP encoder (``encoder_sizes=(64,)``, ReLU) instead of the three
 conv layers on 84x84 frames; an LSTM of 64 units instead of 512; Adam (lr
 1e-3) instead of Adadelta; the target copied every 1,000
 updates instead of 10,000; epsilon decayed 1.0 -> 0.05 over 10,000 env steps
-instead of 1.0 -> 0.1 over 1M frames; replay counted in windows. Options beyond
+instead of 1.0 -> 0.1 over 1M frames; replay counted in windows (the runtime's
+``train.replay_size``, default 50,000 windows, and ``train.learning_starts``,
+default 1,000 env steps: :mod:`rlfunc.runtime.registry`). Options beyond
 the paper, off by default: ``double_q`` (van Hasselt et al. 2016),
 ``initial_state="stored"`` (start both unrolls from the actor state stored
 with the window, R2D2's "stored state" without burn-in),
@@ -167,9 +169,7 @@ class Config:
     epsilon_base: float = 0.4  # actor_ladder: eps_i = epsilon_base^(1 + epsilon_alpha i / (N - 1))
     epsilon_alpha: float = 7.0
     eval_epsilon: float = 0.0
-    # Read by the training runtime, not by update():
-    buffer_windows: int = 50_000
-    learning_starts: int = 1_000
+    # Read by the training runtime, not by update() (replay size and warm-up: train.replay_size, train.learning_starts):
     train_every: int = 1
     lstm_init: str = "torch_default"
     init: str = "torch_default"
@@ -180,8 +180,8 @@ class Config:
         _checks.positive_float(self, "lr", "adam_eps")
         check_lr_decay(self)
         _checks.positive_int(self, "lstm_size", "sequence_length", "batch_size", "target_period")
-        _checks.positive_int(self, "buffer_windows", "train_every")
-        _checks.nonnegative_int(self, "learning_starts", "eps_decay_steps")
+        _checks.positive_int(self, "train_every")
+        _checks.nonnegative_int(self, "eps_decay_steps")
         _checks.layer_sizes(self, "encoder_sizes", allow_empty=True)
         if not isinstance(self.sequence_period, int) or not 1 <= self.sequence_period <= self.sequence_length:
             raise ValueError(

@@ -51,11 +51,13 @@ updates) is kept as its alias and computes the same rates bit for bit
 
 Deviations, each a named option: an MLP encoder (``encoder_sizes=(512,)``,
 ReLU) in place of the Atari conv torso, for vector observations (necessary);
-replay capacity and warm-up counted in sequences as Acme does
-(``replay_capacity=100_000``, ``min_replay_size=50_000``), read by the
-runtime; new sequences enter the replay with the largest priority seen so far
-(Schaul et al. 2016; the paper's Ape-X actors compute initial priorities
-themselves, Acme's adders insert at a constant 1.0, which is
+replay capacity and warm-up counted in sequences as Acme does (the
+runtime's ``train.replay_size``, default 100,000, and
+``train.learning_starts``, default 50,000 sequences stored, Acme's
+``max_replay_size`` and ``min_replay_size``: :mod:`rlfunc.runtime.registry`);
+new sequences enter the replay with the largest priority seen so far (Schaul
+et al. 2016; the paper's Ape-X actors compute initial priorities themselves,
+Acme's adders insert at a constant 1.0, which is
 ``PrioritizedSequenceReplay(initial_priority=1.0)``); each trained step's TD
 error bootstraps from the next observation stored with it, so all
 ``sequence_length`` steps are trained (Acme bootstraps from the window's own
@@ -195,9 +197,7 @@ class Config:
     epsilon_base: float = 0.4
     epsilon_alpha: float = 7.0
     eval_epsilon: float = 0.0
-    # Read by the training runtime, not by update():
-    replay_capacity: int = 100_000  # sequences (Acme max_replay_size)
-    min_replay_size: int = 50_000  # sequences before learning starts (Acme)
+    # Read by the training runtime, not by update() (replay size and warm-up: train.replay_size, train.learning_starts):
     samples_per_insert: float = 4.0  # Acme's rate limiter
     lstm_init: str = "torch_default"
     init: str = "torch_default"
@@ -208,8 +208,7 @@ class Config:
         _checks.positive_float(self, "lr", "adam_eps", "samples_per_insert")
         check_lr_decay(self)
         _checks.positive_int(self, "lstm_size", "sequence_length", "batch_size", "n_step", "target_period")
-        _checks.positive_int(self, "replay_capacity")
-        _checks.nonnegative_int(self, "burn_in", "min_replay_size")
+        _checks.nonnegative_int(self, "burn_in")
         _checks.layer_sizes(self, "encoder_sizes", allow_empty=True)
         _checks.layer_sizes(self, "head_sizes", allow_empty=True)
         total = self.burn_in + self.sequence_length
@@ -223,11 +222,6 @@ class Config:
         _checks.optional_positive_float(self, "max_grad_norm", off="no clipping")
         _checks.probability(self, "priority_eta", "importance_exponent", "eval_epsilon")
         _checks.fraction(self, "epsilon_base")
-        if self.min_replay_size > self.replay_capacity:
-            raise ValueError(
-                f"min_replay_size must not exceed replay_capacity ({self.replay_capacity} sequences), or learning "
-                f"never starts; lower it or raise replay_capacity (got {self.min_replay_size})."
-            )
         _checks.one_of(self, "init", _checks.LINEAR_INITS)
         _checks.one_of(self, "lstm_init", _checks.LSTM_INITS)
 
@@ -661,10 +655,11 @@ def greedy_action(
         return action, Carry(h, c, action, carry.prev_reward)
 
 
-def replay_kwargs(config: Config) -> dict:
-    """Keyword arguments for :class:`rlfunc.replay.prioritized.PrioritizedSequenceReplay` from ``config``."""
+def replay_kwargs(config: Config, capacity: int) -> dict:
+    """Keyword arguments for :class:`rlfunc.replay.prioritized.PrioritizedSequenceReplay` from ``config``,
+    holding ``capacity`` sequences (the runtime's ``train.replay_size``)."""
     return {
-        "capacity": config.replay_capacity,
+        "capacity": int(capacity),
         "sequence_length": config.burn_in + config.sequence_length,
         "period": config.sequence_period,
         "priority_exponent": config.priority_exponent,

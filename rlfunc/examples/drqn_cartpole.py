@@ -51,7 +51,7 @@ class Args:
     eps_decay_steps: int = arg(15_000, "env steps of the linear epsilon decay 1.0 -> 0.05")
     learning_starts: int = arg(2000, "env steps before the first update")
     train_every: int = arg(2, "env steps per update")
-    buffer_windows: int = arg(5000, "replay capacity in windows")
+    replay_size: int = arg(5000, "replay capacity in windows")
     eval_every: int = arg(5000, "env steps between evaluations")
     eval_episodes: int = arg(10, "greedy episodes per evaluation")
     compile: bool = arg(False, "torch.compile the update (fullgraph)")
@@ -101,7 +101,7 @@ def main(args: Args) -> dict:
     )  # every other field: the module's default (zero-state windows, Huber)
     state = drqn.init(config, obs_space, act_space, seed=args.seed, device=device)
     update = torch.compile(drqn.update, fullgraph=True) if args.compile else drqn.update
-    replay = SequenceReplay(args.buffer_windows, config.sequence_length, n, period=config.sequence_period, device=device)
+    replay = SequenceReplay(args.replay_size, config.sequence_length, n, period=config.sequence_period, device=device)
     gen = torch.Generator(device=device).manual_seed(args.seed + 1)  # every draw below comes from here
     carry = drqn.initial_carry(config, n, device=device)  # one LSTM state per env
     collector = Collector(env, seed=args.seed)

@@ -36,7 +36,7 @@ class Args:
     fast_render: bool = arg(False, "DMC only: no shadows, reflections or multisampling (faster, not the paper's)")
     seed: int = arg(0, "init uses seed, actions and sampling seed + 1, env seed, evaluation seed + 10000")
     total_steps: int = arg(50_000, "agent steps (50k = 100k frames at action repeat 2)")
-    random_steps: int = arg(2000, "agent steps of uniform actions before learning starts")
+    learning_starts: int = arg(2000, "agent steps of uniform actions before the first update")
     replay_size: int = arg(1_000_000, "replay capacity in frames")
     batch_size: int = arg(256, "rows per update")
     lr: float = arg(1e-4, "Adam learning rate (encoder, critic, actor)")
@@ -109,7 +109,7 @@ def main(args: Args) -> dict:
     for step in range(1, args.total_steps + 1):
         t = step - 1  # the agent step being taken (the official loop's global_step)
         # 1. act: uniform actions at first, then mean + sigma(t) * noise (unclipped)
-        if t < args.random_steps:
+        if t < args.learning_starts:
             action = torch.rand((1, act_dim), generator=gen, device=device) * 2.0 - 1.0
         else:
             noise = torch.randn((1, act_dim), generator=gen, device=device)
@@ -118,7 +118,7 @@ def main(args: Args) -> dict:
         action = action.cpu().numpy()
         # 2. update before the env step, as the official loop does (act, update, env.step): every
         #    `update_every` agent steps on the t steps stored so far; sigma is read from state["agent_step"]
-        if t >= args.random_steps and t % config.update_every == 0 and len(replay) > 0:
+        if t >= args.learning_starts and t % config.update_every == 0 and len(replay) > 0:
             state["agent_step"] = torch.tensor(t, dtype=torch.int64, device=device)
             batch = replay.sample(config.batch_size, generator=gen)
             noise = drqv2.draw_noise(config, config.batch_size, act_dim, generator=gen, device=device)

@@ -46,8 +46,8 @@ class Args:
     lr_decay_updates: int = arg(25_000, "lr falls linearly to lr / 10 over this many updates (0: constant, the paper's)")
     batch_size: int = arg(32, "windows per update (paper: 64)")
     target_period: int = arg(500, "updates between target copies (paper: 2500)")
-    replay_capacity: int = arg(20_000, "replay capacity in windows")
-    min_replay_size: int = arg(250, "windows stored before the first update")
+    replay_size: int = arg(20_000, "replay capacity in windows")
+    learning_starts: int = arg(250, "windows stored before the first update")
     samples_per_insert: float = arg(64.0, "rate limiter: windows sampled per window inserted")
     eval_every: int = arg(5000, "env steps between evaluations")
     eval_episodes: int = arg(10, "greedy episodes per evaluation")
@@ -92,12 +92,11 @@ def main(args: Args) -> dict:
         encoder_sizes=(args.width,), lstm_size=args.width, head_sizes=(args.width,), burn_in=args.burn_in,
         sequence_length=args.sequence_length, sequence_period=args.sequence_period, gamma=args.gamma, lr=args.lr,
         lr_schedule={"kind": "linear", "decay_updates": args.lr_decay_updates, "end_factor": 0.1} if args.lr_decay_updates else None,
-        batch_size=args.batch_size, target_period=args.target_period, replay_capacity=args.replay_capacity,
-        min_replay_size=args.min_replay_size, samples_per_insert=args.samples_per_insert,
+        batch_size=args.batch_size, target_period=args.target_period, samples_per_insert=args.samples_per_insert,
     )  # every other field: the paper's / Acme's default (n = 5 double Q with value rescaling, ...)
     state = r2d2.init(config, eval_env.observation_space, eval_env.action_space, seed=args.seed, device=device)
     update = torch.compile(r2d2.update, fullgraph=True) if args.compile else r2d2.update
-    replay = PrioritizedSequenceReplay(num_envs=n, device=device, **r2d2.replay_kwargs(config))
+    replay = PrioritizedSequenceReplay(num_envs=n, device=device, **r2d2.replay_kwargs(config, args.replay_size))
     gen = torch.Generator(device=device).manual_seed(args.seed + 1)  # every draw below comes from here
     carry = r2d2.initial_carry(config, n, device=device)  # (h, c, previous action, previous reward) per env
     epsilons = r2d2.actor_epsilons(n, config.epsilon_base, config.epsilon_alpha).to(device)
@@ -127,8 +126,8 @@ def main(args: Args) -> dict:
         for _ in range(k):
             step += 1
             # 3. update, as often as Acme's rate limiter allows (at most once per env step)
-            allowed = args.samples_per_insert * (replay.windows_added - args.min_replay_size) + args.batch_size
-            if len(replay) >= max(args.min_replay_size, 1) and (updates + 1) * args.batch_size <= allowed:
+            allowed = args.samples_per_insert * (replay.windows_added - args.learning_starts) + args.batch_size
+            if len(replay) >= max(args.learning_starts, 1) and (updates + 1) * args.batch_size <= allowed:
                 batch = replay.sample(args.batch_size, generator=gen)
                 state, metrics = update(state, batch.select(*KEYS))
                 replay.update_priorities(batch["window"][0], metrics.pop("priorities"))

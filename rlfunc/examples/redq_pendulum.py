@@ -32,7 +32,7 @@ class Args:
     env_id: str = arg("Pendulum-v1", "gymnasium id: continuous actions, flat observations")
     seed: int = arg(0, "init uses seed, actions and sampling seed + 1, env seed, evaluation seed + 10000")
     total_steps: int = arg(3000, "environment steps")
-    random_steps: int = arg(1000, "uniformly random actions before learning starts (paper: 5000)")
+    learning_starts: int = arg(1000, "env steps of uniform actions before the first update (paper: 5000)")
     replay_size: int = arg(1_000_000, "replay capacity in transitions")
     num_critics: int = arg(10, "N critics in the ensemble (SAC: 2)")
     subset_size: int = arg(2, "M target critics drawn for every critic update (SAC: 2)")
@@ -94,7 +94,7 @@ def main(args: Args) -> dict:
     start = time.monotonic()
     for step in range(1, args.total_steps + 1):
         # 1. collect: uniform actions at first, then a sample of the tanh-Gaussian policy
-        if step <= args.random_steps:
+        if step <= args.learning_starts:
             action = torch.rand((1, act_dim), generator=gen, device=device) * 2.0 - 1.0
         else:
             obs_t = torch.as_tensor(obs, dtype=torch.float32, device=device)[None]
@@ -111,7 +111,7 @@ def main(args: Args) -> dict:
             episode_returns.append(episode_return)
             episode_return = 0.0
         # 3. update: G * B rows sampled at once, one pure update for G critic steps + 1 policy step
-        if step >= args.random_steps:
+        if step >= args.learning_starts:
             batch = replay.sample(G * B, generator=gen).reshape(G, B)
             noise = redq.draw_noise(config, G, B, act_dim, generator=gen, device=device)
             state, metrics = update(state, batch, noise)

@@ -37,7 +37,7 @@ class Args:
     env_id: str = arg("Pendulum-v1", "gymnasium id: continuous actions, flat observations")
     seed: int = arg(0, "init uses seed, actions and sampling seed + 1, env seed, evaluation seed + 10000")
     total_steps: int = arg(2000, "environment steps")
-    random_steps: int = arg(200, "uniformly random actions before learning starts (official: 5000)")
+    learning_starts: int = arg(200, "env steps of uniform actions before the first update (official: 5000)")
     replay_size: int = arg(1_000_000, "online replay capacity in transitions")
     num_critics: int = arg(10, "N LayerNorm critics")
     updates_per_step: int = arg(20, "G critic updates per env step (UTD ratio)")
@@ -105,7 +105,7 @@ def main(args: Args) -> dict:
     start = time.monotonic()
     for step in range(1, args.total_steps + 1):
         # 1. collect: uniform actions at first, then a sample of the tanh-Gaussian policy
-        if step <= args.random_steps:
+        if step <= args.learning_starts:
             action = torch.rand((1, act_dim), generator=gen, device=device) * 2.0 - 1.0
         else:
             obs_t = torch.as_tensor(obs, dtype=torch.float32, device=device)[None]
@@ -122,7 +122,7 @@ def main(args: Args) -> dict:
             episode_returns.append(episode_return)
             episode_return = 0.0
         # 3. update: optional prior-only pre-training, then [G, B] batches of prior + online rows
-        if step >= args.random_steps:
+        if step >= args.learning_starts:
             while dataset is not None and pretrained < args.pretrain_steps:
                 batch = dataset.sample(G * B, generator=gen).reshape(G, B)
                 noise = rlpd.draw_noise(config, G, B, act_dim, generator=gen, device=device)

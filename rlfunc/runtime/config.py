@@ -4,7 +4,7 @@ A run config has four sections::
 
     algo: redq                 # a name from rlfunc.runtime.registry.ALGOS
     env:   {id, num_envs, kwargs, wrappers}
-    train: {total_steps, random_steps, replay_size, eval_every, ...}
+    train: {total_steps, learning_starts, replay_size, eval_every, ...}
     agent: {...}               # the algorithm's Config fields (paper defaults)
     data:  {path, format, offline_ratio, pretrain_steps}   # prior data (RLPD only)
 
@@ -12,10 +12,10 @@ Every key is checked against the dataclasses below (and the algorithm's
 ``Config``) before anything is built: an unknown key names the closest valid
 one, a wrong type or value says what to change. :func:`build_config` also
 checks what spans sections: ``algo`` and ``env.id`` are required; a ``train``
-or ``data`` key the algorithm does not use is refused (naming the key that
-does that job); the warm-up fits ``train.total_steps`` and the replay (the
-learner's ``check_run_config``); ``env.wrappers`` name real wrappers and
-arguments. What needs the env's spaces (memory for the replay and the
+or ``data`` key the algorithm does not use is refused; a key of an earlier
+version (:data:`RENAMED_KEYS`) names the key that took its place; the warm-up
+fits ``train.total_steps`` and the replay (the learner's ``check_run_config``);
+``env.wrappers`` name real wrappers and arguments. What needs the env's spaces (memory for the replay and the
 networks, :mod:`rlfunc.runtime.memory`) is checked when the learner is made,
 before anything is allocated and before any env step. Every error is one
 :class:`ConfigError` sentence.
@@ -45,6 +45,7 @@ __all__ = [
     "build_config",
     "to_dict",
     "DEFAULT_CONFIG",
+    "RENAMED_KEYS",
 ]
 
 
@@ -87,11 +88,30 @@ class EnvSection:
 
 @dataclasses.dataclass(frozen=True)
 class TrainSection:
-    """The training loop. Steps are environment steps (transitions collected)."""
+    """The training loop. Steps are environment steps (transitions collected, summed over
+    ``env.num_envs``; DrQ-v2: agent steps, each ``action_repeat`` env frames).
+
+    Warm-up and replay size, one key each for every algorithm; unset (``None``) they are the
+    algorithm's defaults (the paper's: ``AlgoEntry.train_defaults`` in
+    :mod:`rlfunc.runtime.registry`), filled in by :func:`build_config`:
+
+    * ``learning_starts``: env steps collected before the first update (DrQ-v2: agent
+      steps). REDQ, SAC, RLPD and DrQ-v2 act uniformly at random until then; DRQN and
+      DQN act epsilon-greedily from the first step. R2D2 counts windows stored instead
+      (Acme's ``min_replay_size``, also the offset of its samples-per-insert rate
+      limiter, so no env-step count could replace it exactly).
+    * ``replay_size``: the replay's capacity in the items it stores: transitions (REDQ,
+      SAC, RLPD's online replay), frames (DrQ-v2: one per agent step plus one per
+      episode start) or windows (DRQN, DQN, R2D2: sequences of ``sequence_length``
+      steps, R2D2 ``burn_in + sequence_length``, one every ``sequence_period`` steps).
+
+    Each learner states its two units (``learning_starts_unit``, ``replay_size_unit``
+    in :mod:`rlfunc.runtime.learners`); they are in every message about these keys.
+    """
 
     total_steps: int = 3000
-    random_steps: int = 5000
-    replay_size: int = 1_000_000
+    learning_starts: int | None = None  # None: the algorithm's default (build_config fills it in)
+    replay_size: int | None = None  # None: the algorithm's default (build_config fills it in)
     eval_every: int = 1000
     eval_episodes: int = 10
     checkpoint_every: int = 1000
@@ -141,10 +161,11 @@ class TrainSection:
             )
         positive = ("total_steps", "replay_size", "eval_every", "eval_episodes", "checkpoint_every", "log_every")
         for name in positive:
-            if getattr(self, name) < 1:
-                raise ConfigError(f"train.{name} must be a positive integer, got {getattr(self, name)}.")
-        if self.random_steps < 0:
-            raise ConfigError(f"train.random_steps must be >= 0, got {self.random_steps}.")
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"train.{name} must be a positive integer, got {value}.")
+        if self.learning_starts is not None and self.learning_starts < 0:
+            raise ConfigError(f"train.learning_starts must be >= 0, got {self.learning_starts}.")
         if not 0 <= self.seed <= MAX_SEED:
             raise ConfigError(f"train.seed must be an integer in [0, 2**32 - 1], got {self.seed}.")
         if self.compile_mode not in ("step", "full"):
@@ -165,6 +186,12 @@ class TrainSection:
             raise ConfigError(
                 f"train.cuda_graph needs train.device: cuda, got device {self.device!r}; set train.cuda_graph=false."
             )
+
+    @property
+    def random_steps(self) -> int | None:
+        """``learning_starts`` under its name before the rename, for code not yet moved to it
+        (a config cannot set it: :data:`RENAMED_KEYS`)."""
+        return self.learning_starts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,7 +235,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "env": {"id": "Pendulum-v1"},
     "train": {
         "total_steps": 3000,
-        "random_steps": 1000,
+        "learning_starts": 1000,
         "eval_every": 500,
         "eval_episodes": 5,
         "checkpoint_every": 1000,
@@ -218,7 +245,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
 }
 """The embedded default: REDQ with the paper's agent settings on Pendulum-v1.
 
-``random_steps`` is 1000 instead of the paper's 5000 so that the default run
+``learning_starts`` is 1000 instead of the paper's 5000 so that the default run
 finishes in minutes on a 2-core CPU (Pendulum's episodes are 200 steps)."""
 
 
@@ -407,11 +434,62 @@ def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str,
     return raw
 
 
+RENAMED_KEYS: dict[str, str] = {
+    "train.random_steps": "train.learning_starts",  # REDQ, SAC, RLPD, DrQ-v2
+    "agent.learning_starts": "train.learning_starts",  # DRQN, DQN
+    "agent.min_replay_size": "train.learning_starts",  # R2D2 (windows)
+    "agent.buffer_windows": "train.replay_size",  # DRQN, DQN (windows)
+    "agent.replay_capacity": "train.replay_size",  # R2D2 (windows)
+}
+"""Keys of earlier versions -> the key that took their place. A config that sets one is refused
+with one sentence naming the new key; a resolved config (``build_config(resolved=True)``: a run's
+``config.yaml``, a checkpoint's) is translated, each value keeping its unit."""
+
+
+def _units(entry) -> dict[str, str]:
+    """``{"learning_starts": unit, "replay_size": unit}`` of the algorithm's learner."""
+    learner = entry.learner_cls
+    return {"learning_starts": learner.learning_starts_unit, "replay_size": learner.replay_size_unit}
+
+
+def _rename_old_keys(sections: dict[str, dict], entry, algo_name: str, resolved: bool) -> None:
+    """Keys of :data:`RENAMED_KEYS` in ``sections`` (copied where changed): one :class:`ConfigError`
+    naming the new key, or, for a resolved config, moved to it. In files earlier versions wrote, the
+    agent keys were the ones DRQN, DQN and R2D2 read (their ``train.random_steps`` and
+    ``train.replay_size`` were unused defaults), so an agent key wins over the train key."""
+    current = {
+        "train": {f.name for f in dataclasses.fields(TrainSection)},
+        "agent": {f.name for f in dataclasses.fields(entry.config_cls)},
+    }
+    found = []
+    for old, new in RENAMED_KEYS.items():
+        section, key = old.split(".")
+        if key in sections[section] and key not in current[section]:
+            found.append((old, new))
+    if not found:
+        return
+    if not resolved:
+        old, new = found[0]
+        section, key = old.split(".")
+        value = sections[section][key]
+        new_key = new.split(".")[1]
+        raise ConfigError(
+            f"{old} was renamed {new} ({algo_name} counts it in {_units(entry)[new_key]}); "
+            f"set {new}={value} instead."
+        )
+    train, agent = dict(sections["train"]), dict(sections["agent"])
+    for old, new in sorted(found, key=lambda pair: not pair[0].startswith("train.")):  # train keys first
+        section, key = old.split(".")
+        value = (train if section == "train" else agent).pop(key)
+        new_key = new.split(".")[1]
+        if section == "agent" or new_key not in train:
+            train[new_key] = value
+    sections["train"], sections["agent"] = train, agent
+
+
 def _unused_train_keys(entry) -> dict[str, str]:
     """``train`` keys (without the section) the algorithm does not use -> the sentence's ending."""
     out = {}
-    for dotted, (instead, sets) in entry.learner_cls.replaced_keys.items():
-        out[dotted.split(".", 1)[1]] = f"remove it ({instead} sets {sets})."
     if not hasattr(entry.algo, "make_update"):
         out["compile_mode"] = "remove it (train.compile compiles the whole update)."
     return out
@@ -455,7 +533,11 @@ def _build_config(raw: dict[str, Any], *, resolved: bool = False) -> RunConfig:
 
     ``resolved=True`` reads a config rlfunc wrote (a run's ``config.yaml``, a
     checkpoint's meta): keys the algorithm does not use are dropped instead of
-    refused, as files written before they were refused hold every key.
+    refused, as files written before they were refused hold every key, and keys
+    an earlier version named differently (:data:`RENAMED_KEYS`) are translated.
+
+    ``train.learning_starts`` and ``train.replay_size`` left unset (or null) are
+    the algorithm's defaults (its registry entry's ``train_defaults``).
     """
     from rlfunc.runtime.registry import ALGOS, get_algo
 
@@ -479,6 +561,7 @@ def _build_config(raw: dict[str, Any], *, resolved: bool = False) -> RunConfig:
         sections[name] = {} if value is None else value
         if not isinstance(sections[name], dict):
             raise ConfigError(f"Section {name!r} must be a mapping of keys to values, got {value!r}.")
+    _rename_old_keys(sections, entry, algo_name, resolved)
     _check_sections(sections, entry)
     if "id" not in sections["env"]:
         raise ConfigError("env.id is missing; set the gymnasium environment, e.g. env: {id: Pendulum-v1} or --set env.id=Pendulum-v1.")
@@ -490,6 +573,11 @@ def _build_config(raw: dict[str, Any], *, resolved: bool = False) -> RunConfig:
                 del train_raw[key]
             else:
                 raise ConfigError(f"train.{key} is not used by {algo_name}; {unused[key]}")
+    for key in ("learning_starts", "replay_size"):
+        if train_raw.get(key) is None:
+            if key not in entry.train_defaults:
+                raise ConfigError(f"train.{key} is not set and algo {algo_name!r} has no default for it; set train.{key}.")
+            train_raw[key] = entry.train_defaults[key]
     uses_data = getattr(entry, "uses_data", False)
     data_raw = sections["data"]
     if data_raw and not uses_data and not resolved:

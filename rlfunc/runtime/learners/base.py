@@ -61,23 +61,25 @@ def _generator(device: torch.device, seed: int) -> torch.Generator:
     return torch.Generator(device=device).manual_seed(int(seed))
 
 
-def check_warmup(warmup_key: str, warmup: int, total_steps: int, capacity_key: str, holds: int, holds_text: str) -> None:
-    """The warm-up a learner waits for (``warmup``, in env steps) fits the run and the replay.
+def check_warmup(train_cfg, holds: int, holds_text: str) -> None:
+    """``train.learning_starts`` (in env steps) fits the run and the replay.
 
-    ``warmup > train.total_steps``: the run ends before the first update.
-    ``warmup > holds`` (the env steps the replay keeps): the warm-up's first
-    data are overwritten before anything learns from them. Both are one
+    ``learning_starts > train.total_steps``: the run ends before the first
+    update. ``learning_starts > holds`` (the env steps the replay keeps,
+    described by ``holds_text``): the warm-up's first data are overwritten
+    before anything learns from them. Both are one
     :class:`~rlfunc.runtime.config.ConfigError` sentence.
     """
-    if warmup > total_steps:
+    warmup, total = train_cfg.learning_starts, train_cfg.total_steps
+    if warmup > total:
         raise ConfigError(
-            f"{warmup_key}={warmup} is more than train.total_steps={total_steps}: the run would end before "
-            f"learning starts; lower {warmup_key} or raise train.total_steps."
+            f"train.learning_starts={warmup} is more than train.total_steps={total}: the run would end before "
+            "learning starts; lower train.learning_starts or raise train.total_steps."
         )
     if warmup > holds:
         raise ConfigError(
-            f"{warmup_key}={warmup} is more than the replay holds ({holds_text}): its first data would be "
-            f"overwritten before learning starts; lower {warmup_key} or raise {capacity_key}."
+            f"train.learning_starts={warmup} is more than the replay holds ({holds_text}): its first data would be "
+            "overwritten before learning starts; lower train.learning_starts or raise train.replay_size."
         )
 
 
@@ -93,20 +95,18 @@ class TransitionLearner:
     ``update`` over them: one environment step's worth of learning.
     """
 
-    replaced_keys: dict[str, tuple[str, str]] = {}
-    """``train`` keys this learner does not read -> (the key that does that job, what it sets);
-    :func:`~rlfunc.runtime.config.build_config` rejects them when a config sets them."""
+    learning_starts_unit = "env steps"
+    """What ``train.learning_starts`` counts for this learner (in config messages)."""
+    replay_size_unit = "transitions"
+    """What ``train.replay_size`` counts for this learner (in config messages)."""
 
     @classmethod
     def check_run_config(cls, run_config) -> None:
         """Checks across config sections that need no env (called by
         :func:`~rlfunc.runtime.config.build_config`): here, the uniform-random warm-up
-        ``train.random_steps`` fits ``train.total_steps`` and ``train.replay_size``."""
+        ``train.learning_starts`` fits ``train.total_steps`` and ``train.replay_size``."""
         t = run_config.train
-        check_warmup(
-            "train.random_steps", t.random_steps, t.total_steps, "train.replay_size", t.replay_size,
-            f"train.replay_size={t.replay_size} transitions",
-        )
+        check_warmup(t, t.replay_size, f"train.replay_size={t.replay_size} transitions")
 
     def _bind(self, entry, run_config, obs_space: gym.Space, act_space: gym.Space) -> None:
         """What every learner keeps: the registry entry, algorithm, agent and train configs, device, spaces."""
@@ -149,7 +149,7 @@ class TransitionLearner:
     # -- acting -------------------------------------------------------------
     def explore(self, obs: np.ndarray, env_step: int, episode_start: np.ndarray | None = None) -> np.ndarray:
         n = obs.shape[0]
-        if env_step < self.train_cfg.random_steps:
+        if env_step < self.train_cfg.learning_starts:
             a = torch.rand((n, self.act_dim), generator=self.generator, device=self.device) * 2.0 - 1.0
         else:
             obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
@@ -172,7 +172,7 @@ class TransitionLearner:
 
     # -- learning -----------------------------------------------------------
     def ready(self, env_step: int) -> bool:
-        return env_step >= self.train_cfg.random_steps and len(self.replay) >= 1
+        return env_step >= self.train_cfg.learning_starts and len(self.replay) >= 1
 
     def sample_batch(self) -> TensorDict:
         g, b = self.config.updates_per_step, self.config.batch_size

@@ -18,16 +18,16 @@ class PixelLearner(TransitionLearner):
     """DrQ-v2 from pixels: frame-once n-step replay, an update every few agent steps.
 
     * :meth:`explore` acts uniformly at random for the first
-      ``train.random_steps`` agent steps (DrQ-v2: 2000 = 4000 frames), then
+      ``train.learning_starts`` agent steps (DrQ-v2: 2000 = 4000 frames), then
       samples the policy with sigma from the schedule at the current agent
       step and *unclipped* noise (the official ``dist.sample(clip=None)``);
     * :meth:`observe` stores each step in a
       :class:`~rlfunc.replay.pixels.PixelReplay` (newest frame only; stacks
       and n-step rewards assembled at sample time; ``agent.nstep``,
       ``agent.gamma``, ``agent.frame_stack``); ``train.replay_size`` counts
-      frames;
+      frames (one per agent step plus one per episode start);
     * :meth:`ready` is True every ``agent.update_every`` agent steps once
-      ``train.random_steps`` were collected; :meth:`learn` writes the agent
+      ``train.learning_starts`` were collected; :meth:`learn` writes the agent
       step into ``state["agent_step"]`` (what the sigma schedule reads),
       samples one ``[B]`` batch and runs one pure ``update``;
     * the trainer runs the update between acting and stepping the env
@@ -43,20 +43,19 @@ class PixelLearner(TransitionLearner):
     """
 
     learns_before_env_step = True
+    learning_starts_unit = "agent steps"
+    replay_size_unit = "frames"
 
     @classmethod
     def check_run_config(cls, run_config) -> None:
-        """One env; ``train.random_steps`` (agent steps) fits ``train.total_steps`` and the replay (frames)."""
+        """One env; ``train.learning_starts`` (agent steps) fits ``train.total_steps`` and the replay (frames)."""
         if int(run_config.env.num_envs) != 1:
             raise ConfigError(
                 f"{run_config.algo} trains on one env (env.num_envs: 1), got env.num_envs={run_config.env.num_envs}; "
                 "set env.num_envs=1."
             )
         t = run_config.train
-        check_warmup(
-            "train.random_steps", t.random_steps, t.total_steps, "train.replay_size", t.replay_size,
-            f"train.replay_size={t.replay_size} frames",
-        )
+        check_warmup(t, t.replay_size, f"train.replay_size={t.replay_size} frames")
 
     def _replay_need(self) -> Need:
         """A :class:`~rlfunc.replay.pixels.PixelReplay`: per-slot bookkeeping for every slot, frames as written."""
@@ -100,7 +99,7 @@ class PixelLearner(TransitionLearner):
     def explore(self, obs: np.ndarray, env_step: int, episode_start: np.ndarray | None = None) -> np.ndarray:
         self._env_step = int(env_step)
         n = obs.shape[0]
-        if env_step < self.train_cfg.random_steps:
+        if env_step < self.train_cfg.learning_starts:
             a = torch.rand((n, self.act_dim), generator=self.generator, device=self.device) * 2.0 - 1.0
         else:
             obs_t = torch.as_tensor(obs, device=self.device)
@@ -121,7 +120,7 @@ class PixelLearner(TransitionLearner):
 
     def ready(self, env_step: int) -> bool:
         return (
-            env_step >= self.train_cfg.random_steps
+            env_step >= self.train_cfg.learning_starts
             and env_step % self.config.update_every == 0
             and len(self.replay) >= 1
         )

@@ -56,7 +56,7 @@ class PriorDataLearner(TransitionLearner):
         self.pretrained = 0
 
     def ready(self, env_step: int) -> bool:
-        return env_step >= self.train_cfg.random_steps and self.sampler.ready()
+        return env_step >= self.train_cfg.learning_starts and self.sampler.ready()
 
     def sample_batch(self) -> TensorDict:
         g, b = self.config.updates_per_step, self.config.batch_size

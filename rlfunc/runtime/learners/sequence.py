@@ -37,41 +37,35 @@ class SequenceLearner(TransitionLearner):
       actor_ladder``, with one fixed rate per env
       (:func:`rlfunc.core.exploration.actor_epsilons`);
     * :meth:`observe` feeds a :class:`~rlfunc.replay.sequence.SequenceReplay`
-      (``agent.buffer_windows`` windows of ``agent.sequence_length`` steps,
+      (``train.replay_size`` windows of ``agent.sequence_length`` steps,
       a new window every ``agent.sequence_period`` steps) with the rows'
       ``env_id``; the actor's carry before each step goes with it when the
       algorithm starts unrolls from stored state (``initial_state="stored"``);
     * :meth:`ready` is True every ``agent.train_every`` env steps once
-      ``agent.learning_starts`` steps were collected; :meth:`learn` samples
+      ``train.learning_starts`` env steps were collected; :meth:`learn` samples
       ``[T, B]`` windows and runs one pure ``update`` (compiled with
       ``train.compile``).
-
-    The agent section, not ``train``, sets the replay size and the warm-up:
-    ``train.random_steps`` and ``train.replay_size`` are not used (a config
-    that sets them is refused, naming the agent key instead).
     """
 
-    replaced_keys = {
-        "train.random_steps": ("agent.learning_starts", "the env steps collected before learning starts"),
-        "train.replay_size": ("agent.buffer_windows", "the replay size, in windows"),
-    }
+    learning_starts_unit = "env steps"
+    replay_size_unit = "windows"
 
     @classmethod
     def check_run_config(cls, run_config) -> None:
-        """``agent.learning_starts`` (env steps) fits ``train.total_steps`` and the env steps the replay
-        holds (``agent.buffer_windows`` windows, one every ``agent.sequence_period`` steps)."""
-        a = run_config.agent
-        holds = a.buffer_windows * a.sequence_period
+        """``train.learning_starts`` (env steps) fits ``train.total_steps`` and the env steps the replay
+        holds (``train.replay_size`` windows, one every ``agent.sequence_period`` steps)."""
+        t, period = run_config.train, run_config.agent.sequence_period
+        holds = t.replay_size * period
         check_warmup(
-            "agent.learning_starts", a.learning_starts, run_config.train.total_steps, "agent.buffer_windows", holds,
-            f"agent.buffer_windows={a.buffer_windows} windows, one every agent.sequence_period={a.sequence_period} "
+            t, holds,
+            f"train.replay_size={t.replay_size} windows, one every agent.sequence_period={period} "
             f"steps: about {holds} env steps",
         )
 
     # -- memory: what _make_replay will allocate ----------------------------------
     def _replay_shape(self) -> tuple[str, int, int, int]:
         """``(capacity key, capacity in windows, steps per window, extra bytes per window)``."""
-        return "agent.buffer_windows", self.config.buffer_windows, self.config.sequence_length, 0
+        return "train.replay_size", self.train_cfg.replay_size, self.config.sequence_length, 0
 
     def _replay_need(self) -> Need:
         key, capacity, steps, extra = self._replay_shape()
@@ -109,7 +103,7 @@ class SequenceLearner(TransitionLearner):
 
     def _make_replay(self) -> SequenceReplay:
         return SequenceReplay(
-            self.config.buffer_windows,
+            self.train_cfg.replay_size,
             self.config.sequence_length,
             self.num_envs,
             period=self.config.sequence_period,
@@ -179,7 +173,7 @@ class SequenceLearner(TransitionLearner):
     # -- learning -----------------------------------------------------------
     def ready(self, env_step: int) -> bool:
         return (
-            env_step >= self.config.learning_starts
+            env_step >= self.train_cfg.learning_starts
             and env_step % self.config.train_every == 0
             and len(self.replay) >= 1
         )
@@ -227,44 +221,45 @@ class R2D2Learner(SequenceLearner):
       stored with each step, so every window keeps the state *before* its
       first step;
     * **replay**: :class:`~rlfunc.replay.prioritized.PrioritizedSequenceReplay`
-      from :func:`~rlfunc.algos.r2d2.replay_kwargs` (``replay_capacity``
+      from :func:`~rlfunc.algos.r2d2.replay_kwargs` (``train.replay_size``
       windows of ``burn_in + sequence_length`` steps every
       ``sequence_period``; priority exponent 0.9, importance exponent 0.6);
       after each update the new priorities (``metrics["priorities"]``) are
       written back for the sampled windows and removed from the metrics;
     * **when to learn** (Acme's ``SampleToInsertRatio`` rate limiter, without
-      blocking the actors): once ``min_replay_size`` windows are stored, an
-      update runs at an env step when ``(updates + 1) * batch_size <=
-      samples_per_insert * (windows_inserted - min_replay_size) +
+      blocking the actors): once ``train.learning_starts`` windows are stored
+      (Acme's ``min_replay_size``; R2D2 counts this key in windows, not env
+      steps), an update runs at an env step when ``(updates + 1) * batch_size
+      <= samples_per_insert * (windows_inserted - learning_starts) +
       batch_size``, at most one update per env step (so ``samples_per_insert``
       above ``batch_size * sequence_period`` caps at one update per step).
-
-    The agent section sets replay size, warm-up and rate (``replay_capacity``,
-    ``min_replay_size``, ``samples_per_insert``); ``train.random_steps`` and
-    ``train.replay_size`` are not used (a config that sets them is refused).
     """
 
-    replaced_keys = {
-        "train.random_steps": ("agent.min_replay_size", "the sequences stored before learning starts"),
-        "train.replay_size": ("agent.replay_capacity", "the replay size, in sequences"),
-    }
+    learning_starts_unit = "windows stored"
+    replay_size_unit = "windows"
 
     @classmethod
     def check_run_config(cls, run_config) -> None:
-        """``agent.min_replay_size`` sequences can be stored within ``train.total_steps`` (at most one per
-        env step); ``min_replay_size <= replay_capacity`` is the agent Config's own check."""
-        a, total = run_config.agent, run_config.train.total_steps
-        if a.min_replay_size > total:
+        """``train.learning_starts`` windows can be stored within ``train.total_steps`` (at most one per
+        env step) and fit in the replay (``train.replay_size`` windows)."""
+        t = run_config.train
+        if t.learning_starts > t.total_steps:
             raise ConfigError(
-                f"agent.min_replay_size={a.min_replay_size} sequences cannot be stored in train.total_steps={total} "
+                f"train.learning_starts={t.learning_starts} windows cannot be stored in train.total_steps={t.total_steps} "
                 "env steps (at most one per env step): the run would end before learning starts; lower "
-                "agent.min_replay_size or raise train.total_steps."
+                "train.learning_starts or raise train.total_steps."
+            )
+        if t.learning_starts > t.replay_size:
+            raise ConfigError(
+                f"train.learning_starts={t.learning_starts} windows is more than the replay holds "
+                f"(train.replay_size={t.replay_size} windows), so learning would never start; lower "
+                "train.learning_starts or raise train.replay_size."
             )
 
     def _replay_shape(self) -> tuple[str, int, int, int]:
         c = self.config
         # + the sum-tree's leaves and in-block prefix sums (float64) per sequence
-        return "agent.replay_capacity", c.replay_capacity, c.burn_in + c.sequence_length, 16
+        return "train.replay_size", self.train_cfg.replay_size, c.burn_in + c.sequence_length, 16
 
     def __init__(self, entry, run_config, obs_space: gym.Space, act_space: gym.Space) -> None:
         super().__init__(entry, run_config, obs_space, act_space)
@@ -276,7 +271,8 @@ class R2D2Learner(SequenceLearner):
         from rlfunc.replay.prioritized import PrioritizedSequenceReplay
 
         return PrioritizedSequenceReplay(
-            num_envs=self.num_envs, device=self.device, **self.algo.replay_kwargs(self.config)
+            num_envs=self.num_envs, device=self.device,
+            **self.algo.replay_kwargs(self.config, self.train_cfg.replay_size),
         )
 
     # -- acting -------------------------------------------------------------
@@ -299,10 +295,10 @@ class R2D2Learner(SequenceLearner):
 
     # -- learning -----------------------------------------------------------
     def ready(self, env_step: int) -> bool:
-        cfg = self.config
-        if len(self.replay) < max(cfg.min_replay_size, 1):
+        cfg, start = self.config, self.train_cfg.learning_starts
+        if len(self.replay) < max(start, 1):
             return False
-        allowed = cfg.samples_per_insert * (self.replay.windows_added - cfg.min_replay_size) + cfg.batch_size
+        allowed = cfg.samples_per_insert * (self.replay.windows_added - start) + cfg.batch_size
         return (self._updates + 1) * cfg.batch_size <= allowed
 
     def learn(self) -> TensorDict:
