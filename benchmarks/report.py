@@ -2,7 +2,9 @@
 
 Only numbers that the benchmark commands wrote are shown; each table says the
 command that produced it, the machine, threads, versions and date recorded in
-its JSON. PNG figures beside a JSON (same stem) are linked.
+its JSON. PNG figures beside a JSON (same stem) are linked. The hand-written
+trial histories behind the shipped configs (``benchmarks/config_histories.md``,
+citing those JSONs) are appended after the tables.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
+HISTORIES = ROOT / "benchmarks" / "config_histories.md"
+"""How the shipped configs' settings were reached, trial by trial (hand-written markdown)."""
 
 
 def _fmt(x, digits: int = 2) -> str:
@@ -124,7 +128,9 @@ def _reference_table(d: dict) -> list[str]:
     return lines
 
 
-def build_report(results_dir: Path = RESULTS) -> str:
+def build_report(results_dir: Path = RESULTS, histories: Path | None = HISTORIES) -> str:
+    """The report of every JSON in ``results_dir``, then ``histories`` (a markdown file) if it exists."""
+    with_histories = histories is not None and histories.exists()
     out = [
         "# Benchmark results",
         "",
@@ -133,6 +139,12 @@ def build_report(results_dir: Path = RESULTS) -> str:
         "Machines here are shared: read ratios measured in one process run, not absolute numbers across runs.",
         "",
     ]
+    if with_histories:
+        out += [
+            "The trials behind each shipped config's settings follow the tables: "
+            "[How the shipped configs were chosen](#how-the-shipped-configs-were-chosen).",
+            "",
+        ]
     for path in sorted(results_dir.glob("*.json")):
         d = json.loads(path.read_text())
         if d.get("command"):
@@ -164,6 +176,8 @@ def build_report(results_dir: Path = RESULTS) -> str:
         if png.exists():
             out += ["", f"![{path.stem}](results/{png.name})"]
         out.append("")
+    if with_histories:
+        out += [histories.read_text().rstrip(), ""]
     return "\n".join(out)
 
 
