@@ -79,6 +79,17 @@ replay with keys ``obs [T, B, O]``, ``action [T, B]``, ``reward [T, B]``,
 ``init_carry`` for ``initial_state="stored"``). It is pure, has no host syncs
 and compiles with ``torch.compile(fullgraph=True)``.
 
+Settings as data (:data:`HPARAMS`): ``lr`` and ``gamma`` are read from
+``state["hparams", name]`` (0-dim tensors) when present, else from
+:class:`Config`, so the members of a population (:mod:`rlfunc.core.population`:
+``torch.vmap(update)`` over stacked states) may differ in them; a state
+without ``hparams`` (what :func:`init` returns) runs the float path,
+unchanged. ``update`` draws no noise, so it vmaps with ``randomness="error"``
+(tested against single-member updates). A learning-rate schedule is relative
+to the rate (a member's rate rescales it); the older ``lr_decay_updates`` /
+``lr_end`` spelling's end rate is absolute, so a member's rescaled decay ends
+at ``lr_end * member_lr / lr``: use ``lr_schedule`` for populations over ``lr``.
+
 Usage, acting in ``N`` envs and one update by hand (a whole training script:
 ``rlfunc.examples.drqn_cartpole``)::
 
@@ -111,7 +122,7 @@ import torch.nn.functional as F
 from tensordict import TensorDict
 from torch.func import grad_and_value
 
-from rlfunc.algos import _checks
+from rlfunc.algos import _checks, _hparams
 from rlfunc.algos._qstate import check_lr_decay, lr_metric, q_learning_state, q_optimizer
 from rlfunc.core import nets
 from rlfunc.core import returns
@@ -121,6 +132,7 @@ from rlfunc.core.targets import periodic_copy
 
 __all__ = [
     "Config",
+    "HPARAMS",
     "init",
     "initial_carry",
     "q_step",
@@ -135,6 +147,11 @@ __all__ = [
     "carry_to_td",
     "carry_from_td",
 ]
+
+
+HPARAMS = ("lr", "gamma")
+"""The :class:`Config` fields :func:`update` reads from ``state["hparams", name]`` when
+present (settings as data, module doc)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -361,7 +378,12 @@ def _check_batch(batch: TensorDict) -> tuple[int, int]:
 
 
 def loss(
-    params: TensorDict, target: TensorDict, config: Config, batch: TensorDict
+    params: TensorDict,
+    target: TensorDict,
+    config: Config,
+    batch: TensorDict,
+    *,
+    gamma: float | torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, TensorDict]:
     """Masked TD loss over a ``[T, B]`` window batch. Returns ``(loss, aux)``.
 
@@ -376,6 +398,7 @@ def loss(
     (:func:`rlfunc.core.returns.transformed_n_step_targets`). The loss is the mean over valid steps
     (``mask``) of the Huber (or squared) TD error. ``aux`` holds metrics and
     the per-step ``td_error [T, B]`` (zero on padding; R2D2 priorities).
+    ``gamma`` (e.g. ``state["hparams", "gamma"]``) replaces ``config.gamma``.
     """
     steps, batch_size = _check_batch(batch)
     obs, next_obs = batch["obs"], batch["next_obs"]
@@ -383,7 +406,7 @@ def loss(
     a_tm1 = batch["action"].reshape(steps, batch_size).long()
     r_t = batch["reward"].reshape(steps, batch_size).to(obs.dtype)
     terminated = batch["terminated"].reshape(steps, batch_size).to(obs.dtype)
-    discount_t = config.gamma * (1.0 - terminated)
+    discount_t = (config.gamma if gamma is None else gamma) * (1.0 - terminated)
     seq = torch.cat([obs[:1], next_obs], dim=0)  # o_0, o_1, ..., o_T  [T+1, B, O]
 
     carry = _start_carry(config, batch, batch_size, obs)
@@ -432,21 +455,27 @@ def update(
     Adam on the masked TD loss, then ``step += 1`` and the target copied from
     the new online parameters when ``step % target_period == 0``. ``noise`` is
     accepted for a uniform ``update`` signature and unused (DRQN's update draws
-    nothing). Returns ``(new_state, metrics)``; metrics are 0-dim tensors.
+    nothing). Returns ``(new_state, metrics)``; metrics are 0-dim tensors. A
+    ``state["hparams"]`` entry (``lr``, ``gamma``) replaces its :class:`Config`
+    field and is carried to the new state.
     """
     config: Config = state.get_non_tensor("config")
     _check_batch(batch)
     params, target = state["params"], state["target"]
-    grads, (value, aux) = grad_and_value(loss, has_aux=True)(params, target, config, batch)
+    hparams = _hparams.of(state)
+    kwargs = {} if _hparams.entry(hparams, "gamma") is None else {"gamma": hparams["gamma"]}
+    grads, (value, aux) = grad_and_value(loss, has_aux=True)(params, target, config, batch, **kwargs)
     grad_norm = global_norm(grads)
     opt = q_optimizer(config)
-    lr = opt.learning_rate(state["opt"])  # the schedule at this optimizer's step (= updates so far)
+    # the schedule at this optimizer's step (= updates so far), from the state's rate if it holds one
+    lr = opt.learning_rate(state["opt"], _hparams.entry(hparams, "lr"))
     params, opt_state = opt.step(grads, state["opt"], params, lr=lr)
     step = state["step"] + 1
     target = periodic_copy(target, params, step, config.target_period)
     new_state = TensorDict(
         {"params": params, "target": target, "opt": opt_state, "step": step}, batch_size=[]
     )
+    _hparams.carry(new_state, hparams)
     new_state.set_non_tensor("config", config)
     metrics = TensorDict(
         {

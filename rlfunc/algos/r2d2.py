@@ -97,6 +97,17 @@ from the replay with keys ``obs``, ``action``, ``reward``, ``next_obs``,
 along time). It is pure, has no host syncs and compiles with
 ``torch.compile(fullgraph=True)``.
 
+Settings as data (:data:`HPARAMS`): ``lr`` and ``gamma`` are read from
+``state["hparams", name]`` (0-dim tensors) when present, else from
+:class:`Config`, so the members of a population (:mod:`rlfunc.core.population`:
+``torch.vmap(update)`` over stacked states) may differ in them; a state
+without ``hparams`` (what :func:`init` returns) runs the float path,
+unchanged. ``update`` draws no noise, so it vmaps with ``randomness="error"``
+(tested against single-member updates). A learning-rate schedule is relative
+to the rate (a member's rate rescales it); the older ``lr_decay_updates`` /
+``lr_end`` spelling's end rate is absolute, so a member's rescaled decay ends
+at ``lr_end * member_lr / lr``: use ``lr_schedule`` for populations over ``lr``.
+
 Usage, acting and one update by hand (a whole training script:
 ``rlfunc.examples.r2d2_cartpole``)::
 
@@ -132,7 +143,7 @@ import torch
 from tensordict import TensorDict
 from torch.func import grad_and_value
 
-from rlfunc.algos import _checks
+from rlfunc.algos import _checks, _hparams
 from rlfunc.algos._qstate import check_lr_decay, lr_metric, q_learning_state, q_optimizer
 from rlfunc.core import nets
 from rlfunc.core import returns
@@ -142,6 +153,7 @@ from rlfunc.core.targets import periodic_copy
 
 __all__ = [
     "Config",
+    "HPARAMS",
     "Carry",
     "init",
     "initial_carry",
@@ -158,6 +170,11 @@ __all__ = [
     "actor_epsilons",
     "replay_kwargs",
 ]
+
+
+HPARAMS = ("lr", "gamma")
+"""The :class:`Config` fields :func:`update` reads from ``state["hparams", name]`` when
+present (settings as data, module doc)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -462,7 +479,12 @@ def _start_carry(config: Config, batch: TensorDict, batch_size: int, like: torch
 
 
 def loss(
-    params: TensorDict, target: TensorDict, config: Config, batch: TensorDict
+    params: TensorDict,
+    target: TensorDict,
+    config: Config,
+    batch: TensorDict,
+    *,
+    gamma: float | torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, TensorDict]:
     """R2D2 loss on a ``[burn_in + sequence_length, B]`` batch. Returns ``(loss, aux)``.
 
@@ -474,7 +496,8 @@ def loss(
     the trained steps; the loss is ``mean_b w_b 0.5 sum_t mask td^2``.
     ``aux``: ``priorities [B]`` (0.9 max + 0.1 mean |td| over valid trained
     steps), ``td_error [sequence_length, B]`` (0 on padding), and 0-dim
-    ``q``, ``td_abs``, ``valid_fraction``, ``weight_mean``.
+    ``q``, ``td_abs``, ``valid_fraction``, ``weight_mean``. ``gamma`` (e.g.
+    ``state["hparams", "gamma"]``) replaces ``config.gamma``.
     """
     steps, batch_size = _check_batch(config, batch)
     burn = config.burn_in
@@ -504,7 +527,8 @@ def loss(
     q_tm1 = q_online[:-1]
     a_tm1 = action[burn:]
     r_t = reward[burn:]
-    discount_t = config.gamma * (1.0 - batch["terminated"][burn:].reshape(-1, batch_size).to(obs.dtype))
+    gamma = config.gamma if gamma is None else gamma
+    discount_t = gamma * (1.0 - batch["terminated"][burn:].reshape(-1, batch_size).to(obs.dtype))
     mask = batch["mask"][burn:].bool()
     td = returns.transformed_n_step_q_learning(
         q_tm1,
@@ -551,19 +575,25 @@ def update(
     0-dim ``loss``, ``q``, ``td_abs``, ``valid_fraction``, ``grad_norm``,
     ``priority_mean``, and ``priorities [B]`` -- the new priorities of the
     sampled sequences, for ``replay.update_priorities(batch["window"][0],
-    metrics["priorities"])`` (pop it before logging scalars).
+    metrics["priorities"])`` (pop it before logging scalars). A ``state["hparams"]``
+    entry (``lr``, ``gamma``) replaces its :class:`Config` field and is carried to
+    the new state.
     """
     config: Config = state.get_non_tensor("config")
     _check_batch(config, batch)
     params, target = state["params"], state["target"]
-    grads, (value, aux) = grad_and_value(loss, has_aux=True)(params, target, config, batch)
+    hparams = _hparams.of(state)
+    kwargs = {} if _hparams.entry(hparams, "gamma") is None else {"gamma": hparams["gamma"]}
+    grads, (value, aux) = grad_and_value(loss, has_aux=True)(params, target, config, batch, **kwargs)
     grad_norm = global_norm(grads)
     opt = q_optimizer(config)
-    lr = opt.learning_rate(state["opt"])  # the schedule at this optimizer's step (= updates so far)
+    # the schedule at this optimizer's step (= updates so far), from the state's rate if it holds one
+    lr = opt.learning_rate(state["opt"], _hparams.entry(hparams, "lr"))
     params, opt_state = opt.step(grads, state["opt"], params, lr=lr)
     step = state["step"] + 1
     target = periodic_copy(target, params, step, config.target_period)
     new_state = TensorDict({"params": params, "target": target, "opt": opt_state, "step": step}, batch_size=[])
+    _hparams.carry(new_state, hparams)
     new_state.set_non_tensor("config", config)
     metrics = TensorDict(
         {
