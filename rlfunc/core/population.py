@@ -296,22 +296,39 @@ def vmap_update(
     built with ``torch.vmap(update, randomness=randomness)``. ``randomness="error"``
     (the default) refuses any random draw inside the update: all noise comes in as
     arguments (module doc). ``chunk_size`` is ``torch.vmap``'s (members per chunk,
-    for memory). Pure; compiles with ``torch.compile(fullgraph=True)``.
+    for memory). Pure; compiles with ``torch.compile(fullgraph=True)``, one graph for
+    every call: the static ``config`` goes around the vmapped function (each member's
+    update sees it as usual) and is set on the result as :func:`stack` sets it, so the
+    state that comes out has the structure of the one that went in.
     Keyword arguments of ``update`` (e.g. REDQ's ``steps``) go through
     ``functools.partial`` first.
     """
-    vmapped = torch.vmap(update, randomness=randomness, chunk_size=chunk_size)
 
     def population_update(state: TensorDict, batch: TensorDict, *noise: Any) -> tuple[TensorDict, TensorDict]:
         p = size(state)
         for name, arg in (("batch", batch), *((f"noise {i}", n) for i, n in enumerate(noise))):
+            if arg is None:
+                continue
             lead = arg.batch_size[:1] if isinstance(arg, TensorDict) else getattr(arg, "shape", ())[:1]
             if tuple(lead) != (p,):
                 raise ValueError(
                     f"population update: {name} must have a leading member dimension of {p} (the population's "
                     f"size), got {list(lead)}; stack one per member."
                 )
-        return vmapped(state, batch, *(n for n in noise if n is not None))
+        config = _config(state, "population update")
+
+        def member_update(tensors: TensorDict, *args: Any) -> tuple[TensorDict, TensorDict]:
+            member_state = tensors.clone(recurse=False)
+            member_state.set_non_tensor("config", config)
+            new_state, metrics = update(member_state, *args)
+            return new_state.exclude("config"), metrics
+
+        vmapped = torch.vmap(member_update, randomness=randomness, chunk_size=chunk_size)
+        new_state, metrics = vmapped(state.exclude("config"), batch, *(n for n in noise if n is not None))
+        if state.device is not None:  # vmap's result has none; keep the state's (no copy: same device)
+            new_state = new_state.to(state.device)
+        new_state.set_non_tensor("config", config)
+        return new_state, metrics
 
     population_update.__doc__ = f"``torch.vmap`` of {getattr(update, '__qualname__', update)!s} over members."
     return population_update
