@@ -234,12 +234,6 @@ def test_resolved_configs_with_old_names_are_translated(every_train_key):
             build_config(old)
 
 
-def test_the_trainers_old_attribute_reads_learning_starts():
-    """``TrainSection.random_steps`` (read-only, not a config key) is ``learning_starts``."""
-    cfg = build_config(_raw("drqn", learning_starts=123))
-    assert cfg.train.random_steps == 123
-
-
 # -- warm-up checks in the new keys ----------------------------------------------------------------------
 
 WARMUP_CASES = [

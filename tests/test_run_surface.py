@@ -247,3 +247,9 @@ def test_stopping_rule_values_are_checked(tmp_path, capsys):
         assert main(["train", "--run-dir", str(tmp_path / "r"), "--set", bad]) == 2, bad
         err = capsys.readouterr().err
         assert bad.split("=")[0] in err, err
+
+
+def test_r2d2_refuses_checkpoints_without_replay(tmp_path, capsys):
+    """R2D2's samples-per-insert bound counts the windows taken in: an empty replay would stall it."""
+    assert main(["train", "configs/r2d2/cartpole.yaml", "--run-dir", str(tmp_path / "r"), "--set", "train.checkpoint_replay=false"]) == 2
+    assert "not available for r2d2" in capsys.readouterr().err

@@ -187,12 +187,6 @@ class TrainSection:
                 f"train.cuda_graph needs train.device: cuda, got device {self.device!r}; set train.cuda_graph=false."
             )
 
-    @property
-    def random_steps(self) -> int | None:
-        """``learning_starts`` under its name before the rename, for code not yet moved to it
-        (a config cannot set it: :data:`RENAMED_KEYS`)."""
-        return self.learning_starts
-
 
 @dataclasses.dataclass(frozen=True)
 class DataSection:

@@ -256,7 +256,9 @@ class Trainer:
         self._last_good_ckpt = Path(checkpoint)
         self._best_return = max([r for _, r in evals], default=-math.inf)
         if without_replay:
-            warmup = max(self.config.train.random_steps, int(getattr(self.config.agent, "learning_starts", 0)))
+            # train.learning_starts in env (agent) steps; a learner counting windows waits on its replay itself
+            steps = getattr(self.learner, "learning_starts_unit", "env steps") in ("env steps", "agent steps")
+            warmup = self.config.train.learning_starts if steps else 0
             self._learning_from = env_step + warmup
             print(
                 f"rlfunc: {checkpoint.name} was saved without its replay (train.checkpoint_replay=false): "

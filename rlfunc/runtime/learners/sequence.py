@@ -255,6 +255,12 @@ class R2D2Learner(SequenceLearner):
                 f"(train.replay_size={t.replay_size} windows), so learning would never start; lower "
                 "train.learning_starts or raise train.replay_size."
             )
+        if not t.checkpoint_replay:
+            raise ConfigError(
+                "train.checkpoint_replay=false is not available for r2d2: its samples-per-insert bound counts the "
+                "windows the replay has taken in, which an empty replay after resume would restart from zero and "
+                "stall learning; keep train.checkpoint_replay=true."
+            )
 
     def _replay_shape(self) -> tuple[str, int, int, int]:
         c = self.config
