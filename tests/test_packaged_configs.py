@@ -115,6 +115,7 @@ def test_algos_lists_the_registry_and_each_default_config(capsys):
         for key, value in shown["agent"].items():
             want = getattr(defaults, key)
             assert (list(want) if isinstance(want, tuple) else want) == value, (name, key)
+        assert shown["train"] == entry.train_defaults, name  # the warm-up and replay size it gets when unset
     assert main(["algos", "ppo"]) == 2
     assert "Unknown algo 'ppo'" in capsys.readouterr().err
 

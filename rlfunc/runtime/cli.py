@@ -245,8 +245,17 @@ def _list_algos(name: str | None) -> None:
         agent = dataclasses.asdict(entry.config_cls(**entry.config_defaults))
         plain = {k: list(v) if isinstance(v, tuple) else v for k, v in agent.items()}
         print(f"# {entry.name}: {entry.description}")
+        learner = entry.learner_cls
         print(f"# every agent default ({entry.module}.{entry.config_cls_name}); a config's agent section overrides them")
-        print(yaml.safe_dump({"algo": entry.name, "agent": plain}, sort_keys=False, default_flow_style=None), end="")
+        print(
+            f"# train.learning_starts counts {learner.learning_starts_unit}, "
+            f"train.replay_size counts {learner.replay_size_unit}"
+        )
+        train = dict(entry.train_defaults)
+        print(
+            yaml.safe_dump({"algo": entry.name, "train": train, "agent": plain}, sort_keys=False, default_flow_style=None),
+            end="",
+        )
         return
     by_algo: dict[str, list[str]] = {}
     for c in list_configs():

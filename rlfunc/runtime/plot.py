@@ -71,6 +71,12 @@ def run_setting(run_dir: str | Path) -> dict[str, str]:
     if not path.exists():
         raise FileNotFoundError(f"{str(run_dir)!r} has no config.yaml; pass run directories made by `rlfunc train`.")
     cfg = yaml.safe_load(path.read_text())
+    try:  # through the config builder, so files written with older key names compare equal
+        from rlfunc.runtime.config import ConfigError, build_config, to_dict
+
+        cfg = to_dict(build_config(cfg, resolved=True))
+    except (ConfigError, ValueError, TypeError, KeyError):
+        pass  # not a config this rlfunc builds (e.g. hand-made test runs): its keys as written
     return {k: v for k, v in _flat(cfg).items() if k not in NOT_A_SETTING}
 
 

@@ -567,7 +567,7 @@ def write_atomic(path: Path, text: str) -> None:
 
 def _new_run_dir(config: RunConfig) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    env = config.env.id.replace("/", "_")
+    env = config.env.id.replace("/", "_").replace(":", "_")  # dmc/..., module:Env-v0
     base = Path(config.train.run_dir) / f"{config.algo}-{env}-s{config.train.seed}-{stamp}"
     path, i = base, 1
     while path.exists():
