@@ -26,6 +26,17 @@ REDQ's per-step compile where the ``G``-step loop is Python (the whole loop is
 recorded as one graph); and the returned state is not memory of the graph's
 pool, which a later replay would overwrite.
 
+Why not tensordict's ``CudaGraphModule`` (tensordict 0.15): it fits a
+function whose state lives outside its inputs (an ``nn.Module`` and a
+``torch.optim`` optimizer read from the enclosing scope), not a pure update
+whose state *is* an input and an output. Wrapping ``update`` with it would copy
+the whole training state (parameters, targets, every optimizer moment) into
+the graph's static inputs on every call and clone the whole new state out of
+its output buffers afterwards ("in-place writes to the input tensors do not
+reach the caller's inputs"; outputs "will be cloned"): two full state copies
+per update where this wrapper copies only the batch and the noise. It is also
+marked a prototype whose API restrictions may change.
+
 What callers must know:
 
 * **Inputs**: the first call with a given set of shapes and dtypes of
