@@ -1,0 +1,12 @@
+"""Scale-out on Ray, above the runtime: ``rlfunc sweep`` (:mod:`rlfunc.scale.sweep`).
+
+Ray is imported lazily, inside the functions that need it; importing this package does not
+import Ray, and nothing in ``core``, ``algos``, ``replay``, ``envs`` or ``runtime`` imports
+it. Install Ray with ``pip install -e ".[ray]"``.
+"""
+
+from rlfunc.scale.results import collected_run, run_finished, summary
+from rlfunc.scale.spec import parse_grid, parse_seeds
+from rlfunc.scale.sweep import sweep
+
+__all__ = ["sweep", "parse_seeds", "parse_grid", "collected_run", "run_finished", "summary"]

@@ -1,0 +1,83 @@
+"""The ``rlfunc sweep`` subcommand's arguments and body (``rlfunc.runtime.cli`` registers it).
+Importing this module does not import Ray."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+__all__ = ["add_sweep_parser", "run_sweep_command"]
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _nonnegative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def add_sweep_parser(sub) -> argparse.ArgumentParser:
+    s = sub.add_parser(
+        "sweep",
+        help="train seeds x a grid of settings as Ray tasks (embedded Ray, or --address a cluster)",
+        description="Each (grid point, seed) is one Ray task that writes an ordinary run directory under the "
+                    "sweep directory; then the learn JSON and a PNG with one curve per grid point. "
+                    'Needs pip install -e ".[ray]".',
+    )
+    s.add_argument("config", nargs="?", default=None,
+                   help="a YAML file or a packaged config name, as for `rlfunc train` (not with --resume)")
+    s.add_argument("--seeds", default=None, help="seeds: a range 0-4, a list 0,2,5 or one seed (default 0)")
+    s.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
+                   help="values to sweep, e.g. --grid agent.critic_lr=1e-3,3e-4 (repeatable: the product)")
+    s.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override for every run, e.g. --set train.total_steps=20000 (repeatable)")
+    s.add_argument("--address", default=None,
+                   help="join a Ray cluster: auto, host:port or ray://host:port (default: a local Ray on this machine)")
+    s.add_argument("--max-concurrent", type=_positive, default=None,
+                   help="runs in flight at once (default: as many as the cluster's CPUs allow)")
+    s.add_argument("--max-retries", type=_nonnegative, default=3,
+                   help="retries of a run whose worker process dies; each resumes from its checkpoint (default 3)")
+    s.add_argument("--gpus", type=float, default=0.0, help="GPU (fraction) per run, e.g. 0.25 (default 0)")
+    s.add_argument("--sweep-dir", default=None, help="where the run directories go (default: runs/sweep-<algo>-<env>-<time>)")
+    s.add_argument("--resume", default=None, metavar="SWEEP_DIR",
+                   help="continue a stopped sweep: finished runs are kept, the others resume from their checkpoints")
+    s.add_argument("--out", default=None, help="the JSON path (default SWEEP_DIR/results.json; the PNG goes beside it)")
+    return s
+
+
+def run_sweep_command(args: argparse.Namespace) -> None:
+    from rlfunc.runtime.packaged import resolve_config
+    from rlfunc.scale.sweep import sweep
+
+    config = args.config
+    if config is not None and args.resume is None:
+        config = resolve_config(config)
+    result = sweep(
+        config, args.seeds, args.grid, args.overrides, sweep_dir=args.sweep_dir,
+        resume=args.resume, address=args.address, max_concurrent=args.max_concurrent,
+        max_retries=args.max_retries, gpus=args.gpus, out=args.out,
+        echo=lambda line: print(line, flush=True),
+    )
+    for label, s in result["summary"].items():
+        median = "n/a" if s["median_final_return"] is None else f"{s['median_final_return']:.1f}"
+        print(f"{label}: median final return {median} over {s['seeds']} seed(s)")
+    print(f"wrote {result['json']}" + (f" and {result['png']}" if result.get("png") else ""))
+    if result["failed"]:
+        for name, why in result["failed"].items():
+            print(f"rlfunc: run {name} failed: {why}", file=sys.stderr)
+        print(f"rlfunc: {len(result['failed'])} run(s) failed; fix the cause and continue with "
+              f"`rlfunc sweep --resume {result['settings']['sweep_dir']}`.", file=sys.stderr)
+        raise SystemExit(1)

@@ -1,0 +1,437 @@
+"""``rlfunc sweep``: seeds x a grid of settings, each run one Ray task writing an ordinary run directory.
+
+Ray core tasks, not Ray Tune. Tune would own the run directories: it puts each trial in
+its own ``~/ray_results`` trial folder with its own ``params.json``/``result.json``/checkpoint
+layout, restores through ``Tuner.restore`` and its experiment state, and wants the training
+loop to report through ``tune.report`` with checkpoints handed over as Tune ``Checkpoint``s.
+rlfunc's run directory (``config.yaml``, ``metrics.csv``, ``eval.csv``, ``checkpoints/``)
+is already the unit that ``rlfunc plot``/``eval``/``resume`` read and that continues exactly
+from its own checkpoints, and a grid x seeds sweep needs none of Tune's schedulers or
+searchers. So each (grid point, seed) is one ``@ray.remote`` task that calls
+:func:`rlfunc.train` (or :func:`rlfunc.resume`) into ``SWEEP_DIR/<run name>``; the sweep's
+plan is ``SWEEP_DIR/sweep.json``, and what is finished is read back from the run
+directories themselves.
+
+* Resources: a task asks for ``train.threads`` CPUs (at least 1; ``--gpus`` a GPU fraction).
+* Embedded by default: without ``--address`` a local Ray sized to the machine starts, bound to
+  loopback with the dashboard off, and is shut down at the end. ``--address auto`` or
+  ``ray://host:port`` joins a running cluster (``ray start --head``); the sweep directory must
+  then be on storage every node sees (the tasks write the run directories where they run).
+* Faults: a task whose worker process dies (killed, out of memory, node lost) is retried by Ray
+  (``max_retries``); the retry resumes the run from its newest checkpoint (a run directory left
+  without a checkpoint is cleared and trained afresh). ``rlfunc sweep --resume SWEEP_DIR``
+  continues a stopped sweep: finished runs (``eval.csv`` reached ``train.total_steps``, or a
+  stopping rule ended them) are read back, not trained again.
+* Each attempt appends a line to ``SWEEP_DIR/attempts.jsonl`` (run, host, pid, fresh or resumed
+  and from which step), so one can see which process trains which run and what was retried.
+
+Ray is imported lazily, only here; nothing in ``core``, ``algos``, ``replay``, ``envs`` or
+``runtime`` imports this package, and rlfunc works without Ray installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from rlfunc.runtime.config import ConfigError
+from rlfunc.scale.results import collected_run, run_finished, summary
+from rlfunc.scale.spec import describe_point, grid_points, parse_grid, parse_seeds
+
+__all__ = ["plan_sweep", "load_plan", "run_sweep", "sweep", "SweepStopped", "RAY_MISSING"]
+
+PLAN_FILE = "sweep.json"
+ATTEMPTS_FILE = "attempts.jsonl"
+PLAN_VERSION = 1
+RAY_MISSING = 'rlfunc sweep needs Ray, which is not installed; install it with pip install -e ".[ray]".'
+
+
+class SweepStopped(KeyboardInterrupt):
+    """The sweep was stopped (Ctrl-C or SIGTERM); ``str()`` says how to continue it."""
+
+
+# ----------------------------------------------------------------------------- plan
+
+
+def _write_json_atomic(path: Path, obj: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def _run_name(index: int, point: dict[str, Any], seed: int) -> str:
+    desc = ",".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in point.items())
+    desc = re.sub(r"[^A-Za-z0-9_.=,+-]", "_", desc)[:60]
+    return f"g{index}" + (f"-{desc}" if desc else "") + f"-s{seed}"
+
+
+def plan_sweep(
+    config: str | Path | dict | None,
+    seeds: str | list[int],
+    grid: list[str] | dict[str, list[Any]] | None = None,
+    overrides: list[str] | dict[str, Any] | None = None,
+    sweep_dir: str | Path | None = None,
+    gpus: float = 0.0,
+) -> dict:
+    """Check everything and return the sweep's plan (not yet written): one entry per (grid point,
+    seed), each with its run directory name, seed, grid values and overrides. Every run's config is
+    built here, so a bad key or value stops the sweep before any Ray or training starts."""
+    from rlfunc.runtime.config import apply_overrides, build_config, load_config, parse_overrides
+    from rlfunc.runtime.packaged import resolve_config
+
+    seed_list = parse_seeds(seeds) if isinstance(seeds, str) else [int(s) for s in seeds]
+    if not seed_list:
+        raise ConfigError("--seeds names no seed; pass e.g. --seeds 0-4.")
+    grid_map = grid if isinstance(grid, dict) else parse_grid(grid)
+    fixed = overrides if isinstance(overrides, dict) else parse_overrides(overrides or [])
+    clash = sorted(set(fixed) & set(grid_map))
+    if clash:
+        raise ConfigError(f"{clash[0]} is in both --set and --grid; give it in one of them.")
+    if "train.seed" in fixed or "train.seed" in grid_map:
+        raise ConfigError("train.seed is set by --seeds in a sweep; remove it from --set/--grid.")
+    if config is None:
+        raw, config_name = {}, None
+    elif isinstance(config, dict):
+        raw, config_name = dict(config), None
+    else:
+        path = resolve_config(str(config))
+        raw, config_name = load_config(path), str(Path(path).resolve())
+    points = grid_points(grid_map)
+    runs = []
+    built = None
+    for index, point in enumerate(points):
+        for seed in seed_list:
+            run_overrides = {**fixed, **point, "train.seed": seed, "train.progress": False}
+            built = build_config(apply_overrides(raw, run_overrides))  # every run checked before training
+            label = " ".join(filter(None, [built.algo, describe_point(point)]))
+            runs.append({
+                "name": _run_name(index, point, seed),
+                "label": label,
+                "seed": seed,
+                "grid": point,
+                "overrides": run_overrides,
+                "threads": int(built.train.threads),
+                "total_steps": int(built.train.total_steps),
+            })
+    if sweep_dir is None:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        env_id = re.sub(r"[^A-Za-z0-9_.-]", "_", str(built.env.id))
+        sweep_dir = Path(built.train.run_dir) / f"sweep-{built.algo}-{env_id}-{stamp}"
+    return {
+        "version": PLAN_VERSION,
+        "sweep_dir": str(Path(sweep_dir).resolve()),
+        "config": config_name,
+        "raw_config": raw,
+        "seeds": seed_list,
+        "grid": grid_map,
+        "overrides": fixed,
+        "gpus": float(gpus),
+        "runs": runs,
+    }
+
+
+def write_plan(plan: dict) -> Path:
+    """Create the sweep directory (refusing one that holds another sweep) and write ``sweep.json``."""
+    sweep_dir = Path(plan["sweep_dir"])
+    if (sweep_dir / PLAN_FILE).exists():
+        raise ConfigError(
+            f"{str(sweep_dir)!r} already holds a sweep; continue it with `rlfunc sweep --resume {sweep_dir}` "
+            "or pick another --sweep-dir."
+        )
+    try:
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        _write_json_atomic(sweep_dir / PLAN_FILE, plan)
+    except OSError as exc:
+        raise ConfigError(f"Cannot write the sweep directory {str(sweep_dir)!r} ({exc.strerror or exc}); pick another --sweep-dir.") from None
+    return sweep_dir / PLAN_FILE
+
+
+def load_plan(sweep_dir: str | Path) -> dict:
+    """The plan ``rlfunc sweep`` stored in ``SWEEP_DIR/sweep.json``."""
+    path = Path(sweep_dir) / PLAN_FILE
+    if not path.is_file():
+        raise ConfigError(f"{str(sweep_dir)!r} holds no {PLAN_FILE}; pass the directory an earlier `rlfunc sweep` wrote.")
+    try:
+        plan = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{str(path)!r} cannot be read ({exc}); it was not written by `rlfunc sweep`.") from None
+    if not isinstance(plan, dict) or plan.get("version") != PLAN_VERSION or not isinstance(plan.get("runs"), list):
+        raise ConfigError(f"{str(path)!r} is not a sweep plan of this rlfunc version; start a new sweep.")
+    plan["sweep_dir"] = str(Path(sweep_dir).resolve())  # the directory may have moved (shared storage)
+    return plan
+
+
+# ----------------------------------------------------------------------------- the task
+
+
+def _newest_checkpoint_step(run_dir: Path) -> int | None:
+    latest = run_dir / "checkpoints" / "latest"
+    try:
+        name = latest.read_text().strip()
+    except OSError:
+        return None
+    m = re.fullmatch(r"step_(\d+)", name)
+    return int(m.group(1)) if m and (run_dir / "checkpoints" / name).is_dir() else None
+
+
+def _log_attempt(sweep_dir: Path, **fields: Any) -> None:
+    line = json.dumps({"time": round(time.time(), 3), "host": platform.node(), "pid": os.getpid(), **fields})
+    with open(sweep_dir / ATTEMPTS_FILE, "a") as f:  # one short O_APPEND write per line
+        f.write(line + "\n")
+
+
+def train_or_continue(plan: dict, entry: dict) -> dict:
+    """Body of one sweep task (any process): bring the run ``entry`` to its end and return its learn
+    record. A finished run is read back; a run with a checkpoint is resumed from it; otherwise the
+    run directory (if a crashed attempt left one) is cleared and the run trains from the start."""
+    import rlfunc
+    from rlfunc.runtime.checkpoint import CheckpointError
+    from rlfunc.runtime.trainer import RUN_FILES
+
+    sweep_dir = Path(plan["sweep_dir"])
+    run_dir = sweep_dir / entry["name"]
+    if run_finished(run_dir):
+        _log_attempt(sweep_dir, run=entry["name"], start="finished")
+    else:
+        step = _newest_checkpoint_step(run_dir)
+        resumed = False
+        if step is not None:
+            _log_attempt(sweep_dir, run=entry["name"], start="resume", from_step=step)
+            try:
+                rlfunc.resume(run_dir)
+                resumed = True
+            except CheckpointError as exc:  # every checkpoint damaged: start over
+                print(f"rlfunc sweep: {run_dir}: {exc}; training it from the start", file=sys.stderr)
+        if not resumed:
+            if run_dir.is_dir() and any((run_dir / name).exists() for name in RUN_FILES):
+                shutil.rmtree(run_dir)  # an attempt that died before its first checkpoint
+            _log_attempt(sweep_dir, run=entry["name"], start="fresh")
+            rlfunc.train(plan["raw_config"], overrides=dict(entry["overrides"]), run_dir=run_dir)
+    record = collected_run(run_dir, entry["label"])
+    record.update(config=plan["config"], overrides=entry["overrides"], grid=entry["grid"], name=entry["name"])
+    return record
+
+
+# ----------------------------------------------------------------------------- Ray
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(RAY_MISSING) from None
+    return ray
+
+
+def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """One TCP connect to ``host:port`` (``ray://host:port`` or a GCS address), so an unreachable
+    address is one sentence at once instead of Ray's retries."""
+    if address == "auto":
+        return
+    target = address.removeprefix("ray://")
+    host, sep, port = target.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ConfigError(f"--address {address!r} is not auto, host:port or ray://host:port; pass e.g. --address ray://127.0.0.1:10001.")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ConfigError(
+            f"Cannot reach a Ray cluster at {address!r} ({exc.strerror or exc}); start one with `ray start --head` "
+            "or check --address."
+        ) from None
+
+
+def connect(address: str | None, num_cpus: int | None = None):
+    """``ray.init`` for a sweep; returns ``(ray, initialized_here)`` (then ``ray.shutdown()`` is the
+    caller's). No address: a local Ray on this machine only (loopback, no dashboard, usage stats
+    off). An address: join that cluster. Already initialized: nothing to do."""
+    ray = _import_ray()
+    if ray.is_initialized():
+        return ray, False
+    if address is None:
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        ray.init(
+            _node_ip_address="127.0.0.1",
+            include_dashboard=False,
+            num_cpus=num_cpus or os.cpu_count() or 1,
+            log_to_driver=False,
+            configure_logging=False,
+        )
+        return ray, True
+    _check_reachable(address)
+    try:
+        ray.init(address=address, log_to_driver=False, configure_logging=False)
+    except (ConnectionError, RuntimeError, TimeoutError, ValueError) as exc:
+        raise ConfigError(
+            f"Cannot join a Ray cluster at {address!r} ({' '.join(str(exc).split())[:200]}); start one with "
+            "`ray start --head` or check --address."
+        ) from None
+    return ray, True
+
+
+def _on_sigterm(signum, frame):  # pragma: no cover - exercised by a subprocess test
+    raise KeyboardInterrupt("SIGTERM")
+
+
+def run_sweep(
+    plan: dict,
+    address: str | None = None,
+    max_concurrent: int | None = None,
+    max_retries: int = 3,
+    out: str | Path | None = None,
+    echo: Callable[[str], None] = print,
+) -> dict:
+    """Run (or continue) the plan's runs on Ray and write the learn JSON + PNG. Returns the result.
+
+    Finished runs are read back from their directories, not trained again; the others are Ray
+    tasks, at most ``max_concurrent`` in flight (default: as many as the cluster's CPUs allow).
+    A run that fails with an error (not a dead worker) is listed under ``failed``; the others go on.
+    """
+    sweep_dir = Path(plan["sweep_dir"])
+    if max_concurrent is not None and max_concurrent < 1:
+        raise ConfigError(f"--max-concurrent must be a positive integer, got {max_concurrent}.")
+    t0 = time.perf_counter()
+    done: dict[str, dict] = {}
+    todo = []
+    for entry in plan["runs"]:
+        if run_finished(sweep_dir / entry["name"]):
+            rec = collected_run(sweep_dir / entry["name"], entry["label"])
+            rec.update(config=plan["config"], overrides=entry["overrides"], grid=entry["grid"], name=entry["name"])
+            done[entry["name"]] = rec
+        else:
+            todo.append(entry)
+    echo(f"sweep {sweep_dir}: {len(plan['runs'])} runs ({len(grid_points(plan['grid']))} settings x "
+         f"{len(plan['seeds'])} seeds), {len(done)} finished already, {len(todo)} to train")
+    failed: dict[str, str] = {}
+    machine: dict[str, Any] = {"driver_host": platform.node(), "python": platform.python_version()}
+    if todo:
+        ray, started = connect(address)
+        previous = signal.signal(signal.SIGTERM, _on_sigterm) if _main_thread() else None
+        try:
+            machine.update(ray_version=ray.__version__, embedded=address is None, address=address,
+                           cluster_cpus=ray.cluster_resources().get("CPU"),
+                           cluster_gpus=ray.cluster_resources().get("GPU", 0.0),
+                           nodes=len([n for n in ray.nodes() if n.get("Alive")]))
+            task = ray.remote(train_or_continue)
+            limit = max_concurrent or max(1, int(machine["cluster_cpus"] or 1))
+            pending: dict[Any, dict] = {}
+            queue = list(todo)
+            while queue or pending:
+                while queue and len(pending) < limit:
+                    entry = queue.pop(0)
+                    ref = task.options(
+                        num_cpus=max(1, entry["threads"]), num_gpus=plan.get("gpus", 0.0) or 0,
+                        max_retries=max_retries, retry_exceptions=False, name=f"rlfunc-sweep:{entry['name']}",
+                    ).remote(plan, entry)
+                    pending[ref] = entry
+                ready, _ = ray.wait(list(pending), num_returns=1)
+                entry = pending.pop(ready[0])
+                try:
+                    rec = ray.get(ready[0])
+                except ray.exceptions.RayTaskError as exc:
+                    cause = exc.cause if getattr(exc, "cause", None) is not None else exc
+                    failed[entry["name"]] = f"{type(cause).__name__}: {' '.join(str(cause).split())[:300]}"
+                    echo(f"  {entry['name']}: failed: {failed[entry['name']]}")
+                    continue
+                except ray.exceptions.RayError as exc:  # the worker died more than max_retries times
+                    failed[entry["name"]] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+                    echo(f"  {entry['name']}: failed: {failed[entry['name']]}")
+                    continue
+                done[entry["name"]] = rec
+                final = "n/a" if rec["final_return"] is None else f"{rec['final_return']:.1f}"
+                echo(f"  {entry['name']}: final {final} after {rec['env_steps']} steps "
+                     f"({len(done)}/{len(plan['runs'])} done)")
+        except KeyboardInterrupt:
+            raise SweepStopped(
+                f"sweep stopped; finished runs are kept and the others continue from their checkpoints with "
+                f"`rlfunc sweep --resume {sweep_dir}`"
+            ) from None
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+            if started:
+                ray.shutdown()
+    runs = [done[e["name"]] for e in plan["runs"] if e["name"] in done]
+    result = {
+        "machine": machine,
+        "runs": runs,
+        "summary": summary(runs),
+        "settings": {
+            "sweep_dir": str(sweep_dir),
+            "config": plan["config"],
+            "seeds": plan["seeds"],
+            "grid": plan["grid"],
+            "overrides": plan["overrides"],
+            "max_concurrent": max_concurrent,
+            "max_retries": max_retries,
+            "final_return": "mean greedy return of the last evaluation (train.eval_episodes episodes)",
+            "total_wall_s": time.perf_counter() - t0,
+        },
+        "failed": failed,
+    }
+    out = Path(out) if out is not None else sweep_dir / "results.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _write_json_atomic(out, result)
+    result["json"] = str(out)
+    if runs:
+        try:
+            from rlfunc.runtime.plot import plot_runs
+
+            result["png"] = str(plot_runs([r["run_dir"] for r in runs], out.with_suffix(".png"),
+                                          title=f"sweep {sweep_dir.name} (mean, min-max over seeds)"))
+        except RuntimeError as exc:  # no matplotlib
+            echo(f"no PNG: {exc}")
+    return result
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def sweep(
+    config: str | Path | dict | None = None,
+    seeds: str | list[int] | None = None,
+    grid: list[str] | dict[str, list[Any]] | None = None,
+    overrides: list[str] | dict[str, Any] | None = None,
+    *,
+    sweep_dir: str | Path | None = None,
+    resume: str | Path | None = None,
+    address: str | None = None,
+    max_concurrent: int | None = None,
+    max_retries: int = 3,
+    gpus: float = 0.0,
+    out: str | Path | None = None,
+    echo: Callable[[str], None] = print,
+) -> dict:
+    """Plan (or, with ``resume``, reload) a sweep, write ``sweep.json``, run it; see :func:`run_sweep`.
+    Everything that can be checked — the specs, every run's config, Ray's presence, the address —
+    is checked before any run trains."""
+    if resume is not None:
+        if grid or overrides or config is not None or seeds is not None or sweep_dir is not None:
+            raise ConfigError("--resume continues the stored plan; drop CONFIG, --seeds, --grid, --set and --sweep-dir.")
+        plan = load_plan(resume)
+    else:
+        plan = plan_sweep(config, "0" if seeds is None else seeds, grid, overrides, sweep_dir, gpus)
+    ray = _import_ray()  # before writing anything: Ray missing is one sentence
+    joined = False
+    if address is not None:  # join before writing anything: an unreachable cluster is one sentence
+        ray, joined = connect(address)
+    try:
+        if resume is None:
+            write_plan(plan)
+        return run_sweep(plan, address=address, max_concurrent=max_concurrent, max_retries=max_retries, out=out,
+                         echo=echo)
+    finally:
+        if joined:
+            ray.shutdown()  # disconnects this driver; the cluster goes on
