@@ -49,6 +49,11 @@ def _load_parts(path: str | Path):
     """Read and verify a checkpoint or export -> ``(ckpt, meta, run_config, spaces, params)``."""
     tensors, meta = load_checkpoint(path)
     ckpt = resolve_checkpoint(path)
+    if "population" in meta:
+        raise CheckpointError(
+            f"{str(ckpt)!r} is a population's checkpoint; load or evaluate one member's run directory, e.g. "
+            f"{str(ckpt.parent.parent / 'member-0')!r}."
+        )
     config = _stored_config(ckpt, meta)
     spaces = _stored_spaces(ckpt, meta)
     state = tensors.get("state") if "state" in tensors.keys() else None

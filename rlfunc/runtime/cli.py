@@ -1,4 +1,4 @@
-"""``rlfunc`` command line: train, eval, resume, export, configs, algos, plot, dataset collect, sweep."""
+"""``rlfunc`` command line: train, eval, resume, export, configs, algos, plot, dataset collect."""
 
 from __future__ import annotations
 
@@ -55,6 +55,11 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value, e.g. --set train.seed=3 (repeatable)")
     t.add_argument("--run-dir", default=None, help="run directory (default: runs/<algo>-<env>-s<seed>-<time>)")
+    t.add_argument("--seeds", default=None, metavar="SEEDS",
+                   help="train a population of these seeds in one process, e.g. 0-3 or 0,2,5 (train.population.seeds)")
+    t.add_argument("--grid", action="append", default=None, metavar="KEY=V1,V2",
+                   help="population members for each value, e.g. agent.critic_lr=3e-4,1e-3 (repeatable; settings "
+                        "the algorithm takes as data only)")
 
     e = sub.add_parser("eval", help="evaluate a run directory, checkpoint or export")
     e.add_argument("path", help="run directory, checkpoint directory or `rlfunc export` directory")
@@ -97,10 +102,6 @@ def _parser() -> argparse.ArgumentParser:
                     help="'random': uniform actions (default: checkpoint if given)")
     dc.add_argument("--seed", type=_nonnegative_int, default=0)
     dc.add_argument("--out", required=True, help="output .npz file")
-
-    from rlfunc.scale.cli import add_sweep_parser  # Ray itself is imported only when a sweep runs
-
-    add_sweep_parser(sub)
     return p
 
 
@@ -165,18 +166,20 @@ def user_error_message(exc: BaseException) -> str | None:
 def _run(args: argparse.Namespace) -> None:
     if args.command == "train":
         from rlfunc.runtime.packaged import resolve_config
-        from rlfunc.runtime.trainer import train
+        from rlfunc.runtime.population import train
 
         config = None
         if args.config is not None:
             config = resolve_config(args.config)
             if str(config) != args.config:
                 print(f"config {args.config}: {config}")  # stdout: an error after it stays stderr's one line
-        res = train(config, overrides=args.overrides, run_dir=args.run_dir)
+        res = train(config, overrides=args.overrides, run_dir=args.run_dir, seeds=args.seeds, grid=args.grid)
         _report(res)
     elif args.command == "resume":
+        from rlfunc.runtime import population
         from rlfunc.runtime.trainer import resume
 
+        resume = population.resume if population.is_population_run(args.run_dir) else resume
         _report(resume(args.run_dir, total_steps=args.total_steps))
     elif args.command == "eval":
         from rlfunc.runtime.api import check_device, evaluate
@@ -222,10 +225,6 @@ def _run(args: argparse.Namespace) -> None:
             f"wrote {out['path']}: {out['transitions']} transitions of {out['env_id']} "
             f"({out['episodes']} complete episodes, mean return {ret}, policy {out['policy']})"
         )
-    elif args.command == "sweep":
-        from rlfunc.scale.cli import run_sweep_command
-
-        run_sweep_command(args)
 
 
 def _list_configs() -> None:
@@ -276,6 +275,13 @@ def _list_algos(name: str | None) -> None:
 
 
 def _report(res) -> None:
+    for member in getattr(res, "members", []):  # a population: each member's line, then the whole run's
+        final = "n/a" if member.final_return is None else f"{member.final_return:.2f}"
+        print(f"{member.run_dir}: final eval return {final}")
+    if hasattr(res, "members"):
+        print(f"population of {len(res.members)} in {res.run_dir}: env steps {res.env_steps} per member, "
+              f"gradient steps {res.gradient_steps} per member, wall time {res.wall_s:.0f}s")
+        return
     final = "n/a" if res.final_return is None else f"{res.final_return:.2f}"
     print(f"run directory: {res.run_dir}")
     print(

@@ -137,6 +137,8 @@ class TrainSection:
     # Logging beside metrics.csv / eval.csv
     tensorboard: bool = True  # TensorBoard event files in the run directory
     wandb: dict | None = None  # keyword arguments of wandb.init, e.g. {project: rl, mode: offline}; needs the wandb extra
+    # {seeds: [0, 1], grid: {agent.critic_lr: [3e-4, 1e-3]}}: train the product as one population (rlfunc.runtime.population)
+    population: dict | None = None
 
     def __post_init__(self) -> None:
         if self.stop_at_return is not None and not math.isfinite(self.stop_at_return):
@@ -164,6 +166,10 @@ class TrainSection:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(f"train.{name} must be a positive integer, got {value}.")
+        if self.population is not None:
+            from rlfunc.runtime.population import check_spec
+
+            check_spec(self.population, self.seed)
         if self.learning_starts is not None and self.learning_starts < 0:
             raise ConfigError(f"train.learning_starts must be >= 0, got {self.learning_starts}.")
         if not 0 <= self.seed <= MAX_SEED:
@@ -621,6 +627,8 @@ def to_dict(config: RunConfig) -> dict[str, Any]:
     train = plain(config.train)
     for key in _unused_train_keys(get_algo(config.algo)):
         train.pop(key, None)
+    if train.get("population") is None:  # a single run's files stay as they were
+        train.pop("population", None)
     out = {"algo": config.algo, "env": plain(config.env), "train": train, "agent": plain(config.agent)}
     if config.data != DataSection():
         out["data"] = plain(config.data)

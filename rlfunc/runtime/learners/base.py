@@ -110,6 +110,11 @@ class TransitionLearner:
 
     def _bind(self, entry, run_config, obs_space: gym.Space, act_space: gym.Space) -> None:
         """What every learner keeps: the registry entry, algorithm, agent and train configs, device, spaces."""
+        if getattr(run_config.train, "population", None) is not None:
+            raise ConfigError(
+                "train.population is set: a population trains with `rlfunc train` or rlfunc.runtime.population.train, "
+                "not with the single-run trainer."
+            )
         self.entry = entry
         self.algo = entry.algo
         self.env_id = run_config.env.id

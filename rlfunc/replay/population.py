@@ -1,0 +1,119 @@
+"""Uniform transition replay for a population: one storage ``[P, capacity, ...]``.
+
+Issue #24 §5 ("Replay batched over members"): each member of a population
+(:mod:`rlfunc.core.population`) has its own replay -- its own ring buffer,
+insertion counter and fill level -- but all of them live in one preallocated
+TensorDict with a leading member dimension, so one update's batches for every
+member are one gather. Member ``k``'s sampling indices come from member ``k``'s
+own generator, drawn exactly as :class:`rlfunc.replay.uniform.UniformReplay`
+draws them (``torch.randint(size_k, (n,), generator=g_k)``, uniform with
+replacement like the official REDQ/SAC buffers), so a member samples the rows
+its single run samples, whatever ``P``.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from tensordict import TensorDict
+
+__all__ = ["PopulationReplay"]
+
+
+class PopulationReplay:
+    """``P`` ring buffers of ``capacity`` transitions each, in one TensorDict ``[P, capacity]``.
+
+    Storage is allocated on the first :meth:`add` from the rows' shapes and dtypes,
+    on ``device``. :meth:`add` appends one member's rows; :meth:`sample` draws every
+    member's indices from its own generator and gathers all members' rows at once.
+    :meth:`state_dict` holds tensors only (no pickle in checkpoints).
+    """
+
+    def __init__(self, members: int, capacity: int, device: torch.device | str = "cpu") -> None:
+        if members < 1:
+            raise ValueError(f"A population replay needs at least one member, got {members}.")
+        if capacity < 1:
+            raise ValueError(f"Replay capacity must be at least 1, got {capacity}.")
+        self.members = int(members)
+        self.capacity = int(capacity)
+        self.device = torch.device(device)
+        self._storage: TensorDict | None = None
+        self.cursors = [0] * self.members
+        self.sizes = [0] * self.members
+
+    def __len__(self) -> int:
+        """The fewest transitions any member holds."""
+        return min(self.sizes)
+
+    @property
+    def storage(self) -> TensorDict | None:
+        return self._storage
+
+    def _allocate(self, rows: TensorDict) -> None:
+        example = rows[0]
+        self._storage = example.expand(self.members, self.capacity).clone().zero_().to(self.device)
+
+    def add(self, k: int, rows: TensorDict) -> None:
+        """Append ``rows`` (batch ``[n]``) to member ``k``'s buffer, overwriting its oldest when full."""
+        if not 0 <= k < self.members:
+            raise IndexError(f"member must be in [0, {self.members}), got {k}.")
+        if rows.batch_dims != 1:
+            raise ValueError(f"add expects rows with batch_size [n], got {list(rows.batch_size)}.")
+        n = rows.batch_size[0]
+        if n == 0:
+            return
+        if self._storage is None:
+            self._allocate(rows)
+        if n > self.capacity:
+            rows = rows[n - self.capacity :]
+            n = self.capacity
+        idx = (torch.arange(n, device=self.device) + self.cursors[k]) % self.capacity
+        self._storage[k, idx] = rows.to(self.device)
+        self.cursors[k] = (self.cursors[k] + n) % self.capacity
+        self.sizes[k] = min(self.sizes[k] + n, self.capacity)
+
+    def sample(self, batch_size: int, generators: Sequence[torch.Generator]) -> TensorDict:
+        """``batch_size`` rows per member (batch ``[P, batch_size]``): member ``k``'s indices drawn
+        uniformly with replacement from its own ``generators[k]``, then one gather for all members."""
+        if len(generators) != self.members:
+            raise ValueError(f"sample needs one generator per member ({self.members}), got {len(generators)}.")
+        if self._storage is None or min(self.sizes) == 0:
+            raise RuntimeError("Cannot sample from an empty replay buffer; add transitions to every member first.")
+        idx = torch.stack(
+            [torch.randint(size, (batch_size,), generator=g, device=self.device) for size, g in zip(self.sizes, generators)]
+        )
+        members = torch.arange(self.members, device=self.device).unsqueeze(1)
+        return self._storage[members, idx]
+
+    def state_dict(self) -> TensorDict:
+        """Tensors that restore the buffers exactly (the filled part, ``[P, max size]``)."""
+        td = TensorDict(
+            {
+                "cursor": torch.tensor(self.cursors),
+                "size": torch.tensor(self.sizes),
+                "capacity": torch.tensor(self.capacity),
+            },
+            batch_size=[],
+        )
+        if self._storage is not None:
+            td["storage"] = self._storage[:, : max(self.sizes)].clone().to("cpu")
+        return td
+
+    def load_state_dict(self, td: TensorDict) -> None:
+        capacity, sizes = int(td["capacity"]), [int(s) for s in td["size"].tolist()]
+        if capacity != self.capacity:
+            raise ValueError(
+                f"Checkpointed replay has capacity {capacity} but this buffer has {self.capacity}; "
+                "use the run's original replay_size."
+            )
+        if len(sizes) != self.members:
+            raise ValueError(f"Checkpointed replay has {len(sizes)} members but this population has {self.members}.")
+        self.cursors = [int(c) for c in td["cursor"].tolist()]
+        self.sizes = sizes
+        if "storage" in td.keys() and max(sizes):
+            rows = td["storage"]
+            self._storage = rows[:, 0].unsqueeze(1).expand(self.members, self.capacity).clone().zero_().to(self.device)
+            self._storage[:, : rows.batch_size[1]] = rows.to(self.device)
+        else:
+            self._storage = None

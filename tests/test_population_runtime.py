@@ -1,0 +1,143 @@
+"""Training a population in one process (rlfunc.runtime.population, issue #24).
+
+A 2-member REDQ population on CPU gives each member the evaluation returns of the
+single run with its seed (and its learning rate), to float tolerance: not bit for
+bit, because the vmapped update runs Adam's unfused arithmetic and batched matrix
+products (rlfunc.core.population, "Numerics"); measured, the returns agree to ~1e-8
+relative. Member directories are ordinary runs for rlfunc.load / eval / plot; resume
+continues every member; what is not batched yet is refused in one sentence.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import pytest
+import yaml
+
+import rlfunc
+from rlfunc.runtime import population as pr
+from rlfunc.runtime.cli import main
+from rlfunc.runtime.config import ConfigError
+
+BASE = {
+    "algo": "redq",
+    "env": {"id": "Pendulum-v1"},
+    "train": {
+        "total_steps": 300,
+        "learning_starts": 100,
+        "replay_size": 1000,
+        "eval_every": 150,
+        "eval_episodes": 1,
+        "checkpoint_every": 150,
+        "log_every": 50,
+        "progress": False,
+        "tensorboard": False,
+    },
+    "agent": {"hidden_sizes": [16, 16], "num_critics": 3, "updates_per_step": 2, "batch_size": 8},
+}
+
+RTOL = 1e-6  # measured ~1e-8; the vmapped update is not bit-exact (module doc)
+
+
+def _close(a: list[tuple[int, float]], b: list[tuple[int, float]]) -> None:
+    assert [s for s, _ in a] == [s for s, _ in b]
+    for (_, x), (_, y) in zip(a, b):
+        assert math.isclose(x, y, rel_tol=RTOL), (a, b)
+
+
+def test_seeds_equal_single_runs(tmp_path):
+    res = pr.train(BASE, run_dir=tmp_path / "pop", seeds=[0, 1])
+    assert [m.run_dir.name for m in res.members] == ["member-0", "member-1"]
+    for k, seed in enumerate((0, 1)):
+        single = rlfunc.train(BASE, overrides={"train.seed": seed}, run_dir=tmp_path / f"single-{seed}")
+        _close(res.members[k].evals, single.evals)
+        assert len(res.members[k].evals) == 2
+        member = tmp_path / "pop" / f"member-{k}"
+        config = yaml.safe_load((member / "config.yaml").read_text())
+        assert config["train"]["seed"] == seed and "population" not in config["train"]
+        with open(member / "eval.csv") as f:
+            rows = list(csv.DictReader(f))
+        assert [float(r["mean_return"]) for r in rows] == [r for _, r in res.members[k].evals]
+        with open(member / "metrics.csv") as f:
+            assert [int(r["step"]) for r in csv.DictReader(f)] == list(range(50, 301, 50))
+        # one member's policy, as an ordinary run's: rlfunc.load / rlfunc.evaluate, same return as its last eval
+        out = rlfunc.evaluate(rlfunc.load(member), episodes=1, seed=seed + 10_000)
+        assert out["mean"] == res.members[k].evals[-1][1]
+    assert yaml.safe_load((tmp_path / "pop" / "config.yaml").read_text())["train"]["population"] == {"seeds": [0, 1]}
+    with pytest.raises(ValueError, match="population's checkpoint; load or evaluate one member"):
+        rlfunc.load(tmp_path / "pop")
+
+
+def test_two_learning_rates_equal_single_runs(tmp_path):
+    res = pr.train(BASE, run_dir=tmp_path / "pop", seeds=[3], grid={"agent.critic_lr": [3e-4, 1e-3]})
+    for k, lr in enumerate((3e-4, 1e-3)):
+        single = rlfunc.train(BASE, overrides={"train.seed": 3, "agent.critic_lr": lr}, run_dir=tmp_path / f"lr-{k}")
+        _close(res.members[k].evals, single.evals)
+        config = yaml.safe_load((tmp_path / "pop" / f"member-{k}" / "config.yaml").read_text())
+        assert config["agent"]["critic_lr"] == lr and config["train"]["seed"] == 3
+    assert res.members[0].evals != res.members[1].evals
+
+
+def test_cli_seeds_grid_and_resume(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({**BASE, "train": {**BASE["train"], "total_steps": 200, "checkpoint_every": 200}}))
+    run = tmp_path / "run"
+    argv = ["train", str(cfg), "--seeds", "0-1", "--grid", "agent.actor_lr=3e-4,1e-3", "--run-dir", str(run)]
+    assert main(argv) == 0
+    members = sorted(p.name for p in run.iterdir() if p.name.startswith("member-"))
+    assert members == [f"member-{k}" for k in range(4)]
+    seen = [yaml.safe_load((run / m / "config.yaml").read_text()) for m in members]
+    assert [(c["train"]["seed"], c["agent"]["actor_lr"]) for c in seen] == [(0, 3e-4), (1, 3e-4), (0, 1e-3), (1, 1e-3)]
+    # resume from the checkpoint at step 200 (an episode boundary of Pendulum) continues exactly as one
+    # uninterrupted population run does
+    assert main(["resume", str(run), "--total-steps", "300"]) == 0
+    whole = pr.train(
+        {**BASE, "train": {**BASE["train"], "checkpoint_every": 200}}, run_dir=tmp_path / "whole",
+        seeds=[0, 1], grid={"agent.actor_lr": [3e-4, 1e-3]},
+    )
+    for k in range(4):
+        with open(run / f"member-{k}" / "eval.csv") as f:
+            resumed = [(int(r["step"]), float(r["mean_return"])) for r in csv.DictReader(f)]
+        assert resumed[0][0] == 150 and resumed[-1][0] == 300
+        assert resumed[-1] == whole.members[k].evals[-1]
+    capsys.readouterr()
+    # one member is an ordinary run for eval and plot; resuming a member is refused (weights only)
+    assert main(["eval", str(run / "member-2"), "--episodes", "1"]) == 0
+    assert main(["plot", str(run / "member-0"), str(run / "member-1"), "--out", str(tmp_path / "c.png")]) == 0
+    assert main(["resume", str(run / "member-0")]) == 2
+    assert "weights only" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, text",
+    [
+        (["--seeds", "0-1"], "drqn is not batched yet"),
+        (["--seeds", "0-1"], "rlpd is not batched yet"),
+        (["--seeds", "0-1", "--grid", "agent.hidden_sizes=[8],[16]"], "agent.hidden_sizes is not a setting redq takes as data"),
+        (["--seeds", "3-1"], "--seeds '3-1' must be a range"),
+        (["--seeds", "0,0"], "lists a seed twice"),
+        (["--seeds", "0-1", "--set", "env.num_envs=2"], "needs env.num_envs=1"),
+        (["--seeds", "0-1", "--set", "train.stop_at_return=0"], "does not support stopping rules"),
+        (["--grid", "agent.critic_lr"], "must look like agent.NAME=V1,V2"),
+    ],
+)
+def test_refusals_are_one_sentence(tmp_path, capsys, argv, text):
+    config = BASE
+    if "drqn" in text:
+        config = {"algo": "drqn", "env": {"id": "CartPole-v1"}, "train": {"total_steps": 2000}}
+    elif "rlpd" in text:
+        config = {"algo": "rlpd", "env": {"id": "Pendulum-v1"}, "data": {"offline_ratio": 0}, "train": {"total_steps": 10000}}
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(config))
+    run = tmp_path / "run"
+    assert main(["train", str(cfg), "--run-dir", str(run), *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert text in err and len(err.splitlines()) == 1 and err.startswith("rlfunc: error: ")
+    assert not run.exists()
+
+
+def test_single_run_trainer_refuses_a_population_config(tmp_path):
+    with pytest.raises(ConfigError, match="train.population is set"):
+        rlfunc.train({**BASE, "train": {**BASE["train"], "population": {"seeds": [0, 1]}}}, run_dir=tmp_path / "r")
