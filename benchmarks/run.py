@@ -1002,19 +1002,9 @@ def _configure_learn(p: argparse.ArgumentParser) -> None:
     p.add_argument("--note", default=None, help="free text stored in the JSON")
 
 
-def _summary(runs: list[dict]) -> dict:
-    out: dict[str, dict] = {}
-    for label in dict.fromkeys(r["algo"] for r in runs):
-        finals = [r["final_return"] for r in runs if r["algo"] == label and r["final_return"] is not None]
-        best = [max(v for _, v in r["evals"]) for r in runs if r["algo"] == label and r["evals"]]
-        out[label] = {
-            "seeds": len(finals),
-            "final_returns": finals,
-            "median_final_return": statistics.median(finals) if finals else None,
-            "best_eval_returns": best,
-            "env_steps": [r["env_steps"] for r in runs if r["algo"] == label],
-        }
-    return out
+# The learn JSON's run records and summary live in rlfunc.scale.results, shared with `rlfunc sweep`.
+from rlfunc.scale.results import collected_run as _collected_run  # noqa: E402
+from rlfunc.scale.results import summary as _summary  # noqa: E402
 
 
 @subcommand("learn", "learning curves: train each config of an algo's table over seeds -> JSON + PNG", _configure_learn)
@@ -1177,36 +1167,6 @@ def _configure_learn_collect(p: argparse.ArgumentParser) -> None:
     p.add_argument("--label", default=None, help="label of every run (default: each config's algo)")
     p.add_argument("--title", default=None, help="figure title")
     p.add_argument("--note", default=None, help="free text stored in the JSON")
-
-
-def _collected_run(run_dir: Path, label: str | None) -> dict:
-    """One :func:`_learn_one`-style record read back from a run directory: its evaluations so far,
-    with the run's ``agent`` settings (overrides included) copied from its ``config.yaml``."""
-    import csv
-
-    import yaml
-
-    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
-    with open(run_dir / "eval.csv", newline="") as f:
-        rows = list(csv.DictReader(f))
-    evals = [[int(r["step"]), float(r["mean_return"])] for r in rows]
-    total = int(cfg["train"]["total_steps"])
-    return {
-        "algo": label or cfg.get("algo"),
-        "env": cfg["env"]["id"],
-        "wrappers": cfg["env"].get("wrappers"),
-        "config": str(run_dir / "config.yaml"),
-        "overrides": None,
-        "agent": cfg.get("agent"),  # the run's effective agent settings: its config.yaml may not be kept
-        "seed": cfg["train"].get("seed"),
-        "env_steps": evals[-1][0] if evals else 0,
-        "final_return": evals[-1][1] if evals else None,
-        "evals": evals,
-        "wall_s": float(rows[-1]["time_s"]) if rows else None,
-        "run_dir": str(run_dir),
-        "complete": bool(evals) and evals[-1][0] >= total,
-        "total_steps": total,
-    }
 
 
 @subcommand("learn-collect", "a learn JSON + PNG read back from run directories (e.g. runs cut off before "
