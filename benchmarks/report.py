@@ -128,6 +128,19 @@ def _reference_table(d: dict) -> list[str]:
     return lines
 
 
+def _population_table(d: dict) -> list[str]:
+    """``run.py population``: a population of P members vs P separate learners in one process."""
+    lines = [d["notes"], "", "| P | population: env steps/s total | separate: env steps/s total | ratio | "
+             "population: update ms/env step | separate: update ms/env step |", "|---|---|---|---|---|---|"]
+    for r in d["rows"]:
+        lines.append(
+            f"| {r['members']} | {_fmt(r['population_env_steps_per_s_total'])} | {_fmt(r['separate_env_steps_per_s_total'])} "
+            f"| {_fmt(r['total_throughput_ratio'])}x | {_fmt(r['population_update_ms_per_env_step'], 1)} "
+            f"| {_fmt(r['separate_update_ms_per_env_step'], 1)} |"
+        )
+    return lines
+
+
 def build_report(results_dir: Path = RESULTS, histories: Path | None = HISTORIES) -> str:
     """The report of every JSON in ``results_dir``, then ``histories`` (a markdown file) if it exists."""
     with_histories = histories is not None and histories.exists()
@@ -164,6 +177,8 @@ def build_report(results_dir: Path = RESULTS, histories: Path | None = HISTORIES
             out += _update_table(d)
         elif "runs" in d:
             out += _learn_table(d)
+        elif d.get("benchmark") == "population":
+            out += _population_table(d)
         elif d.get("benchmark") == "drqn_episode_ends":
             out += _episode_ends_table(d)
         elif "rows" in d and any("library" in r for r in d["rows"]):

@@ -1220,6 +1220,11 @@ from benchmarks import peers as _peers  # noqa: E402
 
 _peers.register(sys.modules[__name__])
 
+# population: P REDQ learners as one population vs P separate ones in one process, benchmarks/population_bench.py
+from benchmarks import population_bench as _population_bench  # noqa: E402
+
+_population_bench.register(sys.modules[__name__])
+
 
 # --------------------------------------------------------------------------- main
 

@@ -141,3 +141,21 @@ def test_refusals_are_one_sentence(tmp_path, capsys, argv, text):
 def test_single_run_trainer_refuses_a_population_config(tmp_path):
     with pytest.raises(ConfigError, match="train.population is set"):
         rlfunc.train({**BASE, "train": {**BASE["train"], "population": {"seeds": [0, 1]}}}, run_dir=tmp_path / "r")
+
+
+def test_population_benchmark_smoke(tmp_path):
+    """``benchmarks/run.py population --quick`` times both variants and writes its JSON."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "population.json"
+    cmd = [sys.executable, str(root / "benchmarks" / "run.py"), "population", "--quick", "--members", "2",
+           "--repeats", "1", "--steps", "1", "--out", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=root)
+    assert done.returncode == 0, done.stderr
+    d = json.loads(out.read_text())
+    (row,) = d["rows"]
+    assert row["members"] == 2 and row["total_throughput_ratio"] > 0 and "cpu" in d["machine"]
