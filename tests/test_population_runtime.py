@@ -159,3 +159,11 @@ def test_population_benchmark_smoke(tmp_path):
     d = json.loads(out.read_text())
     (row,) = d["rows"]
     assert row["members"] == 2 and row["total_throughput_ratio"] > 0 and "cpu" in d["machine"]
+
+
+def test_sac_member_equals_its_single_run(tmp_path):
+    sac = {**BASE, "algo": "sac", "agent": {"hidden_sizes": [16, 16], "batch_size": 8},
+           "train": {**BASE["train"], "total_steps": 200, "eval_every": 200, "checkpoint_every": 200}}
+    res = pr.train(sac, run_dir=tmp_path / "pop", seeds=[0, 1])
+    single = rlfunc.train(sac, overrides={"train.seed": 1}, run_dir=tmp_path / "single")
+    _close(res.members[1].evals, single.evals)
