@@ -36,6 +36,15 @@ sum in another order, and settings held as tensors round differently from Python
 floats (:mod:`rlfunc.core.population`, "Numerics"); tests/test_population_runtime.py
 measures the end-to-end difference of evaluation returns.
 
+Speed. On one CPU thread at REDQ's shape (N=10, G=20, 256x256, batch 256) a
+population is not faster than its members run one after the other in the same
+process: 0.89x (P=1), 0.92x (P=2), 0.96x (P=4) of their total throughput
+(``python benchmarks/run.py population``, benchmarks/results/population_redq.json).
+Each member's update is already compute-bound there (~480 ms per env step either
+way), so batching the matrix products saves nothing, while the vmapped update
+pays Adam's unfused arithmetic and vmap's overhead. The gain #24 expects is on a
+GPU, where one member's update leaves the card latency-bound and mostly idle.
+
 Scope of this stage: REDQ and SAC (:class:`TransitionLearner`) with
 ``env.num_envs == 1`` (each member then stores exactly one transition per step,
 so all members are ready to learn at the same step and update in lock step).
