@@ -94,6 +94,9 @@ def test_a_2_seed_by_2_setting_sweep_writes_4_plain_runs_and_the_learn_json(tiny
     from rlfunc.runtime.plot import group_runs
 
     assert len(group_runs([r["run_dir"] for r in runs])) == 2, "one curve per grid point"
+    import rlfunc
+
+    assert len(rlfunc.evaluate(runs[0]["run_dir"], episodes=1)["returns"]) == 1, "a plain run `rlfunc eval` reads"
     plan = json.loads((tmp_path / "sw" / "sweep.json").read_text())
     assert [e["name"] for e in plan["runs"]] == [r["name"] for r in runs]
     assert sorted(a["start"] for a in attempts(tmp_path / "sw")) == ["fresh"] * 4

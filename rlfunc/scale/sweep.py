@@ -224,6 +224,16 @@ def train_or_continue(plan: dict, entry: dict) -> dict:
 # ----------------------------------------------------------------------------- Ray
 
 
+def _token_mode_for(address: str | None) -> None:
+    """Ray >= 2.5x clusters use token authentication, and a driver joining by host:port sends the
+    token (``RAY_AUTH_TOKEN``, or ``~/.ray/auth_token`` as ``ray start`` writes it) only in token
+    mode: turn that on where a token is at hand. Ray reads it when imported, so call this first."""
+    if address is None or "RAY_AUTH_MODE" in os.environ:
+        return
+    if os.environ.get("RAY_AUTH_TOKEN") or (Path.home() / ".ray" / "auth_token").is_file():
+        os.environ["RAY_AUTH_MODE"] = "token"
+
+
 def _import_ray():
     try:
         import ray
@@ -260,6 +270,7 @@ def connect(address: str | None, num_cpus: int | None = None):
     if address is None:
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         ray.init(
+            address="local",  # a new Ray of its own, even where another cluster runs (None would join that)
             _node_ip_address="127.0.0.1",
             include_dashboard=False,
             num_cpus=num_cpus or os.cpu_count() or 1,
@@ -273,7 +284,7 @@ def connect(address: str | None, num_cpus: int | None = None):
     except (ConnectionError, RuntimeError, TimeoutError, ValueError) as exc:
         raise ConfigError(
             f"Cannot join a Ray cluster at {address!r} ({' '.join(str(exc).split())[:200]}); start one with "
-            "`ray start --head` or check --address."
+            "`ray start --head`, check --address, and give this machine the cluster's token (RAY_AUTH_TOKEN)."
         ) from None
     return ray, True
 
@@ -423,6 +434,7 @@ def sweep(
         plan = load_plan(resume)
     else:
         plan = plan_sweep(config, "0" if seeds is None else seeds, grid, overrides, sweep_dir, gpus)
+    _token_mode_for(address)
     ray = _import_ray()  # before writing anything: Ray missing is one sentence
     joined = False
     if address is not None:  # join before writing anything: an unreachable cluster is one sentence
