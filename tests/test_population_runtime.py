@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import math
+from pathlib import Path
 
 import pytest
 import yaml
@@ -19,7 +20,7 @@ import yaml
 import rlfunc
 from rlfunc.runtime import population as pr
 from rlfunc.runtime.cli import main
-from rlfunc.runtime.config import ConfigError
+from rlfunc.runtime.config import ConfigError, build_config
 
 BASE = {
     "algo": "redq",
@@ -38,6 +39,7 @@ BASE = {
     "agent": {"hidden_sizes": [16, 16], "num_critics": 3, "updates_per_step": 2, "batch_size": 8},
 }
 
+DATA = Path(__file__).parent / "data" / "pendulum_expert_2k.npz"
 RTOL = 1e-6  # measured ~1e-8; the vmapped update is not bit-exact (module doc)
 
 
@@ -114,7 +116,7 @@ def test_cli_seeds_grid_and_resume(tmp_path, capsys):
     "argv, text",
     [
         (["--seeds", "0-1"], "drqn is not batched yet"),
-        (["--seeds", "0-1"], "rlpd is not batched yet"),
+        (["--seeds", "0-1", "--set", "data.pretrain_steps=2"], "does not support data.pretrain_steps"),
         (["--seeds", "0-1", "--grid", "agent.hidden_sizes=[8],[16]"], "agent.hidden_sizes is not a setting redq takes as data"),
         (["--seeds", "3-1"], "--seeds '3-1' must be a range"),
         (["--seeds", "0,0"], "lists a seed twice"),
@@ -127,8 +129,8 @@ def test_refusals_are_one_sentence(tmp_path, capsys, argv, text):
     config = BASE
     if "drqn" in text:
         config = {"algo": "drqn", "env": {"id": "CartPole-v1"}, "train": {"total_steps": 2000}}
-    elif "rlpd" in text:
-        config = {"algo": "rlpd", "env": {"id": "Pendulum-v1"}, "data": {"offline_ratio": 0}, "train": {"total_steps": 10000}}
+    elif "pretrain" in text:
+        config = {"algo": "rlpd", "env": {"id": "Pendulum-v1"}, "data": {"path": str(DATA)}, "train": {"total_steps": 10000}}
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump(config))
     run = tmp_path / "run"
@@ -167,3 +169,30 @@ def test_sac_member_equals_its_single_run(tmp_path):
     res = pr.train(sac, run_dir=tmp_path / "pop", seeds=[0, 1])
     single = rlfunc.train(sac, overrides={"train.seed": 1}, run_dir=tmp_path / "single")
     _close(res.members[1].evals, single.evals)
+
+
+def test_rlpd_members_equal_single_runs_and_share_the_dataset(tmp_path):
+    import shutil
+
+    import numpy as np
+
+    from rlfunc.replay.offline import DatasetError
+
+    data = tmp_path / "prior.npz"
+    shutil.copy(DATA, data)
+    rlpd = {**BASE, "algo": "rlpd", "data": {"path": str(data)},
+            "train": {**BASE["train"], "total_steps": 200, "eval_every": 200, "checkpoint_every": 200}}
+    res = pr.train(rlpd, run_dir=tmp_path / "pop", seeds=[0, 1])
+    for seed in (0, 1):
+        single = rlfunc.train(rlpd, overrides={"train.seed": seed}, run_dir=tmp_path / f"single-{seed}")
+        _close(res.members[seed].evals, single.evals)
+    pt = pr.PopulationTrainer(build_config({**rlpd, "train": {**rlpd["train"], "population": {"seeds": [0, 1]}}}), tmp_path / "x")
+    assert pt.learners[1].dataset is pt.dataset is pt.learners[0].sampler.dataset
+    assert rlfunc.load(tmp_path / "pop" / "member-1") is not None
+    assert pr.resume(tmp_path / "pop", total_steps=220).env_steps == 220  # continues from the shared dataset
+    with np.load(data) as arrays:
+        changed = {name: arrays[name] for name in arrays.files}
+    changed["rewards"] = changed["rewards"] + 1.0  # the file changed since
+    np.savez(data, **changed)
+    with pytest.raises(DatasetError, match="is not the one this population was trained with"):
+        pr.resume(tmp_path / "pop", total_steps=240)

@@ -45,12 +45,17 @@ way), so batching the matrix products saves nothing, while the vmapped update
 pays Adam's unfused arithmetic and vmap's overhead. The gain #24 expects is on a
 GPU, where one member's update leaves the card latency-bound and mostly idle.
 
-Scope of this stage: REDQ and SAC (:class:`TransitionLearner`) with
-``env.num_envs == 1`` (each member then stores exactly one transition per step,
-so all members are ready to learn at the same step and update in lock step).
-RLPD, DrQ-v2, DRQN and R2D2 are refused in one sentence (their learners are not
-batched over members yet: prior data, frame stacks, sequence and prioritized
-replays), as are stopping rules, ``train.cuda_graph``,
+Scope of this stage: REDQ, SAC and RLPD (:class:`TransitionLearner`,
+:class:`~rlfunc.runtime.learners.PriorDataLearner`) with ``env.num_envs == 1``
+(each member then stores exactly one transition per step, so all members are
+ready to learn at the same step and update in lock step). RLPD's prior dataset
+is loaded once and shared read-only: every mini-batch of member ``k`` holds its
+prior rows (drawn first, from its generator, as
+:class:`~rlfunc.replay.offline.MixedSampler` draws them) and then its online
+rows; checkpoints record the dataset's SHA-256 and resume refuses a changed
+file. DrQ-v2, DRQN, DQN and R2D2 are refused in one sentence (their learners are
+not batched over members yet: frame stacks, sequence and prioritized replays),
+as are RLPD's ``data.pretrain_steps``, stopping rules, ``train.cuda_graph``,
 ``train.checkpoint_replay=false`` and the external loggers (TensorBoard, W&B),
 which a population does not write yet.
 """
@@ -85,11 +90,10 @@ __all__ = [
     "is_population_run",
 ]
 
-SUPPORTED = ("redq", "sac")
+SUPPORTED = ("redq", "sac", "rlpd")
 """Algorithms a population trains in this version."""
 
 _NOT_YET = {
-    "rlpd": "its prior-data replay",
     "drqv2": "its pixel frame-stack replay",
     "drqn": "its sequence replay",
     "dqn": "its sequence replay",
@@ -213,6 +217,8 @@ def member_specs(run_config) -> list[MemberSpec]:
         value = getattr(train, name)
         if (value is not None) if name == "stop_at_return" else bool(value):
             raise ConfigError(f"train.population does not support {what} yet; unset train.{name} for a population.")
+    if getattr(run_config.data, "pretrain_steps", 0):
+        raise ConfigError("train.population does not support data.pretrain_steps yet; set data.pretrain_steps=0 for a population.")
     if not train.checkpoint_replay:
         raise ConfigError("train.population does not support train.checkpoint_replay=false yet; remove it for a population.")
     data = population.hparam_names(run_config.agent) + tuple(
@@ -317,6 +323,13 @@ class PopulationTrainer:
         except ValueError as exc:
             raise ConfigError(f"train.population: {exc}") from None
         self.agent = self.learners[0].config
+        # RLPD: one prior dataset, shared read-only by every member (each member draws its own rows from it).
+        self.dataset = getattr(self.learners[0], "dataset", None)
+        self.offline_rows = 0
+        if self.dataset is not None:
+            for lr in self.learners[1:]:
+                lr.dataset = lr.sampler.dataset = self.dataset
+            self.offline_rows = self.learners[0].sampler.offline_rows(self.agent.batch_size)
         self.act_dim = self.learners[0].act_dim
         self.generators = [_generator(self.device, m.seed + 1) for m in self.members]
         for lr in self.learners:  # each member's state now lives in the population's
@@ -391,8 +404,15 @@ class PopulationTrainer:
         from rlfunc.core import population
 
         g, b = self.agent.updates_per_step, self.agent.batch_size
-        p = len(self.members)
-        batch = self.replay.sample(g * b, self.generators).reshape(p, g, b)
+        p, k = len(self.members), self.offline_rows
+        parts = []
+        if k > 0:  # RLPD: each member's prior rows first, from its generator (MixedSampler's order), one gather
+            rows = self.dataset.rows
+            idx = torch.stack([torch.randint(len(self.dataset), (g * k,), generator=gen, device=rows.device) for gen in self.generators])
+            parts.append(rows[idx].reshape(p, g, k))
+        if k < b:
+            parts.append(self.replay.sample(g * (b - k), self.generators).reshape(p, g, b - k))
+        batch = parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
         noise = population.draw_per_member(
             lambda gen: self.algo.draw_noise(self.agent, g, b, self.act_dim, generator=gen, device=self.device),
             self.generators,
@@ -503,6 +523,10 @@ class PopulationTrainer:
             "wall_s": self._wall_s(),
             "replay_saved": True,
         }
+        if self.dataset is not None:
+            from rlfunc.replay.offline import describe
+
+            meta["dataset"] = describe(self.dataset)
         tensors = TensorDict(
             {
                 "state": self.state.exclude("config"),
@@ -548,6 +572,16 @@ class PopulationTrainer:
                 f"Checkpoint {str(checkpoint)!r} does not fit this population ({type(exc).__name__}: {exc}); resume it "
                 "with the rlfunc version that wrote it."
             ) from None
+        saved = (meta.get("dataset") or {}).get("sha256")
+        current = self.dataset.checksum if self.dataset is not None else None
+        if saved != current:
+            from rlfunc.replay.offline import DatasetError
+
+            raise DatasetError(
+                f"The prior dataset {getattr(self.dataset, 'path', None)!r} is not the one this population was trained with "
+                f"(sha256 {(current or 'none')[:12]} now, {(saved or 'none')[:12]} in the checkpoint); restore the original "
+                "file or start a new run."
+            )
         if len(evals) != len(self.members):
             raise CheckpointError(f"Checkpoint {str(checkpoint)!r} holds {len(evals)} members, not {len(self.members)}.")
         self.state = state
@@ -606,6 +640,7 @@ class PopulationTrainer:
         window_t, window_steps = time.monotonic(), 0
         metrics = None
         last = None
+        b_rows = self.agent.batch_size
         restore_sigterm = _save_on_sigterm()
         try:
             while self.env_step < cfg.total_steps:
@@ -618,7 +653,7 @@ class PopulationTrainer:
                 prev = self.env_step
                 self.env_step += 1
                 window_steps += 1
-                if self.env_step >= cfg.learning_starts and len(self.replay) >= 1:
+                if self.env_step >= cfg.learning_starts and (len(self.replay) >= 1 or self.offline_rows == b_rows):
                     metrics = self.learn()
                 if self.env_step // cfg.log_every > prev // cfg.log_every:
                     self._check_finite()
