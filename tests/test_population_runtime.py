@@ -11,6 +11,7 @@ continues every member; what is not batched yet is refused in one sentence.
 from __future__ import annotations
 
 import csv
+import importlib.util
 import math
 from pathlib import Path
 
@@ -84,7 +85,8 @@ def test_two_learning_rates_equal_single_runs(tmp_path):
 
 def test_cli_seeds_grid_and_resume(tmp_path, capsys):
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(yaml.safe_dump({**BASE, "train": {**BASE["train"], "total_steps": 200, "checkpoint_every": 200}}))
+    train = {**BASE["train"], "total_steps": 200, "checkpoint_every": 200, "tensorboard": True}
+    cfg.write_text(yaml.safe_dump({**BASE, "train": train}))
     run = tmp_path / "run"
     argv = ["train", str(cfg), "--seeds", "0-1", "--grid", "agent.actor_lr=3e-4,1e-3", "--run-dir", str(run)]
     assert main(argv) == 0
@@ -92,6 +94,7 @@ def test_cli_seeds_grid_and_resume(tmp_path, capsys):
     assert members == [f"member-{k}" for k in range(4)]
     seen = [yaml.safe_load((run / m / "config.yaml").read_text()) for m in members]
     assert [(c["train"]["seed"], c["agent"]["actor_lr"]) for c in seen] == [(0, 3e-4), (1, 3e-4), (0, 1e-3), (1, 1e-3)]
+    assert all(list((run / m).glob("events.out.tfevents.*")) for m in members)  # TensorBoard, per member
     # resume from the checkpoint at step 200 (an episode boundary of Pendulum) continues exactly as one
     # uninterrupted population run does
     assert main(["resume", str(run), "--total-steps", "300"]) == 0
@@ -122,6 +125,10 @@ def test_cli_seeds_grid_and_resume(tmp_path, capsys):
         (["--seeds", "0,0"], "lists a seed twice"),
         (["--seeds", "0-1", "--set", "env.num_envs=2"], "needs env.num_envs=1"),
         (["--seeds", "0-1", "--set", "train.stop_at_return=0"], "does not support stopping rules"),
+        pytest.param(
+            ["--seeds", "0-1", "--set", "train.wandb={mode: offline}"], "does not support train.wandb",
+            marks=pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="train.wandb needs wandb installed"),
+        ),
         (["--grid", "agent.critic_lr"], "must look like agent.NAME=V1,V2"),
     ],
 )

@@ -56,8 +56,8 @@ rows; checkpoints record the dataset's SHA-256 and resume refuses a changed
 file. DrQ-v2, DRQN, DQN and R2D2 are refused in one sentence (their learners are
 not batched over members yet: frame stacks, sequence and prioritized replays),
 as are RLPD's ``data.pretrain_steps``, stopping rules, ``train.cuda_graph``,
-``train.checkpoint_replay=false`` and the external loggers (TensorBoard, W&B),
-which a population does not write yet.
+``train.checkpoint_replay=false`` and ``train.wandb``. TensorBoard events are
+written per member, in ``member-<k>/``.
 """
 
 from __future__ import annotations
@@ -219,6 +219,8 @@ def member_specs(run_config) -> list[MemberSpec]:
             raise ConfigError(f"train.population does not support {what} yet; unset train.{name} for a population.")
     if getattr(run_config.data, "pretrain_steps", 0):
         raise ConfigError("train.population does not support data.pretrain_steps yet; set data.pretrain_steps=0 for a population.")
+    if train.wandb is not None:
+        raise ConfigError("train.population does not support train.wandb yet; remove it for a population (TensorBoard works).")
     if not train.checkpoint_replay:
         raise ConfigError("train.population does not support train.checkpoint_replay=false yet; remove it for a population.")
     data = population.hparam_names(run_config.agent) + tuple(
@@ -349,6 +351,7 @@ class PopulationTrainer:
         self._prior_wall = 0.0
         self._saved: int | None = None
         self._unchecked: list[tuple[int, list, torch.Tensor]] = []
+        self._tensorboard: list = []
         self._t0 = time.monotonic()
 
     # -- members ---------------------------------------------------------------------------
@@ -450,16 +453,17 @@ class PopulationTrainer:
             returns = run_episodes(self.policy(k), self.eval_envs[k], self.config.train.eval_episodes, seed=m.seed + 10_000)
             mean = float(np.mean(returns))
             self.evals[k].append((self.env_step, mean))
-            self._eval_logs[k].write(
-                {
-                    "step": self.env_step,
-                    "time_s": round(self._wall_s(), 3),
-                    "mean_return": mean,
-                    "std_return": float(np.std(returns)),
-                    "episodes": len(returns),
-                    "stop_reason": "",
-                }
-            )
+            row = {
+                "step": self.env_step,
+                "time_s": round(self._wall_s(), 3),
+                "mean_return": mean,
+                "std_return": float(np.std(returns)),
+                "episodes": len(returns),
+                "stop_reason": "",
+            }
+            self._eval_logs[k].write(row)
+            if self._tensorboard:
+                self._tensorboard[k].write("eval", row)
             self._save_best(k, mean)
             means.append(mean)
         return means
@@ -604,6 +608,8 @@ class PopulationTrainer:
                 for key, v in metrics.items():
                     row[key] = float(v[k])
             self._metrics_logs[k].write(row, complete=metrics is not None)
+            if self._tensorboard:
+                self._tensorboard[k].write("train", row)
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self, resumed: bool = False) -> PopulationResult:
@@ -629,6 +635,12 @@ class PopulationTrainer:
             write_atomic(d / "config.yaml", yaml.safe_dump(to_dict(m.config), sort_keys=False))
             self._metrics_logs.append(CsvLog(d / "metrics.csv", truncate_after=truncate))
             self._eval_logs.append(CsvLog(d / "eval.csv", truncate_after=truncate))
+        self._tensorboard = []
+        if cfg.tensorboard:  # each member's events in its own directory, as a single run's
+            from rlfunc.runtime.run_log import TensorBoardLog
+
+            purge = None if truncate is None else truncate + 1
+            self._tensorboard = [TensorBoardLog(self.member_dir(k), purge_step=purge) for k in range(p)]
         if not resumed:
             for c, m in zip(self.collectors, self.members):
                 c.reset(seed=m.seed)
@@ -693,6 +705,11 @@ class PopulationTrainer:
             progress.close()
             for log in self._metrics_logs + self._eval_logs:
                 log.close()
+            for tb in self._tensorboard:
+                try:
+                    tb.close()
+                except Exception:  # a logger failing to flush must not hide the run's own error
+                    pass
         wall = self._wall_s()
         results = [
             TrainResult(
