@@ -129,8 +129,10 @@ def test_a_stopped_sweep_resumes_without_retraining_finished_runs(tiny, tmp_path
             proc.wait()
     assert proc.returncode == 130, stderr
     assert f"rlfunc sweep --resume {sw}" in stderr and "g0-s0: final" in stdout
-    rows = (second / "eval.csv").read_text().splitlines()
-    assert int(rows[-1].split(",")[0]) < 1000, "the second run was stopped before its end"
+    from rlfunc.runtime.checkpoint import load_checkpoint
+
+    stopped_at = load_checkpoint(second)[1]["env_step"]
+    assert 200 <= stopped_at < 1000, "the second run was stopped before its end"
     kept = {p: p.stat().st_mtime_ns for p in (first / "eval.csv", first / "metrics.csv", first / "checkpoints" / "latest")}
     before = attempts(sw)
     assert [a["run"] for a in before] == ["g0-s0", "g0-s1"]
@@ -141,9 +143,12 @@ def test_a_stopped_sweep_resumes_without_retraining_finished_runs(tiny, tmp_path
     assert {p: p.stat().st_mtime_ns for p in kept} == kept, "the finished run was not trained again"
     after = attempts(sw)[len(before):]
     assert [a["run"] for a in after] == ["g0-s1"] and after[0]["start"] == "resume" and after[0]["from_step"] >= 200
+    assert after[0]["from_step"] == stopped_at, "resumed from the newest checkpoint"
     result = json.loads((sw / "results.json").read_text())
     assert [(r["name"], r["env_steps"], r["complete"]) for r in result["runs"]] == [("g0-s0", 1000, True), ("g0-s1", 1000, True)]
     assert not ray.is_initialized()
+    assert main(["sweep", "--resume", str(sw), "--out", str(tmp_path / "again.json")]) == 0  # all done: no Ray
+    assert "2 finished already, 0 to train" in capsys.readouterr().out and len(attempts(sw)) == len(before) + 1
 
 
 def test_a_killed_worker_is_retried_and_continues_from_its_checkpoint(tiny, tmp_path):

@@ -344,7 +344,9 @@ def run_sweep(
                         max_retries=max_retries, retry_exceptions=False, name=f"rlfunc-sweep:{entry['name']}",
                     ).remote(plan, entry)
                     pending[ref] = entry
-                ready, _ = ray.wait(list(pending), num_returns=1)
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)  # wakes for Ctrl-C/SIGTERM
+                if not ready:
+                    continue
                 entry = pending.pop(ready[0])
                 try:
                     rec = ray.get(ready[0])
@@ -361,7 +363,7 @@ def run_sweep(
                 final = "n/a" if rec["final_return"] is None else f"{rec['final_return']:.1f}"
                 echo(f"  {entry['name']}: final {final} after {rec['env_steps']} steps "
                      f"({len(done)}/{len(plan['runs'])} done)")
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # the running tasks end with the cluster: their runs resume from checkpoints
             raise SweepStopped(
                 f"sweep stopped; finished runs are kept and the others continue from their checkpoints with "
                 f"`rlfunc sweep --resume {sweep_dir}`"
