@@ -203,3 +203,25 @@ def test_rlpd_members_equal_single_runs_and_share_the_dataset(tmp_path):
     np.savez(data, **changed)
     with pytest.raises(DatasetError, match="is not the one this population was trained with"):
         pr.resume(tmp_path / "pop", total_steps=240)
+
+
+def test_ctrl_c_saves_every_member_and_resume_continues(tmp_path, monkeypatch):
+    from rlfunc.runtime.trainer import RunInterrupted
+
+    learn = pr.PopulationTrainer.learn
+
+    def interrupted(self):
+        if self.env_step == 180:
+            raise KeyboardInterrupt
+        return learn(self)
+
+    monkeypatch.setattr(pr.PopulationTrainer, "learn", interrupted)
+    config = {**BASE, "train": {**BASE["train"], "total_steps": 250, "checkpoint_every": 1000}}
+    with pytest.raises(RunInterrupted, match="saved at step 180"):
+        pr.train(config, run_dir=tmp_path / "pop", seeds=[0, 1])
+    monkeypatch.setattr(pr.PopulationTrainer, "learn", learn)
+    assert sorted(p.name for p in (tmp_path / "pop" / "checkpoints").glob("step_*")) == ["step_000000180"]
+    for k in range(2):  # each member's policy as of the interruption
+        assert rlfunc.load(tmp_path / "pop" / f"member-{k}") is not None
+    res = pr.resume(tmp_path / "pop")
+    assert res.env_steps == 250 and all(m.evals[-1][0] == 250 for m in res.members)
