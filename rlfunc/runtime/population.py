@@ -199,7 +199,7 @@ def member_specs(run_config) -> list[MemberSpec]:
         why = _NOT_YET.get(algo, "its learner")
         raise ConfigError(
             f"train.population: {algo} is not batched yet ({why} is not batched over members); populations train "
-            f"{' and '.join(s.upper() for s in SUPPORTED)} in this version, so run {algo}'s seeds as separate runs."
+            f"{', '.join(s.upper() for s in SUPPORTED[:-1])} and {SUPPORTED[-1].upper()} in this version, so run {algo}'s seeds as separate runs."
         )
     if run_config.env.num_envs != 1:
         raise ConfigError(
