@@ -147,9 +147,15 @@ def test_refusals_are_one_sentence(tmp_path, capsys, argv, text):
     assert not run.exists()
 
 
-def test_single_run_trainer_refuses_a_population_config(tmp_path):
-    with pytest.raises(ConfigError, match="train.population is set"):
-        rlfunc.train({**BASE, "train": {**BASE["train"], "population": {"seeds": [0, 1]}}}, run_dir=tmp_path / "r")
+def test_rlfunc_train_and_resume_take_a_population_config(tmp_path):
+    """rlfunc.train / rlfunc.resume from Python hand a population config to the population trainer."""
+    cfg = {**BASE, "train": {**BASE["train"], "total_steps": 150, "population": {"seeds": [0, 1]}}}
+    res = rlfunc.train(cfg, run_dir=tmp_path / "r")
+    assert len(res.members) == 2 and (tmp_path / "r" / "member-1" / "eval.csv").exists()
+    res = rlfunc.resume(tmp_path / "r", total_steps=300)
+    assert res.env_steps == 300
+    with pytest.raises(ConfigError, match="callbacks are not available for populations"):
+        rlfunc.train(cfg, run_dir=tmp_path / "s", callbacks=[rlfunc.Callback()])
 
 
 def test_population_benchmark_smoke(tmp_path):

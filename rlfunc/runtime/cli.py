@@ -176,10 +176,8 @@ def _run(args: argparse.Namespace) -> None:
         res = train(config, overrides=args.overrides, run_dir=args.run_dir, seeds=args.seeds, grid=args.grid)
         _report(res)
     elif args.command == "resume":
-        from rlfunc.runtime import population
         from rlfunc.runtime.trainer import resume
 
-        resume = population.resume if population.is_population_run(args.run_dir) else resume
         _report(resume(args.run_dir, total_steps=args.total_steps))
     elif args.command == "eval":
         from rlfunc.runtime.api import check_device, evaluate

@@ -639,6 +639,12 @@ def train(
             overrides = parse_overrides(overrides)
         raw = apply_overrides(raw, overrides or {})
         run_config = build_config(raw)
+    if run_config.train.population is not None:  # seeds x settings in one process (rlfunc.runtime.population)
+        if callbacks:
+            raise ConfigError("callbacks are not available for populations yet; train without train.population or drop callbacks.")
+        from rlfunc.runtime import population
+
+        return population.train(run_config, run_dir=run_dir)
     run_dir = Path(run_dir) if run_dir is not None else _new_run_dir(run_config)
     created = prepare_run_dir(run_dir)
     return _start(run_config, run_dir, created, callbacks).run()
@@ -648,11 +654,16 @@ def resume(run_dir: str | Path, total_steps: int | None = None, callbacks: list 
     """Continue the run in ``run_dir`` from its newest checkpoint that verifies (optionally to a new
     ``total_steps``). The config is the one stored in that checkpoint; the run's ``config.yaml`` is
     only a copy for people. Damaged newer checkpoints are skipped with a line saying why."""
+    from rlfunc.runtime import population
     from rlfunc.runtime.api import is_weights_only
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ConfigError(f"{str(run_dir)!r} is not a run directory; pass the directory `rlfunc train` created.")
+    if population.is_population_run(run_dir):
+        if callbacks:
+            raise ConfigError("callbacks are not available for populations yet; resume without callbacks.")
+        return population.resume(run_dir, total_steps=total_steps)
     if is_weights_only(run_dir):
         raise ConfigError(
             f"{str(run_dir)!r} holds a policy's weights only (an `rlfunc export` or a run's best/ policy), "
