@@ -1,4 +1,4 @@
-"""``rlfunc`` command line: train, eval, resume, export, configs, algos, plot, dataset collect."""
+"""``rlfunc`` command line: train, eval, resume, export, configs, algos, plot, dataset collect, sweep."""
 
 from __future__ import annotations
 
@@ -102,6 +102,10 @@ def _parser() -> argparse.ArgumentParser:
                     help="'random': uniform actions (default: checkpoint if given)")
     dc.add_argument("--seed", type=_nonnegative_int, default=0)
     dc.add_argument("--out", required=True, help="output .npz file")
+
+    from rlfunc.scale.cli import add_sweep_parser  # Ray itself is imported only when a sweep runs
+
+    add_sweep_parser(sub)
     return p
 
 
@@ -223,6 +227,10 @@ def _run(args: argparse.Namespace) -> None:
             f"wrote {out['path']}: {out['transitions']} transitions of {out['env_id']} "
             f"({out['episodes']} complete episodes, mean return {ret}, policy {out['policy']})"
         )
+    elif args.command == "sweep":
+        from rlfunc.scale.cli import run_sweep_command
+
+        run_sweep_command(args)
 
 
 def _list_configs() -> None:
