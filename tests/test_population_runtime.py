@@ -121,15 +121,15 @@ def test_cli_seeds_grid_and_resume(tmp_path, capsys):
         (["--seeds", "0-1"], "drqn is not batched yet"),
         (["--seeds", "0-1", "--set", "data.pretrain_steps=2"], "does not support data.pretrain_steps"),
         (["--seeds", "0-1", "--grid", "agent.hidden_sizes=[8],[16]"], "agent.hidden_sizes is not a setting redq takes as data"),
-        (["--seeds", "3-1"], "--seeds '3-1' must be a range"),
-        (["--seeds", "0,0"], "lists a seed twice"),
+        (["--seeds", "3-1"], "--seeds '3-1': the range '3-1' runs backwards"),
+        (["--seeds", "0,0"], "names seed 0 twice"),
         (["--seeds", "0-1", "--set", "env.num_envs=2"], "needs env.num_envs=1"),
         (["--seeds", "0-1", "--set", "train.stop_at_return=0"], "does not support stopping rules"),
         pytest.param(
             ["--seeds", "0-1", "--set", "train.wandb={mode: offline}"], "does not support train.wandb",
             marks=pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="train.wandb needs wandb installed"),
         ),
-        (["--grid", "agent.critic_lr"], "must look like agent.NAME=V1,V2"),
+        (["--grid", "agent.critic_lr"], "must look like section.key=value1,value2"),
     ],
 )
 def test_refusals_are_one_sentence(tmp_path, capsys, argv, text):

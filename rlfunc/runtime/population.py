@@ -76,12 +76,11 @@ import yaml
 from tensordict import TensorDict
 
 from rlfunc.runtime.config import MAX_SEED, ConfigError
+from rlfunc.runtime.specs import parse_grid, parse_seeds
 
 __all__ = [
     "SUPPORTED",
     "check_spec",
-    "parse_seeds",
-    "parse_grid",
     "member_specs",
     "PopulationTrainer",
     "PopulationResult",
@@ -135,41 +134,6 @@ def check_spec(spec: Any, seed: int = 0) -> None:
                 raise ConfigError(f"train.population.grid.{key} must be a non-empty list of values, got {values!r}.")
             if len(set(map(repr, values))) != len(values):
                 raise ConfigError(f"train.population.grid.{key} lists a value twice ({values!r}).")
-
-
-def parse_seeds(text: str) -> list[int]:
-    """``"0-3"`` -> ``[0, 1, 2, 3]``; ``"0,2,5"`` -> ``[0, 2, 5]``; ``"0-1,7"`` mixes both."""
-    seeds: list[int] = []
-    try:
-        for part in text.split(","):
-            part = part.strip()
-            if "-" in part:
-                lo, hi = (int(x) for x in part.split("-", 1))
-                if hi < lo:
-                    raise ValueError
-                seeds.extend(range(lo, hi + 1))
-            else:
-                seeds.append(int(part))
-    except ValueError:
-        raise ConfigError(f"--seeds {text!r} must be a range like 0-3 or a list like 0,2,5 of integers >= 0.") from None
-    return seeds
-
-
-def parse_grid(items: list[str]) -> dict[str, list[Any]]:
-    """``["agent.critic_lr=3e-4,1e-3"]`` -> ``{"agent.critic_lr": [0.0003, 0.001]}`` (values read as YAML)."""
-    grid: dict[str, list[Any]] = {}
-    for item in items:
-        key, sep, values = item.partition("=")
-        key = key.strip()
-        if not sep or not key or not values.strip():
-            raise ConfigError(f"--grid {item!r} must look like agent.NAME=V1,V2, e.g. agent.critic_lr=3e-4,1e-3.")
-        if key in grid:
-            raise ConfigError(f"--grid names {key} twice; list all its values once, e.g. {key}=V1,V2.")
-        try:
-            grid[key] = [yaml.safe_load(v) for v in values.split(",")]
-        except yaml.YAMLError:
-            raise ConfigError(f"--grid {item!r}: a value is not a number or YAML scalar.") from None
-    return grid
 
 
 @dataclasses.dataclass(frozen=True)

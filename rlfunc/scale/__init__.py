@@ -6,7 +6,7 @@ it. Install Ray with ``pip install -e ".[ray]"``.
 """
 
 from rlfunc.scale.results import collected_run, run_finished, summary
-from rlfunc.scale.spec import parse_grid, parse_seeds
+from rlfunc.runtime.specs import parse_grid, parse_seeds
 from rlfunc.scale.sweep import sweep
 
 __all__ = ["sweep", "parse_seeds", "parse_grid", "collected_run", "run_finished", "summary"]

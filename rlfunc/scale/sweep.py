@@ -45,7 +45,7 @@ from typing import Any, Callable
 
 from rlfunc.runtime.config import ConfigError
 from rlfunc.scale.results import collected_run, run_finished, summary
-from rlfunc.scale.spec import describe_point, grid_points, parse_grid, parse_seeds
+from rlfunc.runtime.specs import describe_point, grid_points, parse_grid, parse_seeds
 
 __all__ = ["plan_sweep", "load_plan", "run_sweep", "sweep", "SweepStopped", "RAY_MISSING"]
 

@@ -1,4 +1,7 @@
-"""``--seeds`` and ``--grid`` specs: parsed and checked before anything runs (no Ray here).
+"""``--seeds`` and ``--grid`` specs: parsed and checked before anything runs.
+
+One parser for every command that takes them: ``rlfunc train --seeds/--grid`` (a population,
+:mod:`rlfunc.runtime.population`) and ``rlfunc sweep`` (runs as Ray tasks, :mod:`rlfunc.scale`).
 
 ``--seeds 0-4`` (a range, both ends included), ``--seeds 0,3,7``, ``--seeds 2`` or a mix
 (``0-2,9``). ``--grid agent.critic_lr=1e-3,3e-4`` (one key, its values split on the commas
