@@ -112,8 +112,8 @@ class TransitionLearner:
         """What every learner keeps: the registry entry, algorithm, agent and train configs, device, spaces."""
         if getattr(run_config.train, "population", None) is not None:
             raise ConfigError(
-                "train.population is set: a population trains with `rlfunc train` or rlfunc.runtime.population.train, "
-                "not with the single-run trainer."
+                "train.population is set: a population trains with `rlfunc train`, rlfunc.train or "
+                "rlfunc.runtime.population.train, not with the single-run Trainer."
             )
         self.entry = entry
         self.algo = entry.algo
