@@ -231,3 +231,18 @@ def test_ctrl_c_saves_every_member_and_resume_continues(tmp_path, monkeypatch):
         assert rlfunc.load(tmp_path / "pop" / f"member-{k}") is not None
     res = pr.resume(tmp_path / "pop")
     assert res.env_steps == 250 and all(m.evals[-1][0] == 250 for m in res.members)
+
+
+def test_a_non_finite_member_stops_the_population_and_names_it(tmp_path):
+    from helpers_envs import register
+
+    from rlfunc.runtime.trainer import NonFiniteLossError
+
+    register()
+    cfg = {
+        **BASE,
+        "env": {"id": "rlfunc_test/Counting-v0", "kwargs": {"term_at": 50, "nan_reward_after": 200}},
+        "train": {**BASE["train"], "population": {"seeds": [0, 1]}},
+    }
+    with pytest.raises(NonFiniteLossError, match=r"member \d \(seed \d\) has a non-finite"):
+        rlfunc.train(cfg, run_dir=tmp_path / "r")

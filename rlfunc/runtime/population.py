@@ -392,15 +392,13 @@ class PopulationTrainer:
         return metrics
 
     def _check_finite(self) -> None:
-        from rlfunc.runtime.trainer import NonFiniteLossError
+        from rlfunc.runtime.trainer import NonFiniteLossError, first_non_finite
 
-        if not self._unchecked:
-            return
         pending, self._unchecked = self._unchecked, []
-        flags = torch.stack([f.all() for _, _, f in pending]).cpu()
-        if bool(flags.all()):
+        failed = first_non_finite(pending)
+        if failed is None:
             return
-        step, keys, finite = pending[int((~flags).nonzero()[0, 0])]
+        step, keys, finite = failed
         k, j = (~finite).nonzero()[0].tolist()
         key = keys[j] if isinstance(keys[j], str) else ".".join(keys[j])
         raise NonFiniteLossError(

@@ -479,13 +479,11 @@ class Trainer:
         device anyway) and before logging, evaluating and saving, so the
         updates of one env step run without a host sync between them.
         """
-        if not self._unchecked:
-            return
         pending, self._unchecked = self._unchecked, []
-        flags = torch.stack([f.all() for _, _, f in pending]).cpu()
-        if bool(flags.all()):
+        failed = first_non_finite(pending)
+        if failed is None:
             return
-        step, keys, finite = pending[int((~flags).nonzero()[0, 0])]
+        step, keys, finite = failed
         bad = [k if isinstance(k, str) else ".".join(k) for k, ok in zip(keys, finite.tolist()) if not ok]
         raise NonFiniteLossError(
             f"Training stopped at env step {step}: non-finite {', '.join(bad)}. "
@@ -536,6 +534,18 @@ class Trainer:
             except Exception:  # a logger failing to flush must not hide the run's own error
                 pass
         self._external = []
+
+
+def first_non_finite(pending: list[tuple[int, list, torch.Tensor]]) -> tuple[int, list, torch.Tensor] | None:
+    """The first ``(env_step, metric keys, finite flags)`` of ``pending`` (updates whose metrics'
+    finiteness was reduced on the device, not read yet) with a non-finite metric, or ``None``.
+    One host read for all of them (the single-run and the population trainers share it)."""
+    if not pending:
+        return None
+    flags = torch.stack([f.all() for _, _, f in pending]).cpu()
+    if bool(flags.all()):
+        return None
+    return pending[int((~flags).nonzero()[0, 0])]
 
 
 def _exit_on_sigterm(signum, frame) -> None:
