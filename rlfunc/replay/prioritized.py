@@ -179,6 +179,20 @@ class PrioritizedSequenceReplay(SequenceReplay):
             self._leaves_tag = tag
         return self._leaves_cache
 
+    def add_windows(self, windows: TensorDict, priorities: torch.Tensor | None = None) -> torch.Tensor:
+        """Store windows cut elsewhere (:meth:`SequenceReplay.drain`), each with the priority its actor
+        computed (``priorities [k]``; Ape-X / R2D2 actors compute initial priorities with their copy of
+        the network), or with the insert priority when ``None``. Returns the storage rows."""
+        rows = super().add_windows(windows)
+        if priorities is not None:
+            p = torch.as_tensor(priorities).reshape(-1)
+            if p.numel() != windows.batch_size[0]:
+                raise ValueError(
+                    f"add_windows got {p.numel()} priorities for {windows.batch_size[0]} windows; pass one per window."
+                )
+            self.update_priorities(rows, p[-rows.numel():] if rows.numel() else p[:0])
+        return rows
+
     # --------------------------------------------------------- priorities
     def update_priorities(self, indices: torch.Tensor, priorities: torch.Tensor) -> None:
         """Set the priorities of storage rows ``indices [B]`` (``batch["window"][0]``).

@@ -115,6 +115,7 @@ class SequenceReplay:
         self._size = 0
         self._added = 0
         self._windows_added = 0
+        self._drained = 0  # windows_added at the last drain()
 
     # ------------------------------------------------------------------ info
     def __len__(self) -> int:
@@ -278,17 +279,76 @@ class SequenceReplay:
         windows = self._pending[e_idx, t_idx]  # [T, K]
         windows = windows.apply(lambda x: torch.where(mask.view(T, k, *([1] * (x.dim() - 2))), x, torch.zeros_like(x)))
         windows["mask"] = mask
-        rows = (torch.arange(k, device=dev) + self._cursor) % C
+        carry = self._pending_carry[e_idx[0], t_idx[0]] if self._carry is not None else None
+        info = TensorDict({"env": e_idx[0].clone(), "start": start_t.clone()}, batch_size=[k], device=dev)
+        self._store(windows, carry, info)
+
+    def _store(self, windows: TensorDict, carry: TensorDict | None, info: TensorDict) -> torch.Tensor:
+        """Write ``k`` finished windows (``[T, k]``, with ``mask``), their stored carries ``[k]`` and
+        ``info [k]`` (``env``, ``start``) at the cursor; returns the storage rows written."""
+        C, k = self.capacity, windows.batch_size[1]
+        rows = (torch.arange(k, device=self.device) + self._cursor) % C
         self._storage[:, rows] = windows
         if self._carry is not None:
-            self._carry[rows] = self._pending_carry[e_idx[0], t_idx[0]]
-        self._info[rows] = TensorDict(
-            {"env": e_idx[0].clone(), "start": start_t.clone()}, batch_size=[k], device=dev
-        )
+            self._carry[rows] = carry
+        self._info[rows] = info
         self._cursor = (self._cursor + k) % C
         self._size = min(self._size + k, C)
         self._windows_added += k
         self._on_insert(rows)
+        return rows
+
+    # --------------------------------------------------- windows cut elsewhere
+    def drain(self) -> TensorDict:
+        """Hand out the stored windows, oldest first, and empty the storage (the pending episode
+        parts stay). A distributed actor cuts windows in a small buffer of its own exactly as
+        :meth:`add` does and sends what this returns to the learner's :meth:`add_windows`.
+
+        Returns a TensorDict ``[k]`` with ``steps`` (``[k, T]``: every added key and ``mask``),
+        ``env``, ``start`` and, when carries are stored, ``init_carry``. The storage must not
+        have wrapped since the last drain (capacity at least the windows written in between).
+        """
+        k = self._size
+        if self._storage is None or k == 0:
+            return TensorDict({}, batch_size=[0])
+        if self._windows_added - self._drained > self.capacity:
+            raise RuntimeError(
+                f"{self._windows_added - self._drained} windows were written since the last drain into a buffer of "
+                f"{self.capacity}; drain more often or raise the capacity."
+            )
+        rows = (torch.arange(k, device=self.device) + self._cursor - k) % self.capacity
+        out = TensorDict(
+            {"steps": self._storage[:, rows].transpose(0, 1).clone(), **self._info[rows].clone().to_dict()},
+            batch_size=[k],
+        )
+        if self._carry is not None:
+            out["init_carry"] = self._carry[rows].clone()
+        self._size = 0
+        self._drained = self._windows_added
+        return out
+
+    def add_windows(self, windows: TensorDict) -> torch.Tensor:
+        """Store windows :meth:`drain` handed out (of a buffer with this layout); returns their storage rows."""
+        k = windows.batch_size[0]
+        if k == 0:
+            return torch.zeros(0, dtype=torch.int64, device=self.device)
+        steps = windows["steps"].transpose(0, 1).to(self.device)
+        if steps.batch_size[0] != self.sequence_length:
+            raise ValueError(
+                f"add_windows got windows of {steps.batch_size[0]} steps for a replay of sequence_length "
+                f"{self.sequence_length}; cut them with the same sequence_length."
+            )
+        carry = windows.get("init_carry").to(self.device) if "init_carry" in windows.keys() else None
+        if self._storage is None:
+            self._allocate(steps[0].exclude("mask"), carry)
+        elif (carry is None) != (self._carry is None):
+            raise ValueError("add_windows: pass init_carry with every window or with none, as the buffer stores.")
+        if k > self.capacity:  # keep the last ``capacity``, as _write does
+            steps, windows = steps[:, -self.capacity:], windows[-self.capacity:]
+            carry = None if carry is None else carry[-self.capacity:]
+            k = self.capacity
+        info = TensorDict({"env": windows["env"], "start": windows["start"]}, batch_size=[k]).to(self.device)
+        return self._store(steps, carry, info)
 
     # --------------------------------------------------------------- hooks
     def _on_insert(self, rows: torch.Tensor) -> None:
