@@ -80,6 +80,7 @@ from rlfunc.runtime.specs import parse_grid, parse_seeds
 
 __all__ = [
     "SUPPORTED",
+    "supports",
     "check_spec",
     "member_specs",
     "PopulationTrainer",
@@ -146,27 +147,21 @@ class MemberSpec:
     config: Any  # RunConfig
 
 
-def member_specs(run_config) -> list[MemberSpec]:
-    """The members of ``run_config``'s ``train.population``: for each grid combination (in the
-    grid's order, last key fastest), each seed; member ``k``'s config is the population's with
-    ``train.population`` removed, ``train.seed`` its seed and its grid values set (each checked
-    by :func:`~rlfunc.runtime.config.build_config`). Refuses, in one sentence, an algorithm not
-    batched yet, a grid key that is not a setting the algorithm takes as data, and what this
-    stage does not do yet (module doc)."""
-    from rlfunc.core import population
-    from rlfunc.runtime.config import build_config, to_dict
-
-    spec, train = run_config.train.population, run_config.train
-    check_spec(spec, train.seed)
+def supports(run_config) -> str | None:
+    """Whether this version trains ``run_config`` (its algorithm and train settings; the
+    ``train.population`` spec aside) as a population: ``None`` if it does, else the one sentence
+    :func:`member_specs` refuses it with. ``benchmarks/run.py learn`` asks this before running
+    seeds as one population."""
+    train = run_config.train
     algo = run_config.algo
     if algo not in SUPPORTED:
         why = _NOT_YET.get(algo, "its learner")
-        raise ConfigError(
+        return (
             f"train.population: {algo} is not batched yet ({why} is not batched over members); populations train "
             f"{', '.join(s.upper() for s in SUPPORTED[:-1])} and {SUPPORTED[-1].upper()} in this version, so run {algo}'s seeds as separate runs."
         )
     if run_config.env.num_envs != 1:
-        raise ConfigError(
+        return (
             f"train.population needs env.num_envs=1 in this version (got {run_config.env.num_envs}): members step in lock "
             "step, which vector envs' autoreset steps would break; use env.num_envs=1."
         )
@@ -180,13 +175,32 @@ def member_specs(run_config) -> list[MemberSpec]:
     for name, what in refusals.items():
         value = getattr(train, name)
         if (value is not None) if name == "stop_at_return" else bool(value):
-            raise ConfigError(f"train.population does not support {what} yet; unset train.{name} for a population.")
+            return f"train.population does not support {what} yet; unset train.{name} for a population."
     if getattr(run_config.data, "pretrain_steps", 0):
-        raise ConfigError("train.population does not support data.pretrain_steps yet; set data.pretrain_steps=0 for a population.")
+        return "train.population does not support data.pretrain_steps yet; set data.pretrain_steps=0 for a population."
     if train.wandb is not None:
-        raise ConfigError("train.population does not support train.wandb yet; remove it for a population (TensorBoard works).")
+        return "train.population does not support train.wandb yet; remove it for a population (TensorBoard works)."
     if not train.checkpoint_replay:
-        raise ConfigError("train.population does not support train.checkpoint_replay=false yet; remove it for a population.")
+        return "train.population does not support train.checkpoint_replay=false yet; remove it for a population."
+    return None
+
+
+def member_specs(run_config) -> list[MemberSpec]:
+    """The members of ``run_config``'s ``train.population``: for each grid combination (in the
+    grid's order, last key fastest), each seed; member ``k``'s config is the population's with
+    ``train.population`` removed, ``train.seed`` its seed and its grid values set (each checked
+    by :func:`~rlfunc.runtime.config.build_config`). Refuses, in one sentence, an algorithm not
+    batched yet, a grid key that is not a setting the algorithm takes as data, and what this
+    stage does not do yet (module doc)."""
+    from rlfunc.core import population
+    from rlfunc.runtime.config import build_config, to_dict
+
+    spec, train = run_config.train.population, run_config.train
+    check_spec(spec, train.seed)
+    why = supports(run_config)
+    if why is not None:
+        raise ConfigError(why)
+    algo = run_config.algo
     data = population.hparam_names(run_config.agent) + tuple(
         n for n in population._init_settings(run_config.agent) if n not in population.hparam_names(run_config.agent)
     )
