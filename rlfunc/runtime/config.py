@@ -7,6 +7,7 @@ A run config has four sections::
     train: {total_steps, learning_starts, replay_size, eval_every, ...}
     agent: {...}               # the algorithm's Config fields (paper defaults)
     data:  {path, format, offline_ratio, pretrain_steps}   # prior data (RLPD only)
+    distributed: {actors, envs_per_actor, ...}   # R2D2 on Ray actors (optional)
 
 Every key is checked against the dataclasses below (and the algorithm's
 ``Config``) before anything is built: an unknown key names the closest valid
@@ -38,6 +39,7 @@ __all__ = [
     "EnvSection",
     "TrainSection",
     "DataSection",
+    "DistributedSection",
     "RunConfig",
     "load_config",
     "parse_overrides",
@@ -222,12 +224,55 @@ class DataSection:
 
 
 @dataclasses.dataclass(frozen=True)
+class DistributedSection:
+    """R2D2 with its actors in Ray actor processes (:mod:`rlfunc.scale.distributed`; R2D2 paper, Ape-X).
+
+    ``actors`` processes, each stepping ``envs_per_actor`` envs with its slice of the Ape-X
+    epsilon ladder over all ``actors * envs_per_actor`` envs; an actor picks up the newest
+    parameters every ``param_sync_steps`` of its env steps (the paper: 400) and sends the
+    windows it cut then, with their priorities; the learner publishes its parameters every
+    ``param_sync_updates`` updates and runs at most ``max_replay_ratio`` updates per inserted
+    env step. ``address``: null starts Ray on this machine; ``auto`` or ``ray://host:port``
+    joins a cluster. ``actor_cpus`` / ``actor_gpus``: Ray resources of one actor;
+    ``max_restarts``: how often Ray restarts a dead actor.
+    """
+
+    actors: int = 2
+    envs_per_actor: int = 4
+    param_sync_steps: int = 400
+    param_sync_updates: int = 10
+    max_replay_ratio: float = 0.25
+    address: str | None = None
+    actor_cpus: float = 1.0
+    actor_gpus: float = 0.0
+    max_restarts: int = 3
+
+    def __post_init__(self) -> None:
+        for name in ("actors", "envs_per_actor", "param_sync_steps", "param_sync_updates"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"distributed.{name} must be a positive integer, got {getattr(self, name)}.")
+        if not (math.isfinite(self.max_replay_ratio) and self.max_replay_ratio > 0):
+            raise ConfigError(
+                f"distributed.max_replay_ratio must be a positive number of updates per env step, got {self.max_replay_ratio}."
+            )
+        if not (math.isfinite(self.actor_cpus) and self.actor_cpus > 0):
+            raise ConfigError(f"distributed.actor_cpus must be a positive number of CPUs, got {self.actor_cpus}.")
+        if not (math.isfinite(self.actor_gpus) and self.actor_gpus >= 0):
+            raise ConfigError(f"distributed.actor_gpus must be a number of GPUs >= 0, got {self.actor_gpus}.")
+        if self.max_restarts < 0:
+            raise ConfigError(f"distributed.max_restarts must be >= 0, got {self.max_restarts}.")
+        if self.address is not None and not self.address.strip():
+            raise ConfigError("distributed.address must be auto, host:port or ray://host:port (or null for a local Ray), got an empty string.")
+
+
+@dataclasses.dataclass(frozen=True)
 class RunConfig:
     algo: str
     env: EnvSection
     train: TrainSection
     agent: Any  # the algorithm's Config instance
     data: DataSection = DataSection()
+    distributed: DistributedSection | None = None  # R2D2 on Ray actors (rlfunc.scale.distributed)
 
 
 DEFAULT_CONFIG: dict[str, Any] = {
@@ -543,7 +588,7 @@ def _build_config(raw: dict[str, Any], *, resolved: bool = False) -> RunConfig:
 
     if not isinstance(raw, dict):
         raise ConfigError(f"A config must be a mapping with keys algo, env, train, agent, got {raw!r}.")
-    top = ["algo", "env", "train", "agent", "data"]
+    top = ["algo", "env", "train", "agent", "data", "distributed"]
     for key in raw:
         if key not in top:
             raise ConfigError(f"Unknown config key {key!r}" + _close(str(key), top))
@@ -603,9 +648,32 @@ def _build_config(raw: dict[str, Any], *, resolved: bool = False) -> RunConfig:
         check_env_id(env.id)
     except ValueError as exc:
         raise ConfigError(f"env.id: {exc}") from None
-    config = RunConfig(algo=algo_name, env=env, train=train, agent=agent, data=data)
+    distributed = _distributed_section(raw.get("distributed"), algo_name, env, train)
+    config = RunConfig(algo=algo_name, env=env, train=train, agent=agent, data=data, distributed=distributed)
     entry.learner_cls.check_run_config(config)
     return config
+
+
+def _distributed_section(value: Any, algo_name: str, env: EnvSection, train: TrainSection) -> DistributedSection | None:
+    """The ``distributed`` section (null or absent: a single-process run), refused where it cannot run."""
+    if value is None:
+        return None
+    if algo_name == "drqn":
+        raise ConfigError(
+            "The distributed section is not available for drqn (its epsilon schedule follows the global env step and "
+            "its replay is uniform, so its actors would need a learner of their own); remove it or use algo r2d2."
+        )
+    if algo_name != "r2d2":
+        raise ConfigError(f"The distributed section trains R2D2 on Ray actors; algo {algo_name!r} has no distributed path, remove the section.")
+    section = _build_dataclass(DistributedSection, value, "distributed")
+    if env.num_envs != 1:
+        raise ConfigError(
+            f"env.num_envs={env.num_envs} is not used by a distributed run; set distributed.envs_per_actor instead "
+            "(each actor steps that many envs)."
+        )
+    if train.population is not None:
+        raise ConfigError("train.population and the distributed section cannot be combined; remove one of them.")
+    return section
 
 
 def to_dict(config: RunConfig) -> dict[str, Any]:
@@ -632,4 +700,6 @@ def to_dict(config: RunConfig) -> dict[str, Any]:
     out = {"algo": config.algo, "env": plain(config.env), "train": train, "agent": plain(config.agent)}
     if config.data != DataSection():
         out["data"] = plain(config.data)
+    if config.distributed is not None:
+        out["distributed"] = plain(config.distributed)
     return out
