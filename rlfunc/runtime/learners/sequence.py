@@ -87,19 +87,42 @@ class SequenceLearner(TransitionLearner):
         seed = self.train_cfg.seed
         self.state = self.algo.init(self.config, obs_space, act_space, seed=seed, device=self.device)
         self.replay = self._make_replay()
+        self._init_acting(_generator(self.device, seed + 1))
+        self._batch_keys = ["obs", "action", "reward", "next_obs", "terminated", "mask"]
+        if self.store_carry:
+            self._batch_keys.append("init_carry")
+        self._update = learner_update(self.algo, self.train_cfg, self.state)
+        self.state = _fixed_state(self._update, self.state)
+
+    def _init_acting(self, generator: torch.Generator) -> None:
+        """What acting keeps: the generator of its noise, one carry per env, the carry each env
+        acted from, the exploration rates."""
         self.store_carry = getattr(self.config, "initial_state", "zeros") == "stored"
-        self.generator = _generator(self.device, seed + 1)
+        self.generator = generator
         self.carry = self.algo.initial_carry(self.config, self.num_envs, device=self.device)
         self._carry_before = self.carry  # the carry each env acted from at the last explore
         self._epsilons = None  # [num_envs] fixed per-env rates, or None for the schedule
         if getattr(self.config, "exploration", "schedule") == "actor_ladder":
             self._epsilons = self._actor_epsilons()
         self._env_step = 0
-        self._batch_keys = ["obs", "action", "reward", "next_obs", "terminated", "mask"]
-        if self.store_carry:
-            self._batch_keys.append("init_carry")
-        self._update = learner_update(self.algo, self.train_cfg, self.state)
-        self.state = _fixed_state(self._update, self.state)
+
+    @classmethod
+    def for_acting(cls, entry, run_config, obs_space: gym.Space, act_space: gym.Space, *, replay: SequenceReplay,
+                   epsilons: torch.Tensor, seed: int):
+        """An instance that only acts and cuts windows, for a distributed actor
+        (:mod:`rlfunc.scale.distributed`): the same :meth:`explore` and :meth:`observe` as the
+        single-process learner, no training state, update or replay of its own. ``replay`` (the
+        actor's outbox; its ``num_envs`` are the actor's envs) receives the windows, ``epsilons``
+        are its envs' fixed rates, ``seed`` seeds the acting noise. Set the parameters it acts with
+        as ``acting.state = TensorDict({"params": params}, [])``."""
+        self = cls.__new__(cls)
+        self._bind(entry, run_config, obs_space, act_space)
+        self.num_envs = replay.num_envs
+        self.replay = replay
+        self._init_acting(_generator(self.device, seed))
+        self._epsilons = torch.as_tensor(epsilons, dtype=torch.float32, device=self.device).reshape(self.num_envs)
+        self.state = TensorDict({}, batch_size=[])
+        return self
 
     def _make_replay(self) -> SequenceReplay:
         return SequenceReplay(
