@@ -105,7 +105,8 @@ def test_algos_lists_the_registry_and_each_default_config(capsys):
     out = capsys.readouterr().out
     for name, entry in ALGOS.items():
         assert f"{name}  " in out and entry.description in out
-    assert "configs: redq/hopper, redq/pendulum" in out and "configs: sac/pendulum" in out
+    assert "configs: redq/ant, redq/hopper, redq/humanoid, redq/pendulum, redq/walker2d" in out
+    assert "configs: sac/ant, sac/hopper, sac/humanoid, sac/pendulum, sac/walker2d" in out
     for name in ALGOS:
         assert main(["algos", name]) == 0
         shown = yaml.safe_load(capsys.readouterr().out)

@@ -50,11 +50,18 @@ BEFORE = {
     "r2d2/cartpole_flicker": (250, 20000),
     "r2d2/cartpole_novel": (250, 20000),
     "r2d2/cue_memory": (100, 5000),
+    "redq/ant": (5000, 1000000),
     "redq/hopper": (5000, 1000000),
+    "redq/humanoid": (5000, 1000000),
     "redq/pendulum": (1000, 1000000),
+    "redq/walker2d": (5000, 1000000),
     "rlpd/hopper": (5000, 1000000),
     "rlpd/pendulum": (200, 1000000),
+    "sac/ant": (5000, 1000000),
+    "sac/hopper": (5000, 1000000),
+    "sac/humanoid": (5000, 1000000),
     "sac/pendulum": (1000, 1000000),
+    "sac/walker2d": (5000, 1000000),
 }
 SHIPPED = sorted(p.relative_to(ROOT / "configs").with_suffix("").as_posix() for p in (ROOT / "configs").rglob("*.yaml"))
 
