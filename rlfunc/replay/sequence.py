@@ -143,22 +143,38 @@ class SequenceReplay:
 
     # ------------------------------------------------------------- allocate
     def _allocate(self, step: TensorDict, carry: TensorDict | None) -> None:
+        self._bind(self._new_buffers(step, carry))
+
+    def _new_buffers(self, step: TensorDict, carry: TensorDict | None, lead: tuple[int, ...] = ()) -> dict:
+        """Zeroed buffers shaped from the first ``step``/``carry`` rows, with leading dims ``lead``
+        (``()`` here; a population's ``(P,)``, see :mod:`rlfunc.replay.population_sequence`)."""
         T, C, N = self.sequence_length, self.capacity, self.num_envs
         row = step[0].to(self.device)
-        self._storage = row.expand(T, C).clone().zero_()
-        self._storage["mask"] = torch.zeros(T, C, dtype=torch.bool, device=self.device)
-        self._pending = row.expand(N, T).clone().zero_()
-        self._info = TensorDict(
-            {
-                "env": torch.zeros(C, dtype=torch.int64, device=self.device),
-                "start": torch.zeros(C, dtype=torch.int64, device=self.device),
-            },
-            batch_size=[C],
-        )
+        storage = row.expand(*lead, T, C).clone().zero_()
+        storage["mask"] = torch.zeros(*lead, T, C, dtype=torch.bool, device=self.device)
+        out = {
+            "storage": storage,
+            "pending": row.expand(*lead, N, T).clone().zero_(),
+            "info": TensorDict(
+                {
+                    "env": torch.zeros(*lead, C, dtype=torch.int64, device=self.device),
+                    "start": torch.zeros(*lead, C, dtype=torch.int64, device=self.device),
+                },
+                batch_size=[*lead, C],
+            ),
+            "carry": None,
+            "pending_carry": None,
+        }
         if carry is not None:
             crow = carry[0].to(self.device)
-            self._carry = crow.expand(C).clone().zero_()
-            self._pending_carry = crow.expand(N, T).clone().zero_()
+            out["carry"] = crow.expand(*lead, C).clone().zero_()
+            out["pending_carry"] = crow.expand(*lead, N, T).clone().zero_()
+        return out
+
+    def _bind(self, buffers: dict) -> None:
+        """Use ``buffers`` (from :meth:`_new_buffers`, or views of a population's) as this buffer's storage."""
+        self._storage, self._pending, self._info = buffers["storage"], buffers["pending"], buffers["info"]
+        self._carry, self._pending_carry = buffers["carry"], buffers["pending_carry"]
 
     # ------------------------------------------------------------------ add
     def add(

@@ -36,13 +36,32 @@ import math
 import numpy as np
 import torch
 
-__all__ = ["SumTree"]
+__all__ = ["SumTree", "find_in_blocks"]
 
 
 def _auto_fanout(capacity: int) -> int:
     # Sampling touches [S, F] entries, an update O(num_blocks) ones; on a CPU
     # F = 128 balances the two up to ~10M items (benchmarks/prioritized_replay.py).
     return max(1, min(capacity, 128, max(16, math.ceil(math.sqrt(capacity)))))
+
+
+def find_in_blocks(top: torch.Tensor, cum: torch.Tensor, prefix: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """The two-level prefix search of :meth:`SumTree.find` as torch ops, over any leading dims.
+
+    ``top [..., num_blocks]`` (contiguous) and ``cum [..., num_blocks + 1]`` are the
+    inclusive and exclusive prefix sums of the block sums, ``prefix [..., num_blocks, F]``
+    the in-block inclusive prefix sums, ``u [..., S]`` uniforms scaled to each total.
+    Returns leaf indices ``[..., S]``. Only comparisons, one subtraction and
+    ``nextafter``: a batched call returns exactly what one call per leading index would.
+    """
+    zero = torch.zeros((), dtype=torch.float64, device=u.device)
+    u = torch.minimum(u, torch.nextafter(top[..., -1:], zero))
+    block = torch.searchsorted(top, u, right=True).clamp(max=top.shape[-1] - 1)
+    u = u - cum.gather(-1, block)
+    rows = torch.take_along_dim(prefix, block.unsqueeze(-1), dim=-2)  # [..., S, F]
+    u = torch.minimum(u, torch.nextafter(rows[..., -1], zero))
+    j = (rows <= u.unsqueeze(-1)).sum(dim=-1)
+    return block * prefix.shape[-1] + j
 
 
 class SumTree:
@@ -166,15 +185,7 @@ class SumTree:
             u_np = u.detach().cpu().numpy() if isinstance(u, torch.Tensor) else np.asarray(u)
             return torch.from_numpy(self._find_np(np.array(u_np, dtype=np.float64).reshape(-1)))
         u = torch.as_tensor(u, dtype=torch.float64, device=self.device).reshape(-1)
-        zero = torch.zeros((), dtype=torch.float64, device=self.device)
-        top = self._top
-        u = torch.minimum(u, torch.nextafter(top[-1], zero))
-        block = torch.searchsorted(top, u, right=True).clamp(max=self.num_blocks - 1)
-        u = u - self._cum[block]
-        rows = self._prefix[block]  # [S, F]
-        u = torch.minimum(u, torch.nextafter(rows[:, -1], zero))
-        j = (rows <= u.unsqueeze(1)).sum(dim=1)
-        return block * self.fanout + j
+        return find_in_blocks(self._top, self._cum, self._prefix, u)
 
     def _find_np(self, u: np.ndarray) -> np.ndarray:
         top = self._top_np

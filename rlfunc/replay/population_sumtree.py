@@ -1,0 +1,147 @@
+"""``P`` sum-trees in one set of tensors: :class:`rlfunc.replay.sumtree.SumTree` with a member dim.
+
+Issue #24 §5 ("a vectorized sum-tree over members is fine"): member ``k`` of a
+population keeps its own priorities, but all members' two-level trees live in
+``[P, ...]`` tensors (leaves and in-block prefix sums ``[P, num_blocks, F]``,
+block prefix sums ``[P, num_blocks]``), so one update writes any members' leaves
+and one :meth:`PopulationSumTree.find` serves every member's batch.
+
+The layout and arithmetic are the single tree's: a touched block's prefix row is
+recomputed from its leaves with ``cumsum`` and the block prefix with one more
+``cumsum`` (both sequential float64 sums on CPU, as the single tree's), and the
+search is :func:`rlfunc.replay.sumtree.find_in_blocks`. So row ``k`` holds
+bit for bit the sums of a :class:`SumTree` given member ``k``'s leaves, and
+member ``k``'s draws from generator ``k`` are that tree's draws. Torch ops on
+every device (a batched ``searchsorted`` has no numpy counterpart).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from rlfunc.replay.sumtree import _auto_fanout, find_in_blocks
+
+__all__ = ["PopulationSumTree"]
+
+
+class PopulationSumTree:
+    """``members`` sum-trees over ``capacity`` non-negative priorities each.
+
+    Args:
+        members: ``P``, the number of trees.
+        capacity: leaves per tree.
+        fanout: leaves per block; ``None`` picks the single tree's default.
+        device: where the sums live.
+    """
+
+    def __init__(self, members: int, capacity: int, *, fanout: int | None = None, device: torch.device | str = "cpu") -> None:
+        if members < 1:
+            raise ValueError(f"A population sum-tree needs at least one member, got {members}.")
+        if capacity < 1:
+            raise ValueError(f"SumTree capacity must be at least 1, got {capacity}.")
+        fanout = _auto_fanout(int(capacity)) if fanout is None else int(fanout)
+        if fanout < 1:
+            raise ValueError(f"SumTree fanout must be at least 1, got {fanout}.")
+        self.members = int(members)
+        self.capacity = int(capacity)
+        self.fanout = fanout
+        self.num_blocks = -(-self.capacity // fanout)
+        self.device = torch.device(device)
+        P, nb, f64 = self.members, self.num_blocks, dict(dtype=torch.float64, device=self.device)
+        self._leaves = torch.zeros(P, nb, fanout, **f64)  # padded with zeros
+        self._prefix = torch.zeros(P, nb, fanout, **f64)  # in-block inclusive cumsum
+        self._sums = torch.zeros(P, nb, **f64)  # block sums
+        self._top = torch.zeros(P, nb, **f64)  # inclusive cumsum of block sums (contiguous for searchsorted)
+        self._cum = torch.zeros(P, nb + 1, **f64)  # [0, top]: sum of the blocks before each block
+
+    # ----------------------------------------------------------------- read
+    def total(self) -> torch.Tensor:
+        """Each member's sum of priorities, ``[P]`` on ``device``."""
+        return self._top[:, -1]
+
+    @property
+    def leaves(self) -> torch.Tensor:
+        """All leaves, ``[P, capacity]`` (a view; write through :meth:`update`)."""
+        return self._leaves.view(self.members, -1)[:, : self.capacity]
+
+    def get(self, indices: torch.Tensor) -> torch.Tensor:
+        """Leaf values at ``indices [P, S]`` (member ``k``'s leaves in row ``k``)."""
+        return self._leaves.view(self.members, -1).gather(1, indices)
+
+    def probabilities(self, indices: torch.Tensor) -> torch.Tensor:
+        """``p_i / total_k`` at ``indices [P, S]`` (float64)."""
+        return self.get(indices) / self.total().unsqueeze(1)
+
+    # ---------------------------------------------------------------- write
+    def update(self, members: torch.Tensor, indices: torch.Tensor, values: torch.Tensor | float) -> None:
+        """Set leaf ``indices[i]`` of member ``members[i]`` to ``values[i]`` (or a scalar), each >= 0.
+
+        ``members``, ``indices`` and ``values`` have one entry per leaf written (any
+        shape, flattened). With repeated (member, index) pairs one of the values is
+        kept; the sums stay consistent with the leaves.
+        """
+        dev = self.device
+        idx = torch.as_tensor(indices, device=dev).reshape(-1).long()
+        if idx.numel() == 0:
+            return
+        mem = torch.as_tensor(members, device=dev).reshape(-1).long().expand(idx.shape)
+        width = self.num_blocks * self.fanout
+        vals = torch.as_tensor(values, dtype=torch.float64, device=dev)
+        self._leaves.view(-1).index_put_((mem * width + idx,), vals.reshape(-1) if vals.dim() else vals)
+        blocks = mem * self.num_blocks + torch.div(idx, self.fanout, rounding_mode="floor")
+        rows = self._leaves.view(-1, self.fanout)[blocks].cumsum(dim=1)
+        self._prefix.view(-1, self.fanout).index_put_((blocks,), rows)
+        self._sums.view(-1).index_put_((blocks,), rows[:, -1])
+        self._rebuild_top()
+
+    def _rebuild_top(self) -> None:
+        torch.cumsum(self._sums, dim=1, out=self._top)
+        self._cum[:, 1:] = self._top
+
+    def set_leaves(self, values: torch.Tensor) -> None:
+        """Replace all leaves with ``values [P, n]`` (``n <= capacity``; the rest become 0) and rebuild the sums."""
+        values = torch.as_tensor(values, dtype=torch.float64)
+        if values.dim() != 2 or values.shape[0] != self.members or values.shape[1] > self.capacity:
+            raise ValueError(
+                f"PopulationSumTree.set_leaves needs values [{self.members}, n <= {self.capacity}], "
+                f"got shape {tuple(values.shape)}."
+            )
+        self._leaves.zero_()
+        self._leaves.view(self.members, -1)[:, : values.shape[1]] = values.to(self.device)
+        torch.cumsum(self._leaves, dim=2, out=self._prefix)
+        self._sums.copy_(self._prefix[:, :, -1])
+        self._rebuild_top()
+
+    # --------------------------------------------------------------- sample
+    def find(self, u: torch.Tensor) -> torch.Tensor:
+        """Member ``k``'s leaf for each ``u[k, s]`` in ``[0, total_k)``, as :meth:`SumTree.find` (int64 ``[P, S]``)."""
+        u = torch.as_tensor(u, dtype=torch.float64, device=self.device)
+        return find_in_blocks(self._top, self._cum, self._prefix, u)
+
+    def sample(self, batch_size: int, generators: Sequence[torch.Generator]) -> torch.Tensor:
+        """``batch_size`` leaves per member (``[P, batch_size]``), member ``k``'s uniforms from
+        ``generators[k]`` drawn as :meth:`SumTree.sample` draws them, then one batched search."""
+        if len(generators) != self.members:
+            raise ValueError(f"sample needs one generator per member ({self.members}), got {len(generators)}.")
+        u = torch.stack(
+            [torch.rand(batch_size, generator=g, device=self.device, dtype=torch.float64) for g in generators]
+        )
+        return self.find(u * self.total().unsqueeze(1))
+
+    # ----------------------------------------------------------- checkpoint
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The leaves ``[P, capacity]`` (the sums are rebuilt on load)."""
+        return {"leaves": self.leaves.clone().cpu()}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        leaves = state["leaves"]
+        if tuple(leaves.shape) != (self.members, self.capacity):
+            raise ValueError(
+                f"Population sum-tree checkpoint has leaves of shape {tuple(leaves.shape)}, "
+                f"this tree has [{self.members}, {self.capacity}]."
+            )
+        if not bool(torch.isfinite(leaves).all()) or bool((leaves < 0).any()):
+            raise ValueError("Corrupt sum-tree checkpoint: priorities must be finite and non-negative.")
+        self.set_leaves(leaves)
