@@ -184,6 +184,7 @@ class Trainer:
             "evals": self.evals,
             "wall_s": self._wall_s(),
             "replay_saved": self.config.train.checkpoint_replay,
+            **self._extra_meta(),
         }
         tensors = self.learner.state_tensors()
         if not self.config.train.checkpoint_replay:
@@ -194,6 +195,10 @@ class Trainer:
         prune_checkpoints(self.ckpt_dir, keep=self.config.train.keep_checkpoints)
         self._call("on_checkpoint", path)
         return path
+
+    def _extra_meta(self) -> dict[str, Any]:
+        """What a subclass keeps in the checkpoint's meta beside the counters (read back in its ``restore``)."""
+        return {}
 
     def _save_or_continue(self) -> None:
         """A periodic checkpoint; a failed write stops the run unless ``train.on_checkpoint_error`` is ``continue``."""
@@ -330,52 +335,12 @@ class Trainer:
         progress = Progress(cfg.progress, cfg.total_steps, self.env_step, f"{self.config.algo} {self.config.env.id}")
         self._progress = progress
         last_eval = self.evals[-1][1] if self.evals else None
-        recent_returns: list[float] = []
-        window_t, window_steps = time.monotonic(), 0
-        steps_per_s = 0.0
-        metrics = None
         stop_reason = "total_steps"
         restore_sigterm = _save_on_sigterm()
-        # DrQ-v2's official order is act, update, env step (drqv2 train.py); the others update after storing the step.
-        learn_first = bool(getattr(self.learner, "learns_before_env_step", False))
         self._unchecked = []
         try:
             self._call("on_start")
-            while self.env_step < cfg.total_steps:
-                self._check_finite()  # the last step's updates are done by now (explore syncs anyway)
-                actions = self.learner.explore(
-                    self.collector.obs, self.env_step, episode_start=self.collector.episode_start
-                )
-                if learn_first and self._ready():
-                    metrics = self._learn()  # runs on the device while the env steps on the host
-                rows, finished = self.collector.step(actions)
-                self.learner.observe(rows)
-                recent_returns.extend(r for _, r, _ in finished)
-                for _ in range(rows.batch_size[0]):
-                    prev = self.env_step
-                    self.env_step += 1
-                    window_steps += 1
-                    if not learn_first and self._ready():
-                        metrics = self._learn()
-                    reason = self._ask("on_step")
-                    if self.env_step // cfg.log_every > prev // cfg.log_every or reason:
-                        self._check_finite()
-                        now = time.monotonic()
-                        steps_per_s = window_steps / max(now - window_t, 1e-9)
-                        window_t, window_steps = now, 0
-                        self._log(metrics, steps_per_s, recent_returns, reason or "")
-                        recent_returns = recent_returns[-10:]
-                    if reason:
-                        raise _StopRun(reason)
-                    if self.env_step // cfg.eval_every > prev // cfg.eval_every:
-                        self._check_finite()
-                        last_eval = self.evaluate()
-                    if self.env_step // cfg.checkpoint_every > prev // cfg.checkpoint_every:
-                        self._check_finite()
-                        self._save_or_continue()
-                    if self.env_step >= cfg.total_steps:
-                        break
-                progress.update(self.env_step, last_eval)
+            last_eval = self._loop(progress, last_eval)
             self._check_finite()
             if not self.evals or self.evals[-1][0] != self.env_step:
                 last_eval = self.evaluate()
@@ -417,6 +382,54 @@ class Trainer:
             stop_reason=stop_reason,
             gradient_steps=self.gradient_steps,
         )
+
+    def _loop(self, progress: Progress, last_eval: float | None) -> float | None:
+        """Collect and learn until ``train.total_steps`` (a stopping rule raises ``_StopRun``); returns the
+        newest evaluation's mean return. The distributed R2D2 trainer (:mod:`rlfunc.scale.distributed`)
+        replaces it."""
+        cfg = self.config.train
+        recent_returns: list[float] = []
+        window_t, window_steps = time.monotonic(), 0
+        steps_per_s = 0.0
+        metrics = None
+        # DrQ-v2's official order is act, update, env step (drqv2 train.py); the others update after storing the step.
+        learn_first = bool(getattr(self.learner, "learns_before_env_step", False))
+        while self.env_step < cfg.total_steps:
+            self._check_finite()  # the last step's updates are done by now (explore syncs anyway)
+            actions = self.learner.explore(
+                self.collector.obs, self.env_step, episode_start=self.collector.episode_start
+            )
+            if learn_first and self._ready():
+                metrics = self._learn()  # runs on the device while the env steps on the host
+            rows, finished = self.collector.step(actions)
+            self.learner.observe(rows)
+            recent_returns.extend(r for _, r, _ in finished)
+            for _ in range(rows.batch_size[0]):
+                prev = self.env_step
+                self.env_step += 1
+                window_steps += 1
+                if not learn_first and self._ready():
+                    metrics = self._learn()
+                reason = self._ask("on_step")
+                if self.env_step // cfg.log_every > prev // cfg.log_every or reason:
+                    self._check_finite()
+                    now = time.monotonic()
+                    steps_per_s = window_steps / max(now - window_t, 1e-9)
+                    window_t, window_steps = now, 0
+                    self._log(metrics, steps_per_s, recent_returns, reason or "")
+                    recent_returns = recent_returns[-10:]
+                if reason:
+                    raise _StopRun(reason)
+                if self.env_step // cfg.eval_every > prev // cfg.eval_every:
+                    self._check_finite()
+                    last_eval = self.evaluate()
+                if self.env_step // cfg.checkpoint_every > prev // cfg.checkpoint_every:
+                    self._check_finite()
+                    self._save_or_continue()
+                if self.env_step >= cfg.total_steps:
+                    break
+            progress.update(self.env_step, last_eval)
+        return last_eval
 
     def _finish_stopped(self, reason: str, last_eval: float | None) -> float | None:
         """A stopping rule ended the run: log the reason in metrics.csv (unless this step's row has
