@@ -6,6 +6,9 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+from rlfunc.envs.pixels import FrameStack
+from rlfunc.replay.pixels import PixelReplay
+from rlfunc.replay.population_pixels import PopulationPixelReplay
 from rlfunc.replay.population_sequence import PopulationPrioritizedSequenceReplay, PopulationSequenceReplay
 from rlfunc.replay.population_sumtree import PopulationSumTree
 from rlfunc.replay.prioritized import PrioritizedSequenceReplay
@@ -213,3 +216,83 @@ def test_prioritized_population_update_errors():
         pop.update_priorities(rows + 10_000, torch.ones(P, 4))
     with pytest.raises(ValueError, match="uniform PopulationSequenceReplay"):
         pop.load_state_dict(PopulationSequenceReplay(**SEQ, members=P).state_dict())
+
+
+# ------------------------------------------------------------------ pixels
+PIX = dict(capacity=40, obs_shape=(6, 3, 3), action_dim=2, frame_stack=3, nstep=3, gamma=0.9)
+
+
+class _PixelStream:
+    """Member k's pixel env: random frames, episode lengths 1-12, terminations, truncations, flushes."""
+
+    def __init__(self, k: int) -> None:
+        self.rng = np.random.default_rng(200 + k)
+        self.fs = FrameStack(3)
+        self.obs = None
+
+    def feed(self, replays) -> None:
+        """One step of this env, added to each of ``replays`` (callables taking add's arguments);
+        True when the episode is cut here without an end flag (then flush the replays)."""
+        rng = self.rng
+        if self.obs is None:
+            self.obs = self.fs.reset(rng.integers(0, 256, (2, 3, 3), dtype=np.uint8))
+            self.left = int(rng.integers(1, 13))
+        nxt = self.fs.push(rng.integers(0, 256, (2, 3, 3), dtype=np.uint8))
+        action = rng.standard_normal(2).astype(np.float32)
+        reward = float(rng.standard_normal())
+        self.left -= 1
+        end = self.left == 0
+        term = end and rng.random() < 0.5
+        trunc = end and not term
+        for add in replays:
+            add(self.obs, action, reward, nxt, term, trunc)
+        flush = not end and rng.random() < 0.02  # e.g. a resumed collector resets its env
+        self.obs = None if end or flush else nxt
+        return flush
+
+
+def test_pixel_population_rows_equal_single_replays(tmp_path):
+    pop = PopulationPixelReplay(**PIX, members=P)
+    singles = [PixelReplay(**PIX) for _ in range(P)]
+    streams = [_PixelStream(k) for k in range(P)]
+    for rnd in range(5):
+        for _ in range(30):
+            for k in range(P):
+                if streams[k].feed([lambda *a, k=k: pop.add(k, *a), singles[k].add]):
+                    pop.flush(k)
+                    singles[k].flush()
+        batch = pop.sample(32, _gens(10 * rnd))
+        assert batch.batch_size == torch.Size([P, 32])
+        for k in range(P):
+            _equal_td(batch[k], singles[k].sample(32, _gens(10 * rnd)[k]))
+            assert np.array_equal(pop.member(k).valid, singles[k].valid)
+            assert len(pop.member(k)) == len(singles[k])
+    assert min(s._written for s in singles) > 3 * PIX["capacity"], "the rings wrapped"
+    assert len({len(s) for s in singles}) > 1, "members hold different numbers of valid starts"
+    assert any(bool((batch["discount"][k] == 0).any()) for k in range(P)), "terminations inside windows"
+    # one storage [P, capacity, ...]
+    assert pop.storage["frames"].shape == (P, 40, 2, 3, 3) and pop.storage["frames"].dtype == torch.uint8
+    assert pop.nbytes() == sum(s.nbytes() for s in singles)
+    # checkpoint round trip, then both continue identically
+    again = PopulationPixelReplay(**PIX, members=P)
+    again.load_state_dict(_no_pickle(pop.state_dict(), tmp_path))
+    _equal_td(again.sample(16, _gens(1)), pop.sample(16, _gens(1)))
+    for _ in range(25):
+        for k in range(P):
+            if streams[k].feed([lambda *a, k=k: again.add(k, *a), singles[k].add]):
+                again.flush(k)
+                singles[k].flush()
+    for k in range(P):
+        _equal_td(again.sample(16, _gens(2))[k], singles[k].sample(16, _gens(2)[k]))
+
+
+def test_pixel_population_errors():
+    pop = PopulationPixelReplay(**PIX, members=P)
+    with pytest.raises(RuntimeError, match=r"Members \[0, 1, 2\]"):
+        pop.sample(4, _gens(0))
+    with pytest.raises(ValueError, match="one generator per member"):
+        pop.sample(4, _gens(0)[:1])
+    with pytest.raises(IndexError, match="member must be"):
+        pop.flush(5)
+    with pytest.raises(ValueError, match="members=3 but this buffer has 2"):
+        PopulationPixelReplay(**PIX, members=2).load_state_dict(pop.state_dict())

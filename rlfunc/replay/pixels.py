@@ -83,22 +83,35 @@ class PixelReplay:
         self.nstep = int(nstep)
         self.gamma = float(gamma)
         self.device = torch.device(device)
-        cap = self.capacity
-        # empty, not zeros: pages are committed only as frames are written (a 1M-frame ring is ~21 GB)
-        self.frames = torch.empty((cap, *self.frame_shape), dtype=torch.uint8, device=self.device)
-        self.action = torch.zeros((cap, self.action_dim), dtype=torch.float32, device=self.device)
-        self.reward = torch.zeros(cap, dtype=torch.float32, device=self.device)
-        self.terminated = torch.zeros(cap, dtype=torch.bool, device=self.device)
-        # Host-side bookkeeping (absolute slot numbers, never wrapped).
-        self.ep_start = np.zeros(cap, dtype=np.int64)  # absolute index of the slot's episode's first frame
-        self.valid = np.zeros(cap, dtype=bool)  # slot may start an n-step window
-        self._ep_start_t = torch.zeros(cap, dtype=torch.int64, device=self.device)  # device copy (no host sync)
-        self._valid_t = torch.zeros(cap, dtype=torch.bool, device=self.device)
+        self._bind(self._new_storage())
         self._num_valid = 0
         self._written = 0  # frames ever written (absolute index of the next slot)
         self._episode_open = False  # the last written frame ends a step that has not been followed yet
         self._cur_ep_start = 0
         self._discounts = torch.tensor([self.gamma**i for i in range(self.nstep)], device=self.device)
+
+    def _new_storage(self, lead: tuple[int, ...] = ()) -> dict:
+        """Storage tensors and bookkeeping arrays with leading dims ``lead`` (``()`` here; a
+        population's ``(P,)``, see :mod:`rlfunc.replay.population_pixels`)."""
+        cap, dev = (*lead, self.capacity), self.device
+        return {
+            # empty, not zeros: pages are committed only as frames are written (a 1M-frame ring is ~21 GB)
+            "frames": torch.empty((*cap, *self.frame_shape), dtype=torch.uint8, device=dev),
+            "action": torch.zeros((*cap, self.action_dim), dtype=torch.float32, device=dev),
+            "reward": torch.zeros(cap, dtype=torch.float32, device=dev),
+            "terminated": torch.zeros(cap, dtype=torch.bool, device=dev),
+            # Host-side bookkeeping (absolute slot numbers, never wrapped).
+            "ep_start": np.zeros(cap, dtype=np.int64),  # absolute index of the slot's episode's first frame
+            "valid": np.zeros(cap, dtype=bool),  # slot may start an n-step window
+            "ep_start_t": torch.zeros(cap, dtype=torch.int64, device=dev),  # device copy (no host sync)
+            "valid_t": torch.zeros(cap, dtype=torch.bool, device=dev),
+        }
+
+    def _bind(self, st: dict) -> None:
+        """Use ``st`` (from :meth:`_new_storage`, or row views of a population's) as this buffer's storage."""
+        self.frames, self.action, self.reward, self.terminated = st["frames"], st["action"], st["reward"], st["terminated"]
+        self.ep_start, self.valid = st["ep_start"], st["valid"]
+        self._ep_start_t, self._valid_t = st["ep_start_t"], st["valid_t"]
 
     # -- sizes ------------------------------------------------------------------
     def __len__(self) -> int:
@@ -207,35 +220,47 @@ class PixelReplay:
                 return idx
         raise RuntimeError("PixelReplay rejection sampling did not finish; too few valid starts.")
 
-    def _stack(self, g: torch.Tensor) -> torch.Tensor:
-        """Frame stacks ``[B, S * C, H, W]`` of absolute slots ``g [B]``."""
-        ep0 = self._ep_start_t[g % self.capacity]
+    def _stack(self, st: dict, g: torch.Tensor, base) -> torch.Tensor:
+        """Frame stacks ``[B, S * C, H, W]`` of absolute slots ``g [B]`` of the rings starting at
+        row ``base`` (``[B]`` or 0) of the flat storage ``st`` (see :meth:`_gather_flat`)."""
+        ep0 = st["ep_start_t"][base + g % self.capacity]
         back = torch.arange(self.frame_stack - 1, -1, -1, device=self.device)  # S-1 .. 0, oldest first
         slots = torch.maximum(g.unsqueeze(1) - back.unsqueeze(0), ep0.unsqueeze(1)) % self.capacity  # [B, S]
+        if not isinstance(base, int):
+            slots = slots + base.unsqueeze(1)
         # index_select, not frames[slots]: ~5x faster for uint8 images on CPU
-        frames = self.frames.index_select(0, slots.reshape(-1))  # [B * S, C, H, W]
+        frames = st["frames"].index_select(0, slots.reshape(-1))  # [B * S, C, H, W]
         b = g.shape[0]
         return frames.reshape(b, self.frame_stack * self.frame_shape[0], *self.frame_shape[1:])
 
     def gather(self, g: torch.Tensor) -> TensorDict:
         """The batch for absolute start slots ``g [B]`` (see :meth:`sample`)."""
+        st = {"frames": self.frames, "action": self.action, "reward": self.reward, "terminated": self.terminated}
+        return self._gather_flat(dict(st, ep_start_t=self._ep_start_t), g, 0)
+
+    def _gather_flat(self, st: dict, g: torch.Tensor, base) -> TensorDict:
+        """The batch for absolute start slots ``g [B]``, slot ``s`` of row ``i`` read at ``base[i] + s``
+        of the flat storage tensors ``st`` (this buffer's own with ``base = 0``; a population's
+        ``[P * capacity, ...]`` with ``base = k * capacity`` for member ``k``'s rows)."""
         n = self.nstep
         steps = g.unsqueeze(1) + torch.arange(n, device=self.device).unsqueeze(0)  # [B, n]
         ring = steps % self.capacity
-        term = self.terminated[ring].float()  # [B, n]
+        if not isinstance(base, int):
+            ring = ring + base.unsqueeze(1)
+        term = st["terminated"][ring].float()  # [B, n]
         # alive[i]: no termination among steps 0 .. i-1 of the window.
         alive = torch.cumprod(torch.cat([torch.ones_like(term[:, :1]), 1.0 - term[:, :-1]], dim=1), dim=1)
-        reward = (self.reward[ring] * alive * self._discounts).sum(1)
+        reward = (st["reward"][ring] * alive * self._discounts).sum(1)
         discount = self.gamma**n * alive[:, -1] * (1.0 - term[:, -1])
         length = alive.sum(1).to(torch.int64)  # steps up to and including a termination
         next_g = g + length
         return TensorDict(
             {
-                "obs": self._stack(g),
-                "action": self.action[g % self.capacity],
+                "obs": self._stack(st, g, base),
+                "action": st["action"][base + g % self.capacity],
                 "reward": reward,
                 "discount": discount,
-                "next_obs": self._stack(next_g),
+                "next_obs": self._stack(st, next_g, base),
             },
             batch_size=[g.shape[0]],
             device=self.device,
