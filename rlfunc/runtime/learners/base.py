@@ -152,15 +152,33 @@ class TransitionLearner:
         self.state = _fixed_state(self._update, self.state)
 
     # -- acting -------------------------------------------------------------
-    def explore(self, obs: np.ndarray, env_step: int, episode_start: np.ndarray | None = None) -> np.ndarray:
+    # explore = act_outputs(act_fn(params, *act_inputs(...))): the halves around the pure act are
+    # the learner's (its generator, carries, schedules); a population (rlfunc.runtime.population)
+    # calls each member's halves and one vmapped act_fn over the stacked parameters.
+    def act_inputs(self, obs: np.ndarray, env_step: int, episode_start: np.ndarray | None = None):
+        """What :meth:`act_fn` takes after the parameters, drawn from this learner's generator, or the
+        actions themselves (a numpy array) where no network acts (the uniform warm-up)."""
         n = obs.shape[0]
         if env_step < self.train_cfg.learning_starts:
             a = torch.rand((n, self.act_dim), generator=self.generator, device=self.device) * 2.0 - 1.0
-        else:
-            obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
-            noise = torch.randn((n, self.act_dim), generator=self.generator, device=self.device)
-            a = self.algo.act(self.state["params"], obs_t, noise, config=self.config)
-        return a.cpu().numpy()
+            return a.cpu().numpy()
+        obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+        noise = torch.randn((n, self.act_dim), generator=self.generator, device=self.device)
+        return obs_t, noise
+
+    def act_fn(self, params: TensorDict, obs: torch.Tensor, noise: torch.Tensor):
+        """The pure acting call (tensors in, tensors out; vmappable over members)."""
+        return self.algo.act(params, obs, noise, config=self.config)
+
+    def act_outputs(self, out) -> np.ndarray:
+        """The env's actions from :meth:`act_fn`'s result (recurrent learners keep their carry here)."""
+        return out.cpu().numpy()
+
+    def explore(self, obs: np.ndarray, env_step: int, episode_start: np.ndarray | None = None) -> np.ndarray:
+        inputs = self.act_inputs(obs, env_step, episode_start)
+        if isinstance(inputs, np.ndarray):
+            return inputs
+        return self.act_outputs(self.act_fn(self.state["params"], *inputs))
 
     def observe(self, rows: TensorDict) -> None:
         stored = TensorDict(
@@ -183,12 +201,28 @@ class TransitionLearner:
         g, b = self.config.updates_per_step, self.config.batch_size
         return self.replay.sample(g * b, generator=self.generator).reshape(g, b)
 
-    def learn(self) -> TensorDict:
+    # learn = after_update(update(prepare_state(state), *update_inputs())): the halves around the
+    # pure update are the learner's; a population calls each member's halves and one vmapped update.
+    def prepare_state(self, state: TensorDict) -> None:
+        """Write into ``state`` (in place) what the update reads from the runtime (none here)."""
+
+    def update_inputs(self) -> tuple[tuple, Any]:
+        """``(arguments of update after the state, context for after_update)``: the batch and the
+        update's noise, drawn from this learner's replay and generator."""
         batch = self.sample_batch()
         g, b = batch.batch_size
         noise = self.algo.draw_noise(self.config, g, b, self.act_dim, generator=self.generator, device=self.device)
-        self.state, metrics = self._update(self.state, batch, noise)
+        return (batch, noise), None
+
+    def after_update(self, metrics: TensorDict, context: Any) -> TensorDict:
+        """What follows an update (e.g. priorities written back); returns the metrics to log."""
         return metrics
+
+    def learn(self) -> TensorDict:
+        self.prepare_state(self.state)
+        args, context = self.update_inputs()
+        self.state, metrics = self._update(self.state, *args)
+        return self.after_update(metrics, context)
 
     def params_finite(self) -> bool:
         leaves = [v for v in self.state.exclude("config").values(True, True) if v.is_floating_point()]

@@ -96,16 +96,19 @@ class PixelLearner(TransitionLearner):
         if self.device.type == "cuda":
             torch.backends.cudnn.benchmark = True
 
-    def explore(self, obs: np.ndarray, env_step: int, episode_start: np.ndarray | None = None) -> np.ndarray:
+    def act_inputs(self, obs: np.ndarray, env_step: int, episode_start: np.ndarray | None = None):
         self._env_step = int(env_step)
         n = obs.shape[0]
         if env_step < self.train_cfg.learning_starts:
             a = torch.rand((n, self.act_dim), generator=self.generator, device=self.device) * 2.0 - 1.0
-        else:
-            obs_t = torch.as_tensor(obs, device=self.device)
-            noise = torch.randn((n, self.act_dim), generator=self.generator, device=self.device)
-            a = self.algo.act(self.state["params"], obs_t, noise, config=self.config, step=env_step)
-        return a.cpu().numpy()
+            return a.cpu().numpy()
+        obs_t = torch.as_tensor(obs, device=self.device)
+        noise = torch.randn((n, self.act_dim), generator=self.generator, device=self.device)
+        # the agent step as a tensor: sigma's schedule reads it as torch.as_tensor(step) either way
+        return obs_t, noise, torch.tensor(int(env_step), device=self.device)
+
+    def act_fn(self, params, obs: torch.Tensor, noise: torch.Tensor, step: torch.Tensor):
+        return self.algo.act(params, obs, noise, config=self.config, step=step)
 
     def observe(self, rows: TensorDict) -> None:
         for i in range(rows.batch_size[0]):
@@ -128,16 +131,17 @@ class PixelLearner(TransitionLearner):
     def sample_batch(self) -> TensorDict:
         return self.replay.sample(self.config.batch_size, generator=self.generator)
 
-    def learn(self) -> TensorDict:
+    def prepare_state(self, state: TensorDict) -> None:
         # The agent step explore() was called with (learn runs right after it); in place (a fill kernel,
         # no host sync): with train.cuda_graph the state's buffers must not move.
-        self.state["agent_step"].fill_(self._env_step)
+        state["agent_step"].fill_(self._env_step)
+
+    def update_inputs(self):
         batch = self.sample_batch()
         noise = self.algo.draw_noise(
             self.config, batch.batch_size[0], self.act_dim, generator=self.generator, device=self.device
         )
-        self.state, metrics = self._update(self.state, batch, noise)
-        return metrics
+        return (batch, noise), None
 
     def load_state_tensors(self, td: TensorDict) -> None:
         super().load_state_tensors(td)

@@ -26,7 +26,7 @@ class SequenceLearner(TransitionLearner):
     ``initial_carry``, ``carry_to_td`` and ``greedy_action``
     (:mod:`rlfunc.algos.drqn`). Subclasses change the replay
     (:meth:`_make_replay`), the carry and the acting call
-    (:meth:`_carry_before_step`, :meth:`_act`), the exploration rate
+    (:meth:`_carry_before_step`, :meth:`act_fn`), the exploration rate
     (:meth:`_epsilon`) and when and how to learn (:meth:`ready`, :meth:`learn`):
     :class:`R2D2Learner`.
 
@@ -155,10 +155,12 @@ class SequenceLearner(TransitionLearner):
             c = torch.where(start.reshape(-1, 1), 0.0, c)
         return (h, c)
 
-    def _act(self, obs: torch.Tensor, carry, epsilon: torch.Tensor, noise: torch.Tensor):
-        return self.algo.act(self.state["params"], obs, carry, epsilon, noise)
+    def act_fn(self, params: TensorDict, obs: torch.Tensor, carry, epsilon: torch.Tensor, noise: torch.Tensor):
+        return self.algo.act(params, obs, carry, epsilon, noise)
 
-    def explore(self, obs: np.ndarray, env_step: int, episode_start: np.ndarray | None = None) -> np.ndarray:
+    def act_inputs(self, obs: np.ndarray, env_step: int, episode_start: np.ndarray | None = None):
+        """The observations, the carry each env acts from (zeroed at episode starts), its epsilon and
+        the acting noise (no separate warm-up: the schedule starts at ``eps_start``)."""
         n = obs.shape[0]
         self._env_step = int(env_step)
         if n != self.num_envs:
@@ -169,7 +171,11 @@ class SequenceLearner(TransitionLearner):
             start = torch.as_tensor(np.asarray(episode_start, dtype=bool), device=self.device).reshape(n)
         self._carry_before = self._carry_before_step(start)
         noise = self.algo.draw_act_noise(n, generator=self.generator, device=self.device)
-        action, self.carry = self._act(obs_t, self._carry_before, self._epsilon(env_step), noise)
+        epsilon = torch.as_tensor(self._epsilon(env_step), device=self.device)
+        return obs_t, self._carry_before, epsilon, noise
+
+    def act_outputs(self, out) -> np.ndarray:
+        action, self.carry = out
         return action.cpu().numpy()
 
     def observe(self, rows: TensorDict) -> None:
@@ -204,8 +210,10 @@ class SequenceLearner(TransitionLearner):
     def sample_batch(self) -> TensorDict:
         return self.replay.sample(self.config.batch_size, generator=self.generator).select(*self._batch_keys)
 
-    def learn(self) -> TensorDict:
-        self.state, metrics = self._update(self.state, self.sample_batch())
+    def update_inputs(self) -> tuple[tuple, Any]:
+        return (self.sample_batch(),), None
+
+    def after_update(self, metrics: TensorDict, context: Any) -> TensorDict:
         if self._epsilons is None:  # a fixed ladder is not a training curve
             metrics["epsilon"] = self._epsilon(self._env_step)
         return metrics
@@ -308,8 +316,8 @@ class R2D2Learner(SequenceLearner):
     def _carry_before_step(self, start: torch.Tensor | None):
         return self.algo.prepare_carry(self.carry, reset=start)
 
-    def _act(self, obs: torch.Tensor, carry, epsilon: torch.Tensor, noise: torch.Tensor):
-        return self.algo.act(self.state["params"], obs, None, None, carry, epsilon, noise)
+    def act_fn(self, params: TensorDict, obs: torch.Tensor, carry, epsilon: torch.Tensor, noise: torch.Tensor):
+        return self.algo.act(params, obs, None, None, carry, epsilon, noise)
 
     def observe(self, rows: TensorDict) -> None:
         super().observe(rows)
@@ -330,12 +338,15 @@ class R2D2Learner(SequenceLearner):
         allowed = cfg.samples_per_insert * (self.replay.windows_added - start) + cfg.batch_size
         return (self._updates + 1) * cfg.batch_size <= allowed
 
-    def learn(self) -> TensorDict:
+    def update_inputs(self) -> tuple[tuple, Any]:
         sample = self.replay.sample(self.config.batch_size, generator=self.generator)
-        self.state, metrics = self._update(self.state, sample.select(*self._batch_keys))
+        return (sample.select(*self._batch_keys),), sample["window"][0]
+
+    def after_update(self, metrics: TensorDict, context: Any) -> TensorDict:
+        """The update's new priorities written back for the sampled windows (``context``)."""
         self._updates += 1
         priorities = metrics.pop("priorities")
-        self.replay.update_priorities(sample["window"][0], priorities)
+        self.replay.update_priorities(context, priorities)
         metrics["replay_windows"] = torch.tensor(float(len(self.replay)))
         return metrics
 
