@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlfunc.runtime.cli import _parser, main
+from rlfunc.runtime.cli import build_parser, main
 from rlfunc.runtime.packaged import list_configs, resolve_config
 from rlfunc.runtime.registry import ALGOS
 
@@ -137,7 +137,7 @@ def test_every_positional_argument_has_help():
                 for name, sub in action.choices.items():
                     walk(sub, f"{where} {name}")
 
-    walk(_parser(), "rlfunc")
+    walk(build_parser(), "rlfunc")
 
 
 @pytest.mark.slow

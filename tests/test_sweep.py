@@ -229,7 +229,7 @@ def test_resume_of_a_directory_without_a_sweep_and_resume_with_a_new_plan_are_re
 
 
 def test_the_library_and_the_cli_parser_do_not_import_ray():
-    code = ("import sys, rlfunc, rlfunc.runtime.cli as c, rlfunc.scale; c._parser(); "
+    code = ("import sys, rlfunc, rlfunc.runtime.cli as c, rlfunc.scale; c.build_parser(); "
             "import rlfunc.algos, rlfunc.replay, rlfunc.envs, rlfunc.core; "
             "sys.exit(1 if 'ray' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0

@@ -7,7 +7,7 @@ import errno
 import sys
 import traceback
 
-__all__ = ["main"]
+__all__ = ["main", "build_parser", "algo_defaults"]
 
 
 def _int_at_least(minimum: int, what: str):
@@ -41,7 +41,9 @@ def _version() -> str:
         return __version__
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``rlfunc`` argument parser, every subcommand included (``sweep`` from
+    :mod:`rlfunc.scale.cli`); building it runs no command and does not import Ray."""
     p = argparse.ArgumentParser(
         prog="rlfunc", description="Functional RL on PyTorch: train, evaluate, resume, export, plot."
     )
@@ -113,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command. Exit codes: 0 done, 2 bad input (one sentence on stderr, nothing
     trained is lost), 130 interrupted (saved; how to continue is printed), 1 a bug in rlfunc
     (its traceback, and a line saying so)."""
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     try:
         _run(args)
     except KeyboardInterrupt as exc:
@@ -245,9 +247,21 @@ def _list_configs() -> None:
     print(f"({len(configs)} configs in {configs_dir()}; run one with `rlfunc train NAME`)")
 
 
-def _list_algos(name: str | None) -> None:
+def algo_defaults(name: str) -> dict:
+    """What a config of algorithm ``name`` gets when it leaves a key out: ``{"algo": name, "train":
+    {learning_starts, replay_size}, "agent": {every field of the algorithm's Config}}``, as plain YAML
+    values (tuples as lists). ``rlfunc algos NAME`` prints it; the docs' config reference shows it."""
     import dataclasses
 
+    from rlfunc.runtime.registry import get_algo
+
+    entry = get_algo(name)
+    agent = dataclasses.asdict(entry.config_cls(**entry.config_defaults))
+    plain = {k: list(v) if isinstance(v, tuple) else v for k, v in agent.items()}
+    return {"algo": entry.name, "train": dict(entry.train_defaults), "agent": plain}
+
+
+def _list_algos(name: str | None) -> None:
     import yaml
 
     from rlfunc.runtime.packaged import list_configs
@@ -255,8 +269,6 @@ def _list_algos(name: str | None) -> None:
 
     if name is not None:
         entry = get_algo(name)
-        agent = dataclasses.asdict(entry.config_cls(**entry.config_defaults))
-        plain = {k: list(v) if isinstance(v, tuple) else v for k, v in agent.items()}
         print(f"# {entry.name}: {entry.description}")
         learner = entry.learner_cls
         print(f"# every agent default ({entry.module}.{entry.config_cls_name}); a config's agent section overrides them")
@@ -264,11 +276,7 @@ def _list_algos(name: str | None) -> None:
             f"# train.learning_starts counts {learner.learning_starts_unit}, "
             f"train.replay_size counts {learner.replay_size_unit}"
         )
-        train = dict(entry.train_defaults)
-        print(
-            yaml.safe_dump({"algo": entry.name, "train": train, "agent": plain}, sort_keys=False, default_flow_style=None),
-            end="",
-        )
+        print(yaml.safe_dump(algo_defaults(name), sort_keys=False, default_flow_style=None), end="")
         return
     by_algo: dict[str, list[str]] = {}
     for c in list_configs():
