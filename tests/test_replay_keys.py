@@ -49,6 +49,7 @@ BEFORE = {
     "r2d2/cartpole": (250, 20000),
     "r2d2/cartpole_flicker": (250, 20000),
     "r2d2/cartpole_novel": (250, 20000),
+    "r2d2/cartpole_novel_distributed": (250, 20000),
     "r2d2/cue_memory": (100, 5000),
     "redq/ant": (5000, 1000000),
     "redq/hopper": (5000, 1000000),

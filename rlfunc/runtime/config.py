@@ -232,7 +232,8 @@ class DistributedSection:
     parameters every ``param_sync_steps`` of its env steps (the paper: 400) and sends the
     windows it cut then, with their priorities; the learner publishes its parameters every
     ``param_sync_updates`` updates and runs at most ``max_replay_ratio`` updates per inserted
-    env step. ``address``: null starts Ray on this machine; ``auto`` or ``ray://host:port``
+    env step; with ``min_replay_ratio > 0`` no actor starts a new chunk while the learner is
+    below that ratio (Acme's rate limiter blocks inserts the same way). ``address``: null starts Ray on this machine; ``auto`` or ``ray://host:port``
     joins a cluster. ``actor_cpus`` / ``actor_gpus``: Ray resources of one actor;
     ``max_restarts``: how often Ray restarts a dead actor.
     """
@@ -242,6 +243,7 @@ class DistributedSection:
     param_sync_steps: int = 400
     param_sync_updates: int = 10
     max_replay_ratio: float = 0.25
+    min_replay_ratio: float = 0.0  # > 0: hold the actors back while the learner is below it (0: actors never wait)
     address: str | None = None
     actor_cpus: float = 1.0
     actor_gpus: float = 0.0
@@ -254,6 +256,11 @@ class DistributedSection:
         if not (math.isfinite(self.max_replay_ratio) and self.max_replay_ratio > 0):
             raise ConfigError(
                 f"distributed.max_replay_ratio must be a positive number of updates per env step, got {self.max_replay_ratio}."
+            )
+        if not (math.isfinite(self.min_replay_ratio) and 0 <= self.min_replay_ratio <= self.max_replay_ratio):
+            raise ConfigError(
+                f"distributed.min_replay_ratio must be between 0 (off) and distributed.max_replay_ratio="
+                f"{self.max_replay_ratio}, got {self.min_replay_ratio}."
             )
         if not (math.isfinite(self.actor_cpus) and self.actor_cpus > 0):
             raise ConfigError(f"distributed.actor_cpus must be a positive number of CPUs, got {self.actor_cpus}.")

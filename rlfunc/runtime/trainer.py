@@ -668,6 +668,10 @@ def train(
         from rlfunc.runtime import population
 
         return population.train(run_config, run_dir=run_dir)
+    if run_config.distributed is not None:  # R2D2 on Ray actors (rlfunc.scale.distributed; imports Ray lazily)
+        from rlfunc.scale import distributed
+
+        return distributed.train(run_config, run_dir=run_dir, callbacks=callbacks)
     run_dir = Path(run_dir) if run_dir is not None else _new_run_dir(run_config)
     created = prepare_run_dir(run_dir)
     return _start(run_config, run_dir, created, callbacks).run()
@@ -710,6 +714,10 @@ def resume(run_dir: str | Path, total_steps: int | None = None, callbacks: list 
         raise ConfigError(
             f"--total-steps {total_steps} is below the {meta.get('env_step')} env steps the run already has; pass a larger number."
         )
+    if run_config.distributed is not None:  # fresh Ray actors, the learner from the checkpoint
+        from rlfunc.scale import distributed
+
+        return distributed.resume(run_config, run_dir, checkpoint, tensors, meta, callbacks)
     trainer = Trainer(run_config, run_dir, callbacks)
     trainer.restore(checkpoint, tensors, meta)
     return trainer.run(resumed=True)

@@ -1,0 +1,463 @@
+"""Distributed R2D2: actors in Ray actor processes feeding one learner (Kapturowski et al., ICLR 2019).
+
+The paper's layout (after Ape-X, Horgan et al., ICLR 2018): many actors, each with its own env
+and its own fixed epsilon, act with a copy of the network they refresh every 400 env steps,
+cut their experience into overlapping sequences with the recurrent state stored before each,
+compute each sequence's initial priority themselves, and send them to a shared prioritized
+replay; one learner samples it, updates and publishes parameters. Here:
+
+* **actors** (:class:`ActorProcess`, one Ray actor each, ``distributed.actor_cpus`` /
+  ``actor_gpus``): ``distributed.envs_per_actor`` envs each, with their slice of the epsilon
+  ladder over all ``N = actors * envs_per_actor`` envs, ``eps_i = 0.4^(1 + 7 i / (N - 1))``
+  (:func:`actor_epsilon_slice`). They act and cut windows with the single-process learner's own
+  code (:meth:`rlfunc.runtime.learners.SequenceLearner.for_acting`: the same carry handling,
+  stored state, burn-in + length windows every period, into a small outbox
+  :class:`~rlfunc.replay.sequence.SequenceReplay`), on CPU. One call of
+  :meth:`ActorProcess.collect` takes the newest published parameters, steps the envs for
+  ``distributed.param_sync_steps`` env steps (summed over the actor's envs; the paper: 400),
+  and returns the windows it finished with their initial priorities (:func:`window_priorities`:
+  the R2D2 loss's ``0.9 max + 0.1 mean |td|`` from the actor's copy of the online and target
+  networks) -- one chunk. Env ``i`` of the whole set is seeded ``train.seed + i`` and actor 0
+  draws its acting noise from ``train.seed + 1``, as the single-process learner, so one actor
+  produces the single-process run's windows for the same parameters (tested).
+* **learner** (:class:`DistributedTrainer`, in the driver, on ``train.device``): the
+  single-process :class:`~rlfunc.runtime.learners.R2D2Learner` -- the same pure
+  ``r2d2.update`` and prioritized sequence replay -- fed by
+  :meth:`~rlfunc.replay.prioritized.PrioritizedSequenceReplay.add_windows` as chunks arrive
+  (``ray.wait``; each actor keeps two calls queued, so it starts the next chunk at once). It
+  publishes ``{params, target, version}`` with ``ray.put`` every
+  ``distributed.param_sync_updates`` updates, and updates only while ``updates + 1 <=
+  max_replay_ratio * (env steps inserted since the replay first held train.learning_starts
+  windows)``: it never outruns the data, and it never blocks the actors (they run freely; when
+  the learner is slower, the ratio falls below the bound).
+* **counters**: ``env_step`` counts the transitions of the chunks inserted; a chunk is counted
+  once, when it arrives. An actor that dies loses the chunk it was cutting (never counted) and is
+  restarted by Ray (``distributed.max_restarts``) while the learner trains on; its next call
+  goes to the restarted process. The run ends with the first chunk at or past
+  ``train.total_steps`` (calls ask only for the steps still missing, so it ends at most
+  ``envs_per_actor - 1`` steps past it per actor).
+* **checkpoints and resume**: the single-run format (:mod:`rlfunc.runtime.checkpoint`: learner
+  state, replay with priorities, generators, counters) plus this trainer's parameter version and
+  replay-ratio origin. ``rlfunc resume`` continues from the newest checkpoint with *fresh* actors:
+  their envs start new episodes (seeds shifted by the env steps already taken) and windows they
+  had not sent when the run stopped are not in the checkpoint.
+
+Ray is imported lazily (:func:`connect_for`, which reuses :func:`rlfunc.scale.sweep.connect`);
+nothing outside ``rlfunc.scale`` imports this module except the dispatch in
+:func:`rlfunc.runtime.trainer.train` / ``resume`` for configs with a ``distributed`` section.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+
+from rlfunc.core.exploration import actor_epsilons
+from rlfunc.replay.sequence import SequenceReplay
+from rlfunc.runtime.config import ConfigError, RunConfig, to_dict
+from rlfunc.runtime.run_log import Progress
+from rlfunc.runtime.trainer import Trainer, TrainResult, _new_run_dir, _StopRun, prepare_run_dir
+
+__all__ = [
+    "RAY_MISSING",
+    "actor_epsilon_slice",
+    "actor_seeds",
+    "window_priorities",
+    "ActorProcess",
+    "DistributedTrainer",
+    "connect_for",
+    "train",
+    "resume",
+]
+
+RAY_MISSING = 'A distributed run (the config\'s distributed section) needs Ray, which is not installed; install it with pip install -e ".[ray]".'
+
+
+# ----------------------------------------------------------------------------- pure pieces
+
+
+def actor_epsilon_slice(actors: int, envs_per_actor: int, index: int, base: float = 0.4, alpha: float = 7.0) -> torch.Tensor:
+    """Actor ``index``'s ``[envs_per_actor]`` slice of the Ape-X ladder over all ``actors * envs_per_actor`` envs."""
+    eps = actor_epsilons(actors * envs_per_actor, base, alpha)
+    return eps[index * envs_per_actor : (index + 1) * envs_per_actor].clone()
+
+
+def actor_seeds(seed: int, index: int, envs_per_actor: int, start_step: int = 0) -> tuple[int, int]:
+    """``(env seed, acting-noise seed)`` of actor ``index``: its envs are reset with ``env seed + j``
+    (env ``i`` of the whole set with ``seed + i``) and actor 0 draws its noise from ``seed + 1``, as
+    the single-process learner with the same envs does. Fresh actors of a resumed run shift both by
+    ``start_step`` (the env steps already taken) so they do not replay the first episodes."""
+    return seed + index * envs_per_actor + start_step, seed + 1 + 1_000_003 * index + start_step
+
+
+def window_priorities(algo, published: TensorDict, agent_config, windows: TensorDict) -> torch.Tensor:
+    """Initial priorities ``[k]`` of windows a :meth:`~rlfunc.replay.sequence.SequenceReplay.drain` handed
+    out, from the actor's copy of the online and target networks (``published["params"]``,
+    ``published["target"]``): the loss's ``priority_eta max_t |td_t| + (1 - eta) mean_t |td_t|`` over each
+    window's valid trained steps (R2D2, eta = 0.9; Ape-X actors compute priorities themselves)."""
+    k = windows.batch_size[0]
+    if k == 0:
+        return torch.zeros(0)
+    batch = windows["steps"].transpose(0, 1)  # [T, k], time-major as the replay samples
+    if "init_carry" in windows.keys():
+        batch["init_carry"] = windows["init_carry"].expand(batch.batch_size[0], k)
+    with torch.no_grad():
+        _, aux = algo.loss(published["params"], published["target"], agent_config, batch)
+    return aux["priorities"]
+
+
+def _actor_env(config: RunConfig, n: int):
+    """The actor's envs: one env for ``n == 1``, else a vector env (as the single-process trainer builds them)."""
+    from rlfunc.envs import build_wrappers, make_env, make_vector_env
+
+    wrappers = build_wrappers(config.env.wrappers)
+    if n == 1:
+        return make_env(config.env.id, kwargs=config.env.kwargs, wrappers=wrappers)
+    return make_vector_env(config.env.id, n, kwargs=config.env.kwargs, wrappers=wrappers)
+
+
+# ----------------------------------------------------------------------------- the actor
+
+
+class ActorProcess:
+    """One R2D2 actor (a Ray actor: ``ray.remote(ActorProcess)``; usable in-process too).
+
+    ``raw_config``: the run's resolved config (:func:`~rlfunc.runtime.config.to_dict`); ``index``: which
+    actor (its epsilons and seeds); ``start_step``: the env steps the run already has (a resumed run's
+    fresh actors draw other episodes).
+    """
+
+    def __init__(self, raw_config: dict, index: int, start_step: int = 0) -> None:
+        from rlfunc.envs import env_spaces
+        from rlfunc.runtime.collector import Collector
+        from rlfunc.runtime.config import build_config
+        from rlfunc.runtime.perf import set_threads
+        from rlfunc.runtime.registry import get_algo
+
+        config = build_config(raw_config, resolved=True)
+        d = config.distributed
+        set_threads(max(1, int(d.actor_cpus)))
+        # Actors act on CPU with an eager network; the learner keeps train.device/compile.
+        config = dataclasses.replace(config, train=dataclasses.replace(config.train, device="cpu", compile=False, cuda_graph=False))
+        self.config, self.index = config, int(index)
+        self.entry = get_algo(config.algo)
+        n = d.envs_per_actor
+        self.env = _actor_env(config, n)
+        obs_space, act_space = env_spaces(self.env)
+        env_seed, noise_seed = actor_seeds(config.train.seed, self.index, n, int(start_step))
+        self.restarted = _restarted()
+        if self.restarted:  # Ray restarted this process: other episodes and noise than its first life
+            env_seed, noise_seed = env_seed + 7_919 * os.getpid(), noise_seed + 7_919 * os.getpid()
+        cut = self.entry.algo.replay_kwargs(config.agent, 1)
+        # At most one window per transition, and a call collects < param_sync_steps + n transitions.
+        self.outbox = SequenceReplay(d.param_sync_steps + n, cut["sequence_length"], n, period=cut["period"])
+        self.epsilons = actor_epsilon_slice(d.actors, n, self.index, config.agent.epsilon_base, config.agent.epsilon_alpha)
+        self.acting = self.entry.learner_cls.for_acting(
+            self.entry, config, obs_space, act_space, replay=self.outbox, epsilons=self.epsilons, seed=noise_seed
+        )
+        self.collector = Collector(self.env, seed=env_seed)
+        self.collector.reset(seed=env_seed)
+        self.env_steps = 0
+
+    def info(self) -> dict[str, Any]:
+        """Where this actor runs and what it explores with."""
+        return {"index": self.index, "pid": os.getpid(), "host": platform.node(), "restarted": self.restarted,
+                "epsilons": self.epsilons.tolist()}
+
+    def collect(self, published: TensorDict, env_steps: int) -> dict[str, Any]:
+        """Act with ``published`` (``params``, ``target``, ``version``) until ``env_steps`` transitions were
+        collected; return the windows finished meanwhile (:meth:`SequenceReplay.drain`) with their initial
+        priorities, the transitions collected, the returns of the episodes that ended, and the version."""
+        self.acting.state = TensorDict({"params": published["params"]}, batch_size=[])
+        steps, returns = 0, []
+        while steps < env_steps:
+            actions = self.acting.explore(self.collector.obs, self.env_steps, episode_start=self.collector.episode_start)
+            rows, finished = self.collector.step(actions)
+            self.acting.observe(rows)
+            steps += rows.batch_size[0]
+            self.env_steps += rows.batch_size[0]
+            returns.extend(r for _, r, _ in finished)
+        windows = self.outbox.drain()
+        return {
+            "windows": windows,
+            "priorities": window_priorities(self.entry.algo, published, self.config.agent, windows),
+            "env_steps": steps,
+            "returns": returns,
+            "version": int(published["version"]),
+            "actor": self.index,
+            "pid": os.getpid(),
+        }
+
+
+def _restarted() -> bool:
+    try:
+        import ray
+
+        return bool(ray.get_runtime_context().was_current_actor_reconstructed)
+    except Exception:  # not in a Ray actor (in-process use)
+        return False
+
+
+# ----------------------------------------------------------------------------- the learner
+
+
+class DistributedTrainer(Trainer):
+    """The single-run :class:`~rlfunc.runtime.trainer.Trainer` (logs, evaluation, checkpoints, crash saves,
+    callbacks) with its collect-and-learn loop replaced by Ray actors and a learner fed by their chunks
+    (module docstring). ``chunks`` records ``(actor, version, env_steps, windows, pid)`` of every chunk
+    inserted; ``actor_failures`` counts calls lost to dead actors."""
+
+    def __init__(self, config: RunConfig, run_dir: Path, callbacks: list | None, ray) -> None:
+        super().__init__(config, run_dir, callbacks)
+        self.ray = ray
+        self.version = 0  # learner updates behind the newest published parameters
+        self.ratio_from: int | None = None  # env step at which the replay first held train.learning_starts windows
+        self.chunks: list[tuple[int, int, int, int, int]] = []
+        self.actor_failures = 0
+        self.actors: list = []
+        self.loop_stats: dict[str, float] = {}
+        self._published = None
+
+    # -- checkpoints ----------------------------------------------------------------
+    def _extra_meta(self) -> dict[str, Any]:
+        return {"distributed": {"param_version": self.version, "ratio_from": self.ratio_from,
+                                "chunks": len(self.chunks), "actor_failures": self.actor_failures}}
+
+    def restore(self, checkpoint: Path, tensors, meta: dict[str, Any]) -> None:
+        super().restore(checkpoint, tensors, meta)
+        saved = meta.get("distributed") or {}
+        self.version = int(saved.get("param_version", self.learner_calls))
+        self.ratio_from = saved.get("ratio_from")
+
+    # -- actors ---------------------------------------------------------------------
+    def _publish(self) -> None:
+        """``ray.put`` the learner's online and target parameters (on CPU) with their version."""
+        state = self.learner.state
+        td = TensorDict({"params": state["params"], "target": state["target"]}, batch_size=[]).to("cpu").clone()
+        self.version = self.learner_calls
+        td["version"] = torch.tensor(self.version)
+        self._published = self.ray.put(td)
+
+    def _start_actors(self) -> list:
+        d = self.config.distributed
+        cls = self.ray.remote(ActorProcess)
+        raw = to_dict(self.config)
+        return [
+            cls.options(num_cpus=d.actor_cpus, num_gpus=d.actor_gpus, max_restarts=d.max_restarts, max_task_retries=0)
+            .remote(raw, k, self.env_step)
+            for k in range(d.actors)
+        ]
+
+    def actor_pids(self) -> list[int]:
+        """Process ids of the running actors (one ``info`` call each)."""
+        return [info["pid"] for info in self.ray.get([a.info.remote() for a in self.actors])]
+
+    # -- learning -------------------------------------------------------------------
+    def _may_update(self) -> bool:
+        """The replay holds ``train.learning_starts`` windows and one more update keeps the replay ratio at
+        most ``distributed.max_replay_ratio`` updates per env step inserted since then."""
+        if len(self.learner.replay) < max(self.config.train.learning_starts, 1):
+            return False
+        if self.ratio_from is None:
+            self.ratio_from = self.env_step
+        return self.learner_calls + 1 <= self.config.distributed.max_replay_ratio * (self.env_step - self.ratio_from)
+
+    def _behind(self, env_steps: int) -> bool:
+        """With ``distributed.min_replay_ratio``: the learner would fall below it if the replay took in
+        ``env_steps`` (the steps inserted and asked for); actors are held back then."""
+        low = self.config.distributed.min_replay_ratio
+        if low <= 0 or self.ratio_from is None:
+            return False
+        return self.learner_calls + 1 <= low * (env_steps - self.ratio_from - self.config.distributed.param_sync_steps)
+
+    def replay_ratio(self) -> float:
+        """Updates per env step inserted since learning could start (0 before)."""
+        steps = self.env_step - (self.ratio_from if self.ratio_from is not None else self.env_step)
+        return self.learner_calls / steps if steps > 0 else 0.0
+
+    def _loop(self, progress: Progress, last_eval: float | None) -> float | None:
+        cfg, d, ray = self.config.train, self.config.distributed, self.ray
+        inflight: dict[Any, tuple[int, int]] = {}  # call -> (actor, env steps asked)
+        failures = [0] * d.actors
+        state = {"recent": [], "window_t": time.monotonic(), "window_steps": 0, "metrics": None, "last_eval": last_eval}
+
+        held: list[int] = []  # actors waiting for the learner (distributed.min_replay_ratio)
+
+        def submit(k: int) -> None:
+            queued = sum(a for _, a in inflight.values())
+            asked = min(d.param_sync_steps, cfg.total_steps - self.env_step - queued)
+            if asked <= 0:
+                return
+            if self._behind(self.env_step + queued + asked):
+                held.append(k)
+                return
+            inflight[self.actors[k].collect.remote(self._published, asked)] = (k, asked)
+
+        self._publish()
+        self.actors = self._start_actors()
+        t0, first = time.monotonic(), None
+        try:
+            for _ in range(2):  # two calls queued per actor: it starts the next chunk at once
+                for k in range(d.actors):
+                    submit(k)
+            while self.env_step < cfg.total_steps and (inflight or held):
+                self._check_finite()
+                for k in [held.pop(0) for _ in range(len(held))]:
+                    submit(k)
+                may = self._may_update()
+                if not inflight and not may:
+                    raise RuntimeError("Distributed R2D2: every actor waits for the learner and the learner for data.")
+                calls = list(inflight)
+                ready, _ = ray.wait(calls, num_returns=1, timeout=0 if may else 1.0)
+                if ready:
+                    ready, _ = ray.wait(calls, num_returns=len(calls), timeout=0)
+                for ref in ready:
+                    k, _asked = inflight.pop(ref)
+                    try:
+                        chunk = ray.get(ref)
+                    except ray.exceptions.RayActorError as exc:
+                        # The actor died: what it was cutting is lost (never counted); Ray restarts it.
+                        failures[k] += 1
+                        self.actor_failures += 1
+                        if failures[k] > d.max_restarts + 1:
+                            raise RuntimeError(
+                                f"Distributed actor {k} died {failures[k]} times (distributed.max_restarts="
+                                f"{d.max_restarts}): {' '.join(str(exc).split())[:200]}"
+                            ) from None
+                        print(f"rlfunc: actor {k} died; Ray restarts it and the learner trains on", file=sys.stderr)
+                        submit(k)
+                        continue
+                    if first is None:
+                        first = (time.monotonic(), self.env_step)
+                    self._insert(chunk, progress, state)
+                    if self.env_step >= cfg.total_steps:
+                        break
+                    submit(k)
+                if may and self.env_step < cfg.total_steps:
+                    state["metrics"] = self._learn_one()
+        finally:
+            end = time.monotonic()
+            self.loop_stats = {
+                "wall_s": end - t0,
+                "steady_wall_s": end - first[0] if first else 0.0,
+                "steady_env_steps": self.env_step - first[1] if first else 0,
+                "env_steps": self.env_step,
+                "updates": self.learner_calls,
+                "replay_ratio": self.replay_ratio(),
+            }
+            for actor in self.actors:
+                ray.kill(actor, no_restart=True)
+        return state["last_eval"]
+
+    def _learn_one(self) -> TensorDict:
+        metrics = self._learn()
+        if self.learner_calls % self.config.distributed.param_sync_updates == 0:
+            self._publish()
+        metrics["param_version"] = torch.tensor(float(self.version))
+        metrics["replay_ratio"] = torch.tensor(self.replay_ratio())
+        return metrics
+
+    def _insert(self, chunk: dict[str, Any], progress: Progress, state: dict[str, Any]) -> None:
+        """Store one chunk's windows with their priorities, count its env steps and episodes, then log,
+        evaluate and checkpoint at the thresholds it crossed (as the single-run loop does per env step)."""
+        cfg = self.config.train
+        self.learner.replay.add_windows(chunk["windows"], chunk["priorities"])
+        prev = self.env_step
+        self.env_step += int(chunk["env_steps"])
+        self.collector.episodes += len(chunk["returns"])
+        state["recent"].extend(chunk["returns"])
+        state["window_steps"] += int(chunk["env_steps"])
+        self.chunks.append((chunk["actor"], chunk["version"], int(chunk["env_steps"]), chunk["windows"].batch_size[0], chunk["pid"]))
+        reason = self._ask("on_step")
+        if self.env_step // cfg.log_every > prev // cfg.log_every or reason:
+            self._check_finite()
+            now = time.monotonic()
+            steps_per_s = state["window_steps"] / max(now - state["window_t"], 1e-9)
+            state["window_t"], state["window_steps"] = now, 0
+            self._log(state["metrics"], steps_per_s, state["recent"], reason or "")
+            state["recent"] = state["recent"][-10:]
+        if reason:
+            raise _StopRun(reason)
+        if self.env_step // cfg.eval_every > prev // cfg.eval_every:
+            self._check_finite()
+            state["last_eval"] = self.evaluate()
+        if self.env_step // cfg.checkpoint_every > prev // cfg.checkpoint_every:
+            self._check_finite()
+            self._save_or_continue()
+        progress.update(self.env_step, state["last_eval"])
+
+
+# ----------------------------------------------------------------------------- entry points
+
+
+def connect_for(config: RunConfig):
+    """Ray for a distributed run (:func:`rlfunc.scale.sweep.connect`: a local loopback Ray without
+    ``distributed.address``, else that cluster); returns ``(ray, started_here)``. One sentence, before
+    training, when Ray is missing, the address cannot be reached, or the actors ask for more CPUs or
+    GPUs than the cluster has."""
+    from rlfunc.scale.sweep import _token_mode_for, connect
+
+    d = config.distributed
+    _token_mode_for(d.address)
+    if importlib.util.find_spec("ray") is None:
+        raise ConfigError(RAY_MISSING)
+    try:
+        ray, started = connect(d.address)
+    except ConfigError as exc:
+        raise ConfigError(str(exc).replace("--address", "distributed.address")) from None
+    resources = ray.cluster_resources()
+    for what, per, have in (("CPU", d.actor_cpus, resources.get("CPU", 0.0)), ("GPU", d.actor_gpus, resources.get("GPU", 0.0))):
+        need = d.actors * per
+        if need > have + 1e-9:
+            if started:
+                ray.shutdown()
+            key = f"distributed.actor_{what.lower()}s"
+            raise ConfigError(
+                f"distributed.actors={d.actors} x {key}={per:g} ask for {need:g} {what}s but the Ray cluster has "
+                f"{have:g}; lower distributed.actors or {key}, or add nodes to the cluster."
+            )
+    return ray, started
+
+
+def train(run_config: RunConfig, run_dir: str | Path | None = None, callbacks: list | None = None) -> TrainResult:
+    """Train ``run_config`` (with a ``distributed`` section) on Ray actors into ``run_dir`` (see the module docstring)."""
+    run_dir = Path(run_dir) if run_dir is not None else _new_run_dir(run_config)
+    ray, started = connect_for(run_config)
+    try:
+        created = prepare_run_dir(run_dir)
+        try:
+            trainer = DistributedTrainer(run_config, run_dir, callbacks, ray)
+        except BaseException:
+            if created and run_dir.is_dir() and not any(run_dir.iterdir()):
+                run_dir.rmdir()
+            raise
+        return trainer.run()
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def resume(run_config: RunConfig, run_dir: Path, checkpoint: Path, tensors, meta: dict, callbacks: list | None = None) -> TrainResult:
+    """Continue a distributed run from its verified newest checkpoint with fresh actors (module docstring)."""
+    ray, started = connect_for(run_config)
+    try:
+        trainer = DistributedTrainer(run_config, run_dir, callbacks, ray)
+        trainer.restore(checkpoint, tensors, meta)
+        print(
+            f"rlfunc: resuming from {Path(checkpoint).name} with {run_config.distributed.actors} fresh actors "
+            "(new episodes; windows the old actors had not sent are not in the checkpoint)",
+            file=sys.stderr,
+        )
+        return trainer.run(resumed=True)
+    finally:
+        if started:
+            ray.shutdown()
