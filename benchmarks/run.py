@@ -1225,6 +1225,11 @@ from benchmarks import population_bench as _population_bench  # noqa: E402
 
 _population_bench.register(sys.modules[__name__])
 
+# locomotion-data: D4RL-style prior data for RLPD on MuJoCo, made locally, benchmarks/locomotion_data.py
+from benchmarks import locomotion_data as _locomotion_data  # noqa: E402
+
+_locomotion_data.register(sys.modules[__name__])
+
 # population-replay: one population replay sample vs P single replays' samples, benchmarks/population_replay_bench.py
 from benchmarks import population_replay_bench as _population_replay_bench  # noqa: E402
 

@@ -1,0 +1,68 @@
+"""benchmarks/locomotion_data.py (#26): the pieces that turn ``rlfunc dataset collect`` outputs into
+D4RL-style datasets -- mixtures, cut episodes, complete-episode returns, the medium checkpoint, and
+the Minari copy that reads back equal to its ``.npz``. The data agent's training is ``rlfunc train``
+(tested elsewhere); here the collections use a uniform policy on Hopper-v5 (mujoco extra)."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("mujoco", reason="needs the mujoco extra: pip install -e '.[mujoco]'")
+
+from benchmarks import locomotion_data as ld  # noqa: E402
+from rlfunc.runtime.dataset import collect  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory):
+    root = tmp_path_factory.mktemp("loco")
+    paths = []
+    for seed, steps in ((0, 150), (1, 120)):
+        out = collect(root / f"p{seed}.npz", env_id="Hopper-v5", policy="random", steps=steps, seed=seed)
+        paths.append(Path(out["path"]))
+        ld.cut_last_row(paths[-1])
+    return paths
+
+
+def test_cut_rows_and_mixtures(parts, tmp_path):
+    first = ld._load(parts[0])
+    assert first["terminals"][-1] or first["timeouts"][-1], "a collection that stops mid-episode ends in a cut"
+    mixed = ld._load(ld.concatenate(parts, tmp_path / "mix.npz", "two parts"))
+    n0 = len(first["rewards"])
+    assert len(mixed["rewards"]) == 270 and str(mixed["policy"]) == "two parts"
+    assert mixed["terminals"][n0 - 1] or mixed["timeouts"][n0 - 1]
+    np.testing.assert_array_equal(mixed["observations"][n0:], ld._load(parts[1])["observations"])
+    assert not (mixed["terminals"] & mixed["timeouts"]).any()
+
+
+def test_episode_returns_keep_complete_episodes_only():
+    d = {"rewards": np.ones(10, np.float32), "terminals": np.zeros(10, bool), "timeouts": np.zeros(10, bool)}
+    d["terminals"][3] = True  # episode of 4 steps, terminated
+    d["timeouts"][6] = True  # 3 steps, then a timeout: the time limit when limit=3, a cut when it is 1000
+    d["timeouts"][9] = True  # likewise
+    assert ld.episode_returns(d, limit=3).tolist() == [4.0, 3.0, 3.0]
+    assert ld.episode_returns(d, limit=1000).tolist() == [4.0], "timeouts before the limit are cuts"
+
+
+def test_medium_is_the_checkpoint_nearest_a_third_of_the_expert(tmp_path):
+    run = tmp_path / "agent"
+    (run / "checkpoints").mkdir(parents=True)
+    returns = {5000: 10.0, 10000: 300.0, 15000: 900.0, 20000: 1500.0, 25000: 3000.0}
+    (run / "eval.csv").write_text("step,time_s,mean_return,std_return,episodes,stop_reason\n" + "".join(
+        f"{s},1,{r},0,10,\n" for s, r in returns.items()))
+    for s in returns:
+        (run / "checkpoints" / f"step_{s:09d}").mkdir()
+    medium, expert, evals = ld.pick_checkpoints(run, 25000, 1 / 3)
+    assert (medium, expert) == (15000, 25000) and evals[25000] == 3000.0
+    with pytest.raises(SystemExit, match="needs evaluations and checkpoints"):
+        ld.pick_checkpoints(run, 30000, 1 / 3)
+
+
+def test_minari_copy_reads_back_equal(parts, tmp_path, monkeypatch):
+    pytest.importorskip("minari")
+    pytest.importorskip("h5py")
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path))  # write_minari sets it; restored after the test
+    info = ld.write_minari(parts[0], "rlfunc/test-hopper-v0", tmp_path / "store", "Hopper-v5")
+    assert info["transitions"] == len(ld._load(parts[0])["rewards"]) and len(info["sha256"]) == 64
+    assert (tmp_path / "store" / "rlfunc" / "test-hopper-v0" / "data" / "metadata.json").is_file()
