@@ -6,7 +6,9 @@
 #   4. tests/test_gpu_path.py;
 #   5. DrQ-v2 on DMC cartpole_balance with the official settings, 3 seeds x 100k frames, on CUDA
 #      with the update replayed as a CUDA graph, one process per seed sharing the card;
-#   6. if time is left: the peers training-loop and replay tasks, then REDQ's compiled (+cudagraph) update.
+#   6. if time is left: the peers training-loop and replay tasks, then REDQ's compiled (+cudagraph) update;
+#   MuJoCo learning stages (#26), only when named in STAGES, each one call of <= 9 minutes that continues
+#   across calls (module text below, "MuJoCo stages"): redq_hopper, redq_population, rlpd_data, rlpd_hopper.
 # Usage: benchmarks/gpu_checks.sh OUT_DIR [SECONDS]   (SECONDS: the whole budget, default 540)
 #   STAGES="card update peers tests drqv2 extra" (default: all) picks stages, e.g. STAGES="card drqv2" to
 #   give a whole lease to DrQ-v2; DRQV2_SEEDS (default 3) and DRQV2_FIRST_SEED (default 0) split its
@@ -137,5 +139,172 @@ if want extra && [ "$(left)" -gt 90 ]; then
     timeout $(($(left) - 15)) $PY benchmarks/run.py update --algo redq --device cuda --threads 1 --repeats 3 \
         --window-s 0.3 --out "$OUT/update_redq_compiled.json" --note "gpu_checks.sh: compiled variants" 2>&1 \
         | tee "$OUT/update_redq_compiled.log" | tail -20
+fi
+
+# ------------------------------------------------------------------ MuJoCo stages (#26)
+# Each trains for what is left of the budget, then stops the run with SIGTERM (the trainer saves a
+# checkpoint), writes its learn JSON (+ PNG) to OUT_DIR and packs its work folder (run directory +
+# calls.jsonl, one line per call: date, card, torch, command, exit code) as NAME.tgz.part-NN files
+# of <= 15 MiB in OUT_DIR. The next call continues it with `rlfunc resume` when those parts are in
+# CARRY (default .gpu_carry, a folder of the checkout that .git/info/exclude ignores, named in the
+# device tool's `carry`): copy the returned parts there before the call. Stages, one per call:
+#   redq_hopper      REDQ configs/redq/hopper.yaml (paper settings) on cuda, compiled + CUDA graph,
+#                    to 125k env steps (two calls at ~180 steps/s) -> learn_redq_hopper_gpu.json
+#   redq_population  the same config, seeds POP_SEEDS (0-9) as one population in one process
+#                    (compiled; populations refuse cuda_graph) -> learn_redq_hopper_population.json;
+#                    its checkpoint holds 10 replays, so it is packed only while it fits (PACK_MB)
+#   rlpd_data        the locomotion datasets made on the machine's CPU (benchmarks/run.py
+#                    locomotion-data, the same command as the committed locomotion_data_hopper.json)
+#                    -> locomotion_data_hopper_gpu.json + locomotion_data.tgz.part-NN (skip it by
+#                    carrying hopper-medium.npz in CARRY: 2.8 MB, check its SHA-256 against the JSON)
+#   rlpd_hopper      RLPD configs/rlpd/hopper.yaml on CARRY/hopper-medium.npz, seeds RLPD_SEEDS (0-2)
+#                    as one population -> learn_rlpd_hopper_gpu.json, merged with REDQ from scratch
+#                    (CARRY/learn_redq_hopper_population.json, or this call's) at the same online steps
+# TINY=1 is a CPU dry run of these stages (tiny agents, TINY_STEPS env steps, no compile; MIN_STAGE_S=10
+# lets a short budget start them) to check the shell logic: pack, carry, resume, JSON.
+# The device machine lacks tensordict, gymnasium and mujoco: `bash benchmarks/gpu_wheels.sh` here puts
+# their wheels in .whl/, carried with the call and installed below into /tmp/site.
+CARRY=${CARRY:-.gpu_carry}
+WORK=${GPU_WORK:-/tmp/gpu_checks_work}
+RLFUNC=($PY -m rlfunc.runtime.cli)  # the `rlfunc` command, from this checkout
+PACK_MB=${PACK_MB:-24}  # 64 MiB carry - ~6 MB checkout - ~31 MB wheels - ~3 MB data
+if ls .whl/*.whl >/dev/null 2>&1 && [ "${TINY:-0}" != 1 ]; then
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} && echo "installed $(ls .whl | wc -l) wheels from .whl into /tmp/site"
+fi
+POP_SEEDS=${POP_SEEDS:-0-9}
+RLPD_SEEDS=${RLPD_SEEDS:-0-2}
+DATA=${RLPD_DATA:-$CARRY/hopper-medium.npz}
+mkdir -p "$WORK"
+if [ "${TINY:-0}" = 1 ]; then
+    DEV=cpu
+    ACCEL=(--set train.threads=1)
+    POP_ACCEL=(--set train.threads=1)
+    SIZE=(--set agent.hidden_sizes=[16,16] --set agent.batch_size=16 --set agent.num_critics=3 --set agent.updates_per_step=2
+          --set train.total_steps=${TINY_STEPS:-400} --set train.learning_starts=100 --set train.eval_every=100
+          --set train.eval_episodes=1 --set train.checkpoint_every=100)
+    DATA_ARGS=(--agent-steps 15000 --steps 2000 --random-steps 500)
+else
+    DEV=cuda
+    ACCEL=(--set train.device=cuda --set train.compile=true --set train.cuda_graph=true)
+    POP_ACCEL=(--set train.device=cuda --set train.compile=true)
+    SIZE=()
+    DATA_ARGS=(--agent-steps 30000)
+fi
+COMMON=(--set train.keep_checkpoints=1 --set train.progress=false --set train.tensorboard=false)
+
+unpack() {  # NAME: the work folder from CARRY's NAME.tgz.part-NN, unless this machine has it already
+    if [ ! -d "$WORK/$1" ] && ls "$CARRY/$1.tgz.part-"* >/dev/null 2>&1; then
+        cat "$CARRY/$1.tgz.part-"* | tar xzf - -C "$WORK" && echo "unpacked $1 from $CARRY"
+    fi
+}
+pack() {  # NAME: OUT/NAME.tgz.part-NN (<= 15 MiB each) when the folder packs under PACK_MB
+    tar czf "$WORK/$1.tgz" -C "$WORK" "$1"
+    local mb=$(( $(stat -c %s "$WORK/$1.tgz") / 1048576 ))
+    if [ "$mb" -le "$PACK_MB" ]; then
+        split -b 15m -d "$WORK/$1.tgz" "$OUT/$1.tgz.part-" && echo "packed $1: $mb MiB in $(ls "$OUT/$1.tgz.part-"* | wc -l) part(s)"
+    else
+        echo "not packed: $1 is $mb MiB, over PACK_MB=$PACK_MB (what a later call can carry beside the wheels); it cannot continue in a later call"
+    fi
+    rm -f "$WORK/$1.tgz"
+}
+train_or_resume() {  # NAME CONFIG SEEDS(-|0-9) ARGS...: train (first call) or resume (later calls) until the budget
+    local name=$1 config=$2 seeds=$3; shift 3
+    local run="$WORK/$name/run" limit=$(( $(left) - 75 ))
+    local cmd
+    mkdir -p "$WORK/$name"
+    if [ -f "$run/config.yaml" ]; then
+        cmd=("${RLFUNC[@]}" resume "$run")
+    else
+        cmd=("${RLFUNC[@]}" train "$config" --run-dir "$run" "$@")
+        [ "$seeds" != - ] && cmd+=(--seeds "$seeds")
+    fi
+    if [ "$limit" -lt "${MIN_STAGE_S:-60}" ]; then echo "$name: under ${MIN_STAGE_S:-60} s left, not started"; return 1; fi
+    stage "$name: ${cmd[*]} (stopped with SIGTERM after $limit s; it saves)"
+    timeout -k 60 -s TERM "$limit" "${cmd[@]}" > "$OUT/$name.log" 2>&1
+    local rc=$?
+    tail -5 "$OUT/$name.log"
+    $PY - "$WORK/$name/calls.jsonl" "$rc" "$limit" "${cmd[@]}" <<'PYEOF'
+import datetime, json, shlex, sys, torch
+path, rc, limit, cmd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
+card = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none (cpu)"
+line = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "card": card,
+        "torch": torch.__version__, "command": shlex.join(cmd), "limit_s": limit, "exit_code": rc,
+        "stopped_by_budget": rc in (124, 137, 143)}
+open(path, "a").write(json.dumps(line) + "\n")
+PYEOF
+}
+record() {  # NAME JSON LABEL [RUN_DIRS...]: learn-collect the run directories, then add machine and calls
+    local name=$1 json=$2 label=$3; shift 3
+    $PY benchmarks/run.py learn-collect "$@" --out "$json" --label "$label" \
+        --note "gpu_checks.sh stage $name: trained in one or more calls of <= 9 minutes, each continuing the last through rlfunc resume; 'calls' lists them" \
+        > "$OUT/$name.collect.log" 2>&1 || { tail -3 "$OUT/$name.collect.log"; return; }
+    $PY - "$json" "$WORK/$name/calls.jsonl" "$DEV" <<'PYEOF'
+import json, sys
+sys.path.insert(0, ".")
+import torch
+from benchmarks.run import machine_info
+path, calls, dev = sys.argv[1], sys.argv[2], sys.argv[3]
+result = json.load(open(path))
+machine = machine_info(torch.device(dev if torch.cuda.is_available() else "cpu"), allocator_tuned=False)
+result = {"machine": machine, "calls": [json.loads(l) for l in open(calls)], **result}
+json.dump(result, open(path, "w"), indent=2)
+print(f"{path}: " + ", ".join(f"{r['algo']} s{r['seed']} {r['final_return']:.0f} @ {r['env_steps']}" for r in result["runs"]))
+PYEOF
+}
+
+if want redq_hopper; then
+    unpack redq_hopper
+    train_or_resume redq_hopper configs/redq/hopper.yaml - "${ACCEL[@]}" "${COMMON[@]}" "${SIZE[@]}" && {
+        record redq_hopper "$OUT/learn_redq_hopper_gpu.json" redq "$WORK/redq_hopper/run"
+        pack redq_hopper; }
+fi
+
+if want redq_population; then
+    unpack redq_population
+    train_or_resume redq_population configs/redq/hopper.yaml "$POP_SEEDS" "${POP_ACCEL[@]}" "${COMMON[@]}" "${SIZE[@]}" && {
+        record redq_population "$OUT/learn_redq_hopper_population.json" redq "$WORK/redq_population/run"/member-*
+        pack redq_population; }
+fi
+
+if want rlpd_data; then
+    stage "rlpd_data: benchmarks/run.py locomotion-data --env hopper ${DATA_ARGS[*]} on this machine's CPU"
+    unpack locomotion_data
+    OMP_NUM_THREADS=1 timeout -k 60 -s TERM $(( $(left) - 60 )) $PY benchmarks/run.py locomotion-data --env hopper \
+        --root "$WORK/locomotion_data" "${DATA_ARGS[@]}" --out "$OUT/locomotion_data_hopper_gpu.json" \
+        > "$OUT/rlpd_data.log" 2>&1
+    tail -8 "$OUT/rlpd_data.log"
+    cp "$WORK/locomotion_data/hopper-medium.npz" "$OUT/" 2>/dev/null
+    [ -f "$OUT/hopper-medium.npz" ] || pack locomotion_data  # cut off: carry the agent run to continue it
+fi
+
+if want rlpd_hopper; then
+    [ -f "$DATA" ] || DATA="$WORK/locomotion_data/hopper-medium.npz"
+    if [ ! -f "$DATA" ]; then
+        echo "rlpd_hopper: no prior data: copy hopper-medium.npz (benchmarks/run.py locomotion-data) into $CARRY, or run STAGES=rlpd_data first"
+        DATA=""
+    else
+        sha256sum "$DATA"
+        unpack rlpd_hopper
+        train_or_resume rlpd_hopper configs/rlpd/hopper.yaml "$RLPD_SEEDS" --set "data.path=$(realpath "$DATA")" \
+            "${POP_ACCEL[@]}" "${COMMON[@]}" "${SIZE[@]}" || DATA=""
+    fi
+    if [ -n "$DATA" ]; then
+        record rlpd_hopper "$WORK/learn_rlpd_hopper_gpu_rlpd.json" rlpd "$WORK/rlpd_hopper/run"/member-*
+        REDQ_JSON=""
+        for f in "$OUT/learn_redq_hopper_population.json" "$CARRY/learn_redq_hopper_population.json"; do
+            [ -f "$f" ] && { REDQ_JSON=$f; break; }
+        done
+        if [ -n "$REDQ_JSON" ]; then
+            $PY benchmarks/run.py learn-merge "$WORK/learn_rlpd_hopper_gpu_rlpd.json" "$REDQ_JSON" \
+                --out "$OUT/learn_rlpd_hopper_gpu.json" --title "Hopper-v5: RLPD on local medium data vs REDQ from scratch" \
+                --note "RLPD (prior data: $(sha256sum "$DATA" | cut -c1-16)...) vs REDQ from scratch; compare at the same online env steps" \
+                2>&1 | tail -6
+        else
+            cp "$WORK/learn_rlpd_hopper_gpu_rlpd.json" "$OUT/learn_rlpd_hopper_gpu.json"
+            echo "rlpd_hopper: no REDQ population JSON in $OUT or $CARRY yet: learn_rlpd_hopper_gpu.json holds RLPD alone"
+        fi
+        pack rlpd_hopper
+    fi
 fi
 stage "done"
