@@ -32,6 +32,11 @@ stage() { echo "== [$(($(date +%s) - T0)) s] $*"; }
 export PYTHONUNBUFFERED=1 OMP_WAIT_POLICY=PASSIVE
 PY=${PYTHON:-python3}
 STAGES=${STAGES:-card update peers tests drqv2 extra}
+# Wheels carried in .whl/ (benchmarks/gpu_wheels.sh: what the device image lacks) go into /tmp/site first.
+if ls .whl/*.whl >/dev/null 2>&1 && [ "${TINY:-0}" != 1 ]; then
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} && echo "installed $(ls .whl | wc -l) wheels from .whl into /tmp/site"
+fi
 SEEDS=${DRQV2_SEEDS:-3}
 FIRST_SEED=${DRQV2_FIRST_SEED:-0}
 EVAL_EVERY=${DRQV2_EVAL_EVERY:-25000}
@@ -163,15 +168,11 @@ fi
 # TINY=1 is a CPU dry run of these stages (tiny agents, TINY_STEPS env steps, no compile; MIN_STAGE_S=10
 # lets a short budget start them) to check the shell logic: pack, carry, resume, JSON.
 # The device machine lacks tensordict, gymnasium and mujoco: `bash benchmarks/gpu_wheels.sh` here puts
-# their wheels in .whl/, carried with the call and installed below into /tmp/site.
+# their wheels in .whl/, carried with the call and installed at the top into /tmp/site.
 CARRY=${CARRY:-.gpu_carry}
 WORK=${GPU_WORK:-/tmp/gpu_checks_work}
 RLFUNC=($PY -m rlfunc.runtime.cli)  # the `rlfunc` command, from this checkout
 PACK_MB=${PACK_MB:-24}  # 64 MiB carry - ~6 MB checkout - ~31 MB wheels - ~3 MB data
-if ls .whl/*.whl >/dev/null 2>&1 && [ "${TINY:-0}" != 1 ]; then
-    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-        && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} && echo "installed $(ls .whl | wc -l) wheels from .whl into /tmp/site"
-fi
 POP_SEEDS=${POP_SEEDS:-0-9}
 RLPD_SEEDS=${RLPD_SEEDS:-0-2}
 DATA=${RLPD_DATA:-$CARRY/hopper-medium.npz}
