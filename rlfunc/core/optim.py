@@ -30,10 +30,16 @@ as arrays that ``vmap`` can batch -- with the rate kept next to the other
 settings in the state rather than in the optimizer state. Absent, nothing
 changes: the float path runs.
 
-Under a ``torch.func`` transform (``torch.vmap`` over a population's stacked
-states) :meth:`Adam.step` runs the out-of-place arithmetic that the compiled
-path runs, because the fused kernel has no batching rule (it mutates its
-inputs); the numbers agree with the fused kernel to float rounding.
+Under ``torch.vmap`` (a population's stacked states) :meth:`Adam.step` still
+runs the fused kernel, through :func:`fused_adam` -- a functional custom op whose
+batching rule gives the kernel every member's slice of the stacked ``[P, ...]``
+buffers (one call for all members; one per member where the rate is per member)
+-- because the kernel itself has no batching rule (it mutates its inputs), and
+the out-of-place arithmetic it would otherwise fall back to streams every
+parameter through memory about ten times: on one CPU thread that was a quarter of a
+REDQ population's update (``benchmarks/run.py population``). Under other
+``torch.func`` transforms, and when compiling, the out-of-place arithmetic runs
+(inductor fuses it).
 
 Learning-rate schedules (:class:`Schedule`, built from the config-level
 :class:`LRSchedule`): ``constant``, ``linear`` and ``cosine`` decay, each with
@@ -62,6 +68,7 @@ __all__ = [
     "SCHEDULE_KINDS",
     "Schedule",
     "clip_by_global_norm",
+    "fused_adam",
     "global_norm",
     "last_lr",
     "linear_schedule",
@@ -198,7 +205,25 @@ class Adam:
         step = opt_state["step"] + 1
         keys = list(params.keys(include_nested=True, leaves_only=True))
         compiling = torch.compiler.is_compiling()
-        if compiling or _under_functorch():
+        if not compiling and _under_vmap_only():
+            # A population, eagerly: the fused kernel on every member's slice (fused_adam).
+            flat = fused_adam(
+                [params[k] for k in keys],
+                [grads[k] for k in keys],
+                [opt_state["exp_avg"][k] for k in keys],
+                [opt_state["exp_avg_sq"][k] for k in keys],
+                step,
+                lr if isinstance(lr, torch.Tensor) else None,
+                0.0 if isinstance(lr, torch.Tensor) else float(lr),
+                beta1, beta2, self.eps, self.weight_decay, self.decoupled,
+            )
+            n = len(keys)
+            new_params = params.empty(recurse=True)
+            new_m = opt_state["exp_avg"].empty(recurse=True)
+            new_v = opt_state["exp_avg_sq"].empty(recurse=True)
+            for i, k in enumerate(keys):
+                new_params[k], new_m[k], new_v[k] = flat[i], flat[n + i], flat[2 * n + i]
+        elif compiling or _under_functorch():
             # Traced: plain out-of-place math, which inductor fuses into one
             # kernel per tensor (the fused aten kernel mutates in place and
             # does not functionalize). Under torch.func transforms (vmap over
@@ -236,27 +261,112 @@ class Adam:
             g_list = [grads[k].contiguous() for k in keys]
             m_list = [new_m[k] for k in keys]
             v_list = [new_v[k] for k in keys]
-            if self.weight_decay != 0.0 and self.decoupled:
-                torch._foreach_mul_(p_list, 1.0 - lr * self.weight_decay)
-            torch._fused_adam_(
-                p_list,
-                g_list,
-                m_list,
-                v_list,
-                [],
-                [step] * len(p_list),
-                lr=lr,
-                beta1=beta1,
-                beta2=beta2,
-                weight_decay=0.0 if self.decoupled else self.weight_decay,
-                eps=self.eps,
-                amsgrad=False,
-                maximize=False,
-            )
+            _fused_adam_inplace(p_list, g_list, m_list, v_list, [step] * len(p_list), lr, beta1, beta2, self.eps,
+                                self.weight_decay, self.decoupled)
         new_state = TensorDict(
             {"step": step, "exp_avg": new_m, "exp_avg_sq": new_v}, batch_size=[], device=opt_state.device
         )
         return new_params, new_state
+
+
+
+def _fused_adam_inplace(p_list, g_list, m_list, v_list, steps, lr, beta1, beta2, eps, weight_decay, decoupled) -> None:
+    """PyTorch's fused Adam kernel on dense buffers, in place (the eager single-run step)."""
+    if weight_decay != 0.0 and decoupled:
+        torch._foreach_mul_(p_list, 1.0 - lr * weight_decay)
+    torch._fused_adam_(
+        p_list,
+        g_list,
+        m_list,
+        v_list,
+        [],
+        steps,
+        lr=lr,
+        beta1=beta1,
+        beta2=beta2,
+        weight_decay=0.0 if decoupled else weight_decay,
+        eps=eps,
+        amsgrad=False,
+        maximize=False,
+    )
+
+
+@torch.library.custom_op("rlfunc::fused_adam", mutates_args=())
+def fused_adam(
+    params: list[torch.Tensor],
+    grads: list[torch.Tensor],
+    exp_avg: list[torch.Tensor],
+    exp_avg_sq: list[torch.Tensor],
+    step: torch.Tensor,
+    lr_tensor: torch.Tensor | None,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float,
+    decoupled: bool,
+) -> list[torch.Tensor]:
+    """One functional Adam step by PyTorch's fused kernel: new parameters, first and second
+    moments, as one list ``params' + exp_avg' + exp_avg_sq'``; the inputs are not modified.
+    ``step`` is the step count after this step; the rate is ``lr_tensor`` (a 0-dim tensor)
+    when given, else ``lr``. Its batching rule (:func:`_fused_adam_vmap`) makes it usable
+    under ``torch.vmap``, which the kernel itself is not."""
+    dense = lambda t: t.clone(memory_format=torch.contiguous_format)  # noqa: E731
+    p_list, m_list, v_list = [dense(t) for t in params], [dense(t) for t in exp_avg], [dense(t) for t in exp_avg_sq]
+    _fused_adam_inplace(p_list, [g.contiguous() for g in grads], m_list, v_list, [step] * len(p_list),
+                        lr if lr_tensor is None else lr_tensor, beta1, beta2, eps, weight_decay, decoupled)
+    return p_list + m_list + v_list
+
+
+@fused_adam.register_fake
+def _(params, grads, exp_avg, exp_avg_sq, step, lr_tensor, lr, beta1, beta2, eps, weight_decay, decoupled):
+    return [torch.empty_like(t, memory_format=torch.contiguous_format) for t in (*params, *exp_avg, *exp_avg_sq)]
+
+
+def _fused_adam_vmap(info, in_dims, params, grads, exp_avg, exp_avg_sq, step, lr_tensor, lr, beta1, beta2, eps,
+                     weight_decay, decoupled):
+    """Batching rule of :func:`fused_adam`: every buffer laid out ``[P, ...]`` and dense, then the
+    fused kernel updates each member's slice in place (a dense row-major view), with that member's
+    step count -- one kernel call over all members' tensors, or one per member when the rate is
+    per member (the kernel takes one rate per call). Same arithmetic as each member's own step."""
+    P = info.batch_size
+
+    def batched(t, d):
+        t = t.expand(P, *t.shape) if d is None else t.movedim(d, 0)
+        return t.clone(memory_format=torch.contiguous_format)
+
+    p_list = [batched(t, d) for t, d in zip(params, in_dims[0])]
+    g_list = [(t.expand(P, *t.shape) if d is None else t.movedim(d, 0)).contiguous() for t, d in zip(grads, in_dims[1])]
+    m_list = [batched(t, d) for t, d in zip(exp_avg, in_dims[2])]
+    v_list = [batched(t, d) for t, d in zip(exp_avg_sq, in_dims[3])]
+    steps = step.expand(P) if in_dims[4] is None else step.movedim(in_dims[4], 0)
+    member = lambda ts, k: [t[k] for t in ts]  # noqa: E731
+    if lr_tensor is not None and in_dims[5] is not None:  # a rate per member: one call each
+        rates = lr_tensor.movedim(in_dims[5], 0)
+        for k in range(P):
+            _fused_adam_inplace(member(p_list, k), member(g_list, k), member(m_list, k), member(v_list, k),
+                                [steps[k]] * len(p_list), rates[k], beta1, beta2, eps, weight_decay, decoupled)
+    else:
+        rate = lr if lr_tensor is None else lr_tensor
+        _fused_adam_inplace(
+            [p[k] for k in range(P) for p in p_list], [g[k] for k in range(P) for g in g_list],
+            [m[k] for k in range(P) for m in m_list], [v[k] for k in range(P) for v in v_list],
+            [steps[k] for k in range(P) for _ in p_list], rate, beta1, beta2, eps, weight_decay, decoupled,
+        )
+    out = p_list + m_list + v_list
+    return out, [0] * len(out)
+
+
+fused_adam.register_vmap(_fused_adam_vmap)
+
+
+def _under_vmap_only() -> bool:
+    """True inside ``torch.vmap`` (any number of nested vmaps) and no other ``torch.func`` transform."""
+    interpreter = torch._C._functorch.peek_interpreter_stack()
+    if interpreter is None:
+        return False
+    vmap = torch._C._functorch.TransformType.Vmap
+    return all(level.key() == vmap for level in torch._functorch.pyfunctorch.retrieve_all_functorch_interpreters())
 
 
 def _under_functorch() -> bool:
