@@ -42,15 +42,15 @@ loudly instead of silently sharing or splitting a stream. A member's numbers
 are then those of a single run with its generator, whatever ``P``.
 
 Numerics. Eagerly, a single update uses PyTorch's fused Adam kernel and one
-``_foreach_lerp`` for the target networks; neither has a batching rule, so
-under ``torch.vmap`` :class:`rlfunc.core.optim.Adam` runs its out-of-place
-arithmetic (the one ``torch.compile`` traces, with the fused kernel's float64
-bias corrections) and :func:`rlfunc.core.targets.polyak` one ``torch.lerp``
-per leaf. The polyak step is the same arithmetic (bit-identical on CPU); the
-Adam step agrees with the fused kernel to the last bit or so, and batched
-matrix products sum in another order than single ones. So a member matches
-its single run to float tolerance, not bit for bit: after 50 updates of the
-tiny test problems the largest difference is ~2e-6 of a tensor's scale.
+``_foreach_lerp`` for the target networks. Under ``torch.vmap``
+:class:`rlfunc.core.optim.Adam` runs the same fused kernel on each member's
+slice of the stacked buffers (:func:`rlfunc.core.optim.fused_adam`, a custom op
+with a batching rule), and :func:`rlfunc.core.targets.polyak` one
+``torch.lerp`` per leaf (the same arithmetic, bit-identical on CPU); compiled,
+Adam is the traced out-of-place arithmetic. Batched matrix products sum in
+another order than single ones, so a member matches its single run to float
+tolerance, not bit for bit: after 50 updates of the tiny test problems the
+largest difference is ~2e-6 of a tensor's scale.
 Settings held as tensors (``hparams``) also round differently from the Python
 floats of a ``Config`` (e.g. ``gamma`` times a float32 tensor); a state
 without ``hparams`` runs exactly the float code a single run always ran.
@@ -133,7 +133,7 @@ def _algo_module(config):
 
 
 def hparam_names(config) -> tuple[str, ...]:
-    """The :class:`Config` fields the algorithm of ``config`` reads from ``state["hparams"]``
+    """The ``Config`` fields the algorithm of ``config`` reads from ``state["hparams"]``
     (its module's ``HPARAMS``; ``()`` for a config whose module declares none)."""
     return tuple(getattr(_algo_module(config), "HPARAMS", ()))
 
