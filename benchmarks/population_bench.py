@@ -54,7 +54,7 @@ def _population(members: int, quick: bool, where: Path):
         for k, c in enumerate(pt.collectors):
             rows, _ = c.step(actions[k])
             pt.observe(k, rows)
-        pt.env_step += 1
+            pt.env_steps[k] += 1
         if learn:
             learn_only()
 

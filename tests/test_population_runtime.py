@@ -118,12 +118,10 @@ def test_cli_seeds_grid_and_resume(tmp_path, capsys):
 @pytest.mark.parametrize(
     "argv, text",
     [
-        (["--seeds", "0-1"], "drqn is not batched yet"),
         (["--seeds", "0-1", "--set", "data.pretrain_steps=2"], "does not support data.pretrain_steps"),
         (["--seeds", "0-1", "--grid", "agent.hidden_sizes=[8],[16]"], "agent.hidden_sizes is not a setting redq takes as data"),
         (["--seeds", "3-1"], "--seeds '3-1': the range '3-1' runs backwards"),
         (["--seeds", "0,0"], "names seed 0 twice"),
-        (["--seeds", "0-1", "--set", "env.num_envs=2"], "needs env.num_envs=1"),
         (["--seeds", "0-1", "--set", "train.stop_at_return=0"], "does not support stopping rules"),
         pytest.param(
             ["--seeds", "0-1", "--set", "train.wandb={mode: offline}"], "does not support train.wandb",
@@ -134,9 +132,7 @@ def test_cli_seeds_grid_and_resume(tmp_path, capsys):
 )
 def test_refusals_are_one_sentence(tmp_path, capsys, argv, text):
     config = BASE
-    if "drqn" in text:
-        config = {"algo": "drqn", "env": {"id": "CartPole-v1"}, "train": {"total_steps": 2000}}
-    elif "pretrain" in text:
+    if "pretrain" in text:
         config = {"algo": "rlpd", "env": {"id": "Pendulum-v1"}, "data": {"path": str(DATA)}, "train": {"total_steps": 10000}}
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump(config))
@@ -216,10 +212,10 @@ def test_ctrl_c_saves_every_member_and_resume_continues(tmp_path, monkeypatch):
 
     learn = pr.PopulationTrainer.learn
 
-    def interrupted(self):
+    def interrupted(self, ready=None):
         if self.env_step == 180:
             raise KeyboardInterrupt
-        return learn(self)
+        return learn(self, ready)
 
     monkeypatch.setattr(pr.PopulationTrainer, "learn", interrupted)
     config = {**BASE, "train": {**BASE["train"], "total_steps": 250, "checkpoint_every": 1000}}

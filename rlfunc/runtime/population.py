@@ -1,63 +1,96 @@
-"""Training a population: many seeds and settings of one transition learner in one process.
+"""Training a population: many seeds and settings of one learner in one process.
 
 Issue #24 and DESIGN.md, "Populations and scale-out": a population is ``P``
 independent learners whose states are stacked on a leading member dimension
 and updated by one vmapped update (:func:`rlfunc.core.population.vmap_update`
 of the algorithm's pure ``update``, compiled with ``torch.compile(fullgraph=True)``
 when ``train.compile``). This is PureJaxRL's recipe (``jax.vmap`` over whole
-training states, Lu et al. 2022, "Discovered Policy Optimisation") applied to an
-off-policy learner with replay. Members share no data and no gradients:
+training states, Lu et al. 2022, "Discovered Policy Optimisation") applied to
+off-policy learners with replay. Members share no data and no gradients.
 
-* member ``k`` has its own seed and settings (its own resolved config), its own
-  algorithm state (``init`` with its seed), its own generator (seeded ``seed + 1``
-  as :class:`~rlfunc.runtime.learners.TransitionLearner` seeds it) for
-  exploration, replay indices and update noise, drawn in the single run's order
-  (:func:`rlfunc.core.population.draw_per_member`);
-* its own replay, one row of a :class:`rlfunc.replay.population.PopulationReplay`
-  (storage ``[P, capacity, ...]``, per-member counters, one gather per update);
-* its own env and evaluation env, seeded from its seed exactly as a single run
-  seeds them (:class:`~rlfunc.runtime.collector.Collector`, evaluation episodes
-  from ``seed + 10000``);
-* its own ``member-<k>/`` directory with ``config.yaml`` (its resolved settings:
-  its seed and grid values, no ``train.population``), ``metrics.csv`` and
-  ``eval.csv``, so ``rlfunc plot`` reads it as a run, and its policy as a
-  weights-only checkpoint (:func:`rlfunc.runtime.api.export`'s format) in
-  ``member-<k>/checkpoints/`` (``rlfunc.load`` / ``rlfunc eval``), best
-  evaluation in ``member-<k>/best/`` with ``train.keep_best``.
+Written once for every learner. Member ``k`` *is* its single run's learner
+(:mod:`rlfunc.runtime.learners`, built from member ``k``'s resolved config) without
+its algorithm state, which lives in the stacked population state. The learner keeps
+everything else its single run keeps -- its generator (seeded ``seed + 1``), its
+replay (uniform, RLPD's mixed sampler over the shared prior dataset, DrQ-v2's
+frame-stack replay, DRQN/DQN's sequence replay, R2D2's prioritized one), its
+recurrent carries, exploration schedule or epsilon ladder, counters -- and runs
+the halves of its single-run ``explore`` and ``learn`` around the pure calls:
+``act_inputs`` / ``act_outputs`` around one vmapped ``act_fn`` over the stacked
+parameters, ``prepare_state`` / ``update_inputs`` / ``after_update`` (R2D2's
+priorities written back, its rate limiter's count) around one vmapped update. So
+a member draws its exploration noise, replay indices and update noise from its own
+generator in its single run's order, cuts and prioritizes windows with its single
+run's code, and nothing here repeats a learner's logic.
 
-One training checkpoint for the whole population lives in the run directory's
-``checkpoints/`` (the verified format of :mod:`rlfunc.runtime.checkpoint`);
-:func:`resume` continues every member from it.
+Steps, per member as in its single run. Each member steps its own env (a vector
+env of ``env.num_envs`` copies, seeded from its seed as its single run seeds them;
+evaluation episodes from ``seed + 10000``) and counts its own env steps: a vector
+env's autoreset step stores fewer rows, so members' counts can differ by a few
+steps while the run goes on. The loop runs in rounds (one vmapped act, every
+member's env step, then one sub-step per stored row, as the single run's loop
+counts them); at each sub-step the members whose learner is ``ready`` learn
+together. A member that is not ready keeps its state unchanged (its row of the
+vmapped update is computed on another member's inputs and dropped), so learners
+whose readiness differs across members (R2D2's samples-per-insert limiter, rows
+skipped by autoreset) stay exact. DrQ-v2 learns between acting and stepping the
+env, as its single run (``learns_before_env_step``). Each member logs and
+evaluates when its own env step crosses ``log_every`` / ``eval_every``; the one
+population checkpoint is written after a round in which the most advanced member
+crossed ``checkpoint_every``, so with ``env.num_envs > 1`` a resumed population
+continues from a slightly different point than a single run would (with one env
+per member, at an episode boundary, it continues exactly).
 
-Acting is the vmapped ``act`` over the stacked parameters. So a member computes
-what the single run with its seed and settings computes, up to float rounding,
-not bit for bit: vmapped Adam is the unfused arithmetic, batched matrix products
-sum in another order, and settings held as tensors round differently from Python
-floats (:mod:`rlfunc.core.population`, "Numerics"); tests/test_population_runtime.py
-measures the end-to-end difference of evaluation returns.
+Replays are the members' own single replays: ``P`` gathers and one ``torch.stack``
+per update, not the one gather of issue #24 §5 -- the batched replays
+(:mod:`rlfunc.replay.population`, ``population_sequence``, ``population_pixels``)
+sample every member at once, which the masked update (some members not ready,
+whose generators must not advance) and RLPD's draw order (prior rows first) do not
+fit yet.
+
+Files. Each member has its own ``member-<k>/`` directory with ``config.yaml`` (its
+resolved settings: its seed and grid values, no ``train.population``),
+``metrics.csv`` and ``eval.csv`` (``frames`` as well for action-repeated envs), so
+``rlfunc plot`` reads it as a run, its policy as a weights-only checkpoint
+(:func:`rlfunc.runtime.api.export`'s format) in ``member-<k>/checkpoints/``
+(``rlfunc.load`` / ``rlfunc eval``), best evaluation in ``member-<k>/best/`` with
+``train.keep_best``, and TensorBoard events. One training checkpoint for the whole
+population lives in the run directory's ``checkpoints/`` (the verified format of
+:mod:`rlfunc.runtime.checkpoint`: the stacked state and each member's learner
+tensors -- replay, generator); :func:`resume` continues every member from it, each
+learner doing what its single run's resume does (sequence learners close open
+episodes and zero their carries).
+
+Numerics. A member computes what the single run with its seed and settings
+computes, up to float rounding, not bit for bit: vmapped Adam is the unfused
+arithmetic, batched matrix products sum in another order, and settings held as
+tensors round differently from Python floats (:mod:`rlfunc.core.population`,
+"Numerics"). tests/test_population_runtime.py and tests/test_population_learners.py
+measure it end to end: every evaluation return equal to 1e-6 relative and final
+weights to 1e-5 of each tensor's scale (measured ~1e-6) for REDQ (one env and two),
+SAC, RLPD, DRQN, DQN, R2D2 and DrQ-v2.
 
 Speed. On one CPU thread at REDQ's shape (N=10, G=20, 256x256, batch 256) a
 population is not faster than its members run one after the other in the same
 process: 0.89x (P=1), 0.92x (P=2), 0.96x (P=4) of their total throughput
-(``python benchmarks/run.py population``, benchmarks/results/population_redq.json).
+(``python benchmarks/run.py population``, benchmarks/results/population_redq.json,
+measured with the earlier one-gather replay).
 Each member's update is already compute-bound there (~480 ms per env step either
 way), so batching the matrix products saves nothing, while the vmapped update
 pays Adam's unfused arithmetic and vmap's overhead. The gain #24 expects is on a
 GPU, where one member's update leaves the card latency-bound and mostly idle.
 
-Scope of this stage: REDQ, SAC and RLPD (:class:`TransitionLearner`,
-:class:`~rlfunc.runtime.learners.PriorDataLearner`) with ``env.num_envs == 1``
-(each member then stores exactly one transition per step, so all members are
-ready to learn at the same step and update in lock step). RLPD's prior dataset
-is loaded once and shared read-only: every mini-batch of member ``k`` holds its
-prior rows (drawn first, from its generator, as
-:class:`~rlfunc.replay.offline.MixedSampler` draws them) and then its online
-rows; checkpoints record the dataset's SHA-256 and resume refuses a changed
-file. DrQ-v2, DRQN, DQN and R2D2 are refused in one sentence (their learners are
-not batched over members yet: frame stacks, sequence and prioritized replays),
-as are RLPD's ``data.pretrain_steps``, stopping rules, ``train.cuda_graph``,
-``train.checkpoint_replay=false`` and ``train.wandb``. TensorBoard events are
-written per member, in ``member-<k>/``.
+Scope. Every algorithm of the registry: REDQ, SAC, RLPD (the prior dataset loaded
+once and shared read-only; checkpoints record its SHA-256 and resume refuses a
+changed file), DRQN, DQN, R2D2 and DrQ-v2, with any ``env.num_envs`` their single
+runs take. Refused in one sentence before training, because the population loop
+does not implement them yet: RLPD's ``data.pretrain_steps`` (a prior-only phase
+before the first online update), stopping rules (a rule would stop one member of
+a run all members share), ``train.cuda_graph`` (the vmapped update is not
+captured), ``train.checkpoint_replay=false`` (the refill after resume is not
+counted per member) and ``train.wandb`` (one W&B run per member is not opened);
+grid keys that are not settings the algorithm takes as data (a population shares
+its shapes), and callbacks.
 """
 
 from __future__ import annotations
@@ -90,15 +123,8 @@ __all__ = [
     "is_population_run",
 ]
 
-SUPPORTED = ("redq", "sac", "rlpd")
-"""Algorithms a population trains in this version."""
-
-_NOT_YET = {
-    "drqv2": "its pixel frame-stack replay",
-    "drqn": "its sequence replay",
-    "dqn": "its sequence replay",
-    "r2d2": "its prioritized sequence replay",
-}
+SUPPORTED = ("redq", "sac", "rlpd", "drqn", "dqn", "r2d2", "drqv2")
+"""Algorithms a population trains in this version (every algorithm of the registry)."""
 
 
 def check_spec(spec: Any, seed: int = 0) -> None:
@@ -155,15 +181,9 @@ def supports(run_config) -> str | None:
     train = run_config.train
     algo = run_config.algo
     if algo not in SUPPORTED:
-        why = _NOT_YET.get(algo, "its learner")
         return (
-            f"train.population: {algo} is not batched yet ({why} is not batched over members); populations train "
-            f"{', '.join(s.upper() for s in SUPPORTED[:-1])} and {SUPPORTED[-1].upper()} in this version, so run {algo}'s seeds as separate runs."
-        )
-    if run_config.env.num_envs != 1:
-        return (
-            f"train.population needs env.num_envs=1 in this version (got {run_config.env.num_envs}): members step in lock "
-            "step, which vector envs' autoreset steps would break; use env.num_envs=1."
+            f"train.population: {algo} is not batched over members; populations train "
+            f"{', '.join(SUPPORTED[:-1])} and {SUPPORTED[-1]}, so run {algo}'s seeds as separate runs."
         )
     refusals = {
         "cuda_graph": "train.cuda_graph",
@@ -248,6 +268,27 @@ def is_population_run(run_dir: str | Path) -> bool:
     return (Path(run_dir) / "member-0").is_dir()
 
 
+def _stack(items: list) -> Any:
+    """Member inputs (tensors, TensorDicts, tuples and named tuples of them) stacked on a new dim 0."""
+    first = items[0]
+    if first is None:
+        return None
+    if isinstance(first, tuple):
+        parts = [_stack([it[i] for it in items]) for i in range(len(first))]
+        return type(first)(*parts) if hasattr(first, "_fields") else tuple(parts)
+    return torch.stack(list(items))
+
+
+def _index(tree: Any, k: int) -> Any:
+    """Member ``k``'s part of a stacked result (:func:`_stack`'s inverse for one member)."""
+    if tree is None:
+        return None
+    if isinstance(tree, tuple):
+        parts = [_index(t, k) for t in tree]
+        return type(tree)(*parts) if hasattr(tree, "_fields") else tuple(parts)
+    return tree[k]
+
+
 class PopulationTrainer:
     """Holds a population run's imperative state; :meth:`run` trains every member to ``total_steps``.
 
@@ -256,18 +297,22 @@ class PopulationTrainer:
     training: the config (:func:`member_specs`), the memory for ``P`` replays, and
     :func:`rlfunc.core.population.stack` of the members' initial states (members whose
     configs differ in anything not held as data).
+
+    Member ``k`` is its single run's learner (``self.learners[k]``: its replay, generator,
+    carries and counters) without its state, which lives stacked in ``self.state``; the
+    learner's halves around the pure calls (``act_inputs``/``act_outputs``,
+    ``prepare_state``/``update_inputs``/``after_update``) run per member, the pure ``act``
+    and ``update`` once, vmapped over members.
     """
 
     def __init__(self, config, run_dir: Path) -> None:
         from rlfunc.core import population
         from rlfunc.envs import env_spaces
-        from rlfunc.replay.population import PopulationReplay
         from rlfunc.runtime.collector import Collector
-        from rlfunc.runtime.learners.base import _generator
         from rlfunc.runtime.memory import Need, require_memory
         from rlfunc.runtime.perf import set_threads, tune_allocator
         from rlfunc.runtime.registry import get_algo
-        from rlfunc.runtime.trainer import _make_envs
+        from rlfunc.runtime.trainer import _frames_per_step, _make_envs
 
         self.config = config
         self.run_dir = Path(run_dir)
@@ -284,20 +329,24 @@ class PopulationTrainer:
         envs = [_make_envs(m.config) for m in self.members]
         self.envs = [e for e, _, _ in envs]
         self.eval_envs = [e for _, e, _ in envs]
+        self.frames_per_step = _frames_per_step(self.envs[0])
         obs_space, act_space = env_spaces(self.envs[0])
-        # Each member's learner: its config (REDQ's env-dependent target entropy resolved), its
-        # initial state from its seed, its generator (seed + 1); the replay is the population's.
+        p = len(self.members)
+        probe = self.entry.learner_cls.__new__(self.entry.learner_cls)  # the replay's size, before any is allocated
+        probe._bind(self.entry, self.members[0].config, obs_space, act_space)
+        probe.num_envs = int(config.env.num_envs)
+        one = probe._replay_need()
+        require_memory(
+            [Need(f"{one.subject} for each of {p} members", p * one.nbytes, one.what, f"{one.fix} or the population's size")],
+            self.device,
+        )
+        # Each member's learner, as its single run builds it: its config (REDQ's env-dependent target
+        # entropy resolved), its initial state from its seed, its replay, its generator (seed + 1).
         self.learners = []
         for m, (_, _, native) in zip(self.members, envs):
             learner = self.entry.make_learner(m.config, obs_space, act_space)
             learner.native_action_space = native
             self.learners.append(learner)
-        p = len(self.members)
-        one = self.learners[0]._replay_need()
-        require_memory(
-            [Need(f"{one.subject} for each of {p} members", p * one.nbytes, one.what, f"{one.fix} or the population's size")],
-            self.device,
-        )
         try:
             self.state = population.stack([lr.state for lr in self.learners])
         except ValueError as exc:
@@ -305,31 +354,29 @@ class PopulationTrainer:
         self.agent = self.learners[0].config
         # RLPD: one prior dataset, shared read-only by every member (each member draws its own rows from it).
         self.dataset = getattr(self.learners[0], "dataset", None)
-        self.offline_rows = 0
         if self.dataset is not None:
             for lr in self.learners[1:]:
                 lr.dataset = lr.sampler.dataset = self.dataset
-            self.offline_rows = self.learners[0].sampler.offline_rows(self.agent.batch_size)
-        self.act_dim = self.learners[0].act_dim
-        self.generators = [_generator(self.device, m.seed + 1) for m in self.members]
         for lr in self.learners:  # each member's state now lives in the population's
             lr.state = None
-        self.replay = PopulationReplay(p, cfg.replay_size, device=self.device)
         update = population.vmap_update(self.algo.update)
         self._update = torch.compile(update, fullgraph=True) if cfg.compile else update
-        agent = self.agent
-        self._act = torch.vmap(lambda params, obs, noise: self.algo.act(params, obs, noise, config=agent), randomness="error")
+        self._act = torch.vmap(self.learners[0].act_fn, randomness="error")
+        self.learns_before_env_step = bool(getattr(self.learners[0], "learns_before_env_step", False))
         self.collectors = [Collector(env, seed=m.seed) for env, m in zip(self.envs, self.members)]
         self.gradient_steps_per_call = int(getattr(config.agent, "updates_per_step", 1))
-        self.env_step = 0
-        self.learner_calls = 0
+        self.env_steps = [0] * p
+        self.learner_calls = [0] * p
         self.evals: list[list[tuple[int, float]]] = [[] for _ in self.members]
         self.ckpt_dir = self.run_dir / "checkpoints"
         self._best = [-math.inf] * p
+        self._last_metrics: list = [None] * p
         self._prior_wall = 0.0
-        self._saved: int | None = None
-        self._unchecked: list[tuple[int, list, torch.Tensor]] = []
+        self._saved: tuple[int, ...] | None = None
+        self._unchecked: list[tuple[list[int], list, torch.Tensor]] = []
         self._tensorboard: list = []
+        self._learning = False
+        self._progress = None
         self._t0 = time.monotonic()
 
     # -- members ---------------------------------------------------------------------------
@@ -342,68 +389,101 @@ class PopulationTrainer:
 
         return population.member(self.state, k)
 
-    def policy(self, k: int):
-        """Member ``k``'s deterministic :class:`~rlfunc.runtime.policy.Policy` (through its learner's)."""
+    def _with_state(self, k: int, fn):
+        """``fn(learner k)`` with the learner holding its member's state (a view) for the call."""
         learner = self.learners[k]
         learner.state = self.member_state(k)
         try:
-            return learner.policy()
+            return fn(learner)
         finally:
             learner.state = None
 
+    def policy(self, k: int):
+        """Member ``k``'s deterministic :class:`~rlfunc.runtime.policy.Policy` (through its learner's)."""
+        return self._with_state(k, lambda lr: lr.policy())
+
     @property
-    def gradient_steps(self) -> int:
-        return self.learner_calls * self.gradient_steps_per_call
+    def env_step(self) -> int:
+        """The env steps of the member that has taken the fewest (all equal with ``env.num_envs=1``)."""
+        return min(self.env_steps)
+
+    def gradient_steps(self, k: int) -> int:
+        return self.learner_calls[k] * self.gradient_steps_per_call
 
     def _wall_s(self) -> float:
         return time.monotonic() - self._t0 + self._prior_wall
 
+    def _frames(self, k: int) -> dict[str, int]:
+        return {"frames": self.env_steps[k] * self.frames_per_step} if self.frames_per_step != 1 else {}
+
     # -- acting and learning ---------------------------------------------------------------
-    def explore(self) -> list[np.ndarray]:
-        """Every member's actions for its current observation, each drawn from its own generator
-        as :meth:`TransitionLearner.explore` draws them (uniform before ``train.learning_starts``,
-        then the stochastic policy: the vmapped ``act``)."""
-        n, dev = 1, self.device
-        if self.env_step < self.config.train.learning_starts:
-            acts = [torch.rand((n, self.act_dim), generator=g, device=dev) * 2.0 - 1.0 for g in self.generators]
-            return [a.cpu().numpy() for a in acts]
-        obs = torch.stack([torch.as_tensor(c.obs, dtype=torch.float32, device=dev) for c in self.collectors])
-        noise = torch.stack([torch.randn((n, self.act_dim), generator=g, device=dev) for g in self.generators])
-        actions = self._act(self.state["params"], obs, noise).cpu().numpy()
-        return list(actions)
+    def explore(self, active: list[int] | None = None) -> list[np.ndarray | None]:
+        """The actions of every member in ``active`` (default: all; ``None`` for the others), each
+        from its learner's ``act_inputs`` (its generator, carry, schedule) as its single run's
+        ``explore`` draws them, then one vmapped ``act_fn`` over the stacked parameters (or, while
+        some members have finished, each active member's ``act_fn`` on its own parameters)."""
+        p = len(self.members)
+        active = list(range(p)) if active is None else active
+        actions: list[np.ndarray | None] = [None] * p
+        inputs = {}
+        for k in active:
+            c = self.collectors[k]
+            got = self.learners[k].act_inputs(c.obs, self.env_steps[k], c.episode_start)
+            if isinstance(got, np.ndarray):  # no network acts (the uniform warm-up)
+                actions[k] = got
+            else:
+                inputs[k] = got
+        if len(inputs) == p:
+            out = self._act(self.state["params"], *_stack([inputs[k] for k in range(p)]))
+            for k in range(p):
+                actions[k] = self.learners[k].act_outputs(_index(out, k))
+        else:
+            for k, args in inputs.items():
+                out = self.learners[k].act_fn(self.member_state(k)["params"], *args)
+                actions[k] = self.learners[k].act_outputs(out)
+        return actions
 
     def observe(self, k: int, rows: TensorDict) -> None:
-        stored = TensorDict(
-            {key: rows[key].float() for key in ("obs", "action", "reward", "next_obs", "terminated")},
-            batch_size=rows.batch_size,
-        )
-        self.replay.add(k, stored)
+        """Member ``k``'s rows into its own replay (its learner's ``observe``)."""
+        self.learners[k].observe(rows)
 
-    def learn(self) -> TensorDict:
-        """One population update: every member's ``G * B`` rows (its own indices, one gather),
-        every member's noise from its own generator, one vmapped update. Metrics ``[P]``."""
-        from rlfunc.core import population
-
-        g, b = self.agent.updates_per_step, self.agent.batch_size
-        p, k = len(self.members), self.offline_rows
-        parts = []
-        if k > 0:  # RLPD: each member's prior rows first, from its generator (MixedSampler's order), one gather
-            rows = self.dataset.rows
-            idx = torch.stack([torch.randint(len(self.dataset), (g * k,), generator=gen, device=rows.device) for gen in self.generators])
-            parts.append(rows[idx].reshape(p, g, k))
-        if k < b:
-            parts.append(self.replay.sample(g * (b - k), self.generators).reshape(p, g, b - k))
-        batch = parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
-        noise = population.draw_per_member(
-            lambda gen: self.algo.draw_noise(self.agent, g, b, self.act_dim, generator=gen, device=self.device),
-            self.generators,
-        )
-        self.state, metrics = self._update(self.state, batch, noise)
-        self.learner_calls += 1
-        keys = [k for k, v in metrics.items(True, True) if v.is_floating_point()]
-        finite = torch.stack([torch.isfinite(metrics[k]).reshape(p, -1).all(1) for k in keys], 1)  # [P, keys]
-        self._unchecked.append((self.env_step, keys, finite))
-        return metrics
+    def learn(self, ready: list[int] | None = None) -> None:
+        """One population update for the members in ``ready`` (default: all): each one's batch and
+        noise from its learner (its replay, its generator), one vmapped update over all members,
+        then each one's ``after_update`` (e.g. R2D2's priorities) on its row of the metrics. A member
+        not in ``ready`` keeps its state (its row is computed on another member's inputs and
+        dropped), so members whose learners become ready at different env steps stay exact."""
+        p = len(self.members)
+        ready = list(range(p)) if ready is None else list(ready)
+        if not ready:
+            return
+        args, contexts = {}, {}
+        for k in ready:
+            learner = self.learners[k]
+            learner.prepare_state(self.member_state(k))  # in place, into the stacked state
+            args[k], contexts[k] = learner.update_inputs()
+        stacked = _stack([args.get(k, args[ready[0]]) for k in range(p)])
+        new_state, metrics = self._update(self.state, *stacked)
+        mask = torch.zeros(p, dtype=torch.bool, device=self.device)
+        mask[ready] = True
+        if len(ready) < p:
+            config = self.state.get_non_tensor("config")
+            new_state = new_state.exclude("config").apply(
+                lambda new, old: torch.where(mask.reshape(-1, *([1] * (new.dim() - 1))), new, old),
+                self.state.exclude("config"),
+            )
+            new_state.set_non_tensor("config", config)
+        self.state = new_state
+        keys = [key for key, v in metrics.items(True, True) if v.is_floating_point()]
+        finite = torch.stack([torch.isfinite(metrics[key]).reshape(p, -1).all(1) for key in keys], 1) | ~mask[:, None]
+        self._unchecked.append((list(self.env_steps), keys, finite))
+        for k in ready:
+            self._last_metrics[k] = self.learners[k].after_update(metrics[k], contexts[k])
+            self.learner_calls[k] += 1
+        if not self._learning:
+            self._learning = True
+            if self._progress is not None:
+                self._progress.learning_started(self.env_step)
 
     def _check_finite(self) -> None:
         from rlfunc.runtime.trainer import NonFiniteLossError, first_non_finite
@@ -412,49 +492,48 @@ class PopulationTrainer:
         failed = first_non_finite(pending)
         if failed is None:
             return
-        step, keys, finite = failed
+        steps, keys, finite = failed
         k, j = (~finite).nonzero()[0].tolist()
         key = keys[j] if isinstance(keys[j], str) else ".".join(keys[j])
         raise NonFiniteLossError(
-            f"Training stopped at env step {step}: member {k} (seed {self.members[k].seed}) has a non-finite {key}; "
+            f"Training stopped at env step {steps[k]}: member {k} (seed {self.members[k].seed}) has a non-finite {key}; "
             "the last good checkpoint is kept; lower the learning rates or check the rewards."
         )
 
     # -- evaluation, logs, checkpoints ------------------------------------------------------
-    def evaluate(self) -> list[float]:
+    def evaluate(self, k: int) -> float:
+        """Member ``k``'s evaluation (its seed's episodes), logged in its ``eval.csv``."""
         from rlfunc.runtime.evaluate import run_episodes
 
-        means = []
-        for k, m in enumerate(self.members):
-            returns = run_episodes(self.policy(k), self.eval_envs[k], self.config.train.eval_episodes, seed=m.seed + 10_000)
-            mean = float(np.mean(returns))
-            self.evals[k].append((self.env_step, mean))
-            row = {
-                "step": self.env_step,
-                "time_s": round(self._wall_s(), 3),
-                "mean_return": mean,
-                "std_return": float(np.std(returns)),
-                "episodes": len(returns),
-                "stop_reason": "",
-            }
-            self._eval_logs[k].write(row)
-            if self._tensorboard:
-                self._tensorboard[k].write("eval", row)
-            self._save_best(k, mean)
-            means.append(mean)
-        return means
+        m = self.members[k]
+        returns = run_episodes(self.policy(k), self.eval_envs[k], self.config.train.eval_episodes, seed=m.seed + 10_000)
+        mean = float(np.mean(returns))
+        self.evals[k].append((self.env_steps[k], mean))
+        row = {
+            "step": self.env_steps[k],
+            **self._frames(k),
+            "time_s": round(self._wall_s(), 3),
+            "mean_return": mean,
+            "std_return": float(np.std(returns)),
+            "episodes": len(returns),
+            "stop_reason": "",
+        }
+        self._eval_logs[k].write(row)
+        if self._tensorboard:
+            self._tensorboard[k].write("eval", row)
+        self._save_best(k, mean)
+        return mean
 
     def _member_meta(self, k: int) -> dict[str, Any]:
         from rlfunc.runtime.config import to_dict
 
-        learner = self.learners[k]
         return {
             "algo": self.config.algo,
             "config": to_dict(self.members[k].config),
-            **learner.export_meta(),
-            "env_step": self.env_step,
-            "updates": self.learner_calls,
-            "gradient_steps": self.gradient_steps,
+            **self.learners[k].export_meta(),
+            "env_step": self.env_steps[k],
+            "updates": self.learner_calls[k],
+            "gradient_steps": self.gradient_steps(k),
             "evals": self.evals[k],
             "population_member": k,
             "weights_only": True,
@@ -473,29 +552,35 @@ class PopulationTrainer:
         best = self.member_dir(k) / "best"
         meta = {**self._member_meta(k), "eval_return": mean}
         try:
-            save_checkpoint(best, f"step_{self.env_step:09d}", self._member_policy_tensors(k), meta)
+            save_checkpoint(best, f"step_{self.env_steps[k]:09d}", self._member_policy_tensors(k), meta)
         except CheckpointWriteError as exc:
             print(f"rlfunc: warning: {exc} Member {k}'s best policy so far is not saved.", file=sys.stderr)
             return
         prune_checkpoints(best, keep=1)
 
+    def _member_tensors(self, k: int) -> TensorDict:
+        """What member ``k``'s learner checkpoints besides its state (replay, generator, ...)."""
+        return self._with_state(k, lambda lr: lr.state_tensors().exclude("state"))
+
     def save(self) -> Path:
-        """The population's training checkpoint in ``checkpoints/``, then each member's policy
-        (weights only, :func:`rlfunc.runtime.api.export`'s format) in ``member-<k>/checkpoints/``."""
+        """The population's training checkpoint in ``checkpoints/`` (the stacked state and each
+        member's learner tensors: replay, generator), then each member's policy (weights only,
+        :func:`rlfunc.runtime.api.export`'s format) in ``member-<k>/checkpoints/``."""
         from rlfunc.runtime.checkpoint import prune_checkpoints, save_checkpoint
         from rlfunc.runtime.config import to_dict
         from rlfunc.runtime.trainer import NonFiniteLossError
 
         leaves = [v for v in self.state.exclude("config").values(True, True) if v.is_floating_point()]
         if not bool(torch.stack([torch.isfinite(v).all() for v in leaves]).all()):
-            raise NonFiniteLossError(f"Parameters became non-finite by env step {self.env_step}; not saving them.")
+            raise NonFiniteLossError(f"Parameters became non-finite by env step {max(self.env_steps)}; not saving them.")
+        p = len(self.members)
         meta = {
             "algo": self.config.algo,
             "config": to_dict(self.config),
             "population": [{"seed": m.seed, "settings": m.settings} for m in self.members],
-            "env_step": self.env_step,
-            "updates": self.learner_calls,
-            "gradient_steps": self.gradient_steps,
+            "env_step": max(self.env_steps),
+            "env_steps": list(self.env_steps),
+            "updates": list(self.learner_calls),
             "episodes": [c.episodes for c in self.collectors],
             "env_rng": [c.rng_state() for c in self.collectors],
             "evals": self.evals,
@@ -510,48 +595,33 @@ class PopulationTrainer:
         tensors = TensorDict(
             {
                 "state": self.state.exclude("config"),
-                "replay": self.replay.state_dict(),
-                "generator": torch.stack([g.get_state() for g in self.generators]),
+                "members": TensorDict({str(k): self._member_tensors(k) for k in range(p)}, batch_size=[]),
             },
             batch_size=[],
         )
-        name = f"step_{self.env_step:09d}"
+        name = f"step_{max(self.env_steps):09d}"
         path = save_checkpoint(self.ckpt_dir, name, tensors, meta)
         prune_checkpoints(self.ckpt_dir, keep=self.config.train.keep_checkpoints)
-        for k in range(len(self.members)):
+        for k in range(p):
             directory = self.member_dir(k) / "checkpoints"
-            save_checkpoint(directory, name, self._member_policy_tensors(k), self._member_meta(k))
+            save_checkpoint(directory, f"step_{self.env_steps[k]:09d}", self._member_policy_tensors(k), self._member_meta(k))
             prune_checkpoints(directory, keep=1)
-        self._saved = self.env_step
+        self._saved = tuple(self.env_steps)
         return path
 
     def restore(self, checkpoint: Path, tensors: TensorDict, meta: dict[str, Any]) -> None:
-        """Continue every member from a verified population checkpoint."""
+        """Continue every member from a verified population checkpoint: the stacked state, and each
+        member's learner from its tensors (its ``load_state_tensors``: replay, generator, and what
+        its single run's resume does, e.g. closing open episodes and zeroing carries)."""
         from rlfunc.runtime.checkpoint import CheckpointError, check_structure
 
-        expected = TensorDict(
-            {"state": self.state.exclude("config"), "generator": torch.stack([g.get_state() for g in self.generators])},
-            batch_size=[],
-        )
-        for root in ("state", "generator"):
-            check_structure(checkpoint, tensors, expected, root)
-        try:
-            state = tensors["state"].to(self.device)
-            state.set_non_tensor("config", self.state.get_non_tensor("config"))
-            self.replay.load_state_dict(tensors["replay"])
-            for g, s in zip(self.generators, tensors["generator"]):
-                g.set_state(s.clone())
-            for c, rng, episodes in zip(self.collectors, meta["env_rng"], meta["episodes"]):
-                c.restore(rng)
-                c.episodes = int(episodes)
-            evals = [[(int(s), float(r)) for s, r in member] for member in meta["evals"]]
-            best = [-math.inf if r is None else float(r) for r in meta.get("best", [None] * len(self.members))]
-            env_step, calls = int(meta["env_step"]), int(meta["updates"])
-        except (KeyError, TypeError, ValueError, IndexError, RuntimeError) as exc:
+        p = len(self.members)
+        if "members" not in tensors.keys():
             raise CheckpointError(
-                f"Checkpoint {str(checkpoint)!r} does not fit this population ({type(exc).__name__}: {exc}); resume it "
-                "with the rlfunc version that wrote it."
-            ) from None
+                f"Checkpoint {str(checkpoint)!r} was written by an earlier version of populations (no per-member "
+                "learner tensors); resume it with the rlfunc version that wrote it."
+            )
+        check_structure(checkpoint, tensors, TensorDict({"state": self.state.exclude("config")}, batch_size=[]), "state")
         saved = (meta.get("dataset") or {}).get("sha256")
         current = self.dataset.checksum if self.dataset is not None else None
         if saved != current:
@@ -562,47 +632,66 @@ class PopulationTrainer:
                 f"(sha256 {(current or 'none')[:12]} now, {(saved or 'none')[:12]} in the checkpoint); restore the original "
                 "file or start a new run."
             )
-        if len(evals) != len(self.members):
-            raise CheckpointError(f"Checkpoint {str(checkpoint)!r} holds {len(evals)} members, not {len(self.members)}.")
-        self.state = state
-        self.env_step, self.learner_calls, self.evals, self._best = env_step, calls, evals, best
+        try:
+            if len(meta["evals"]) != p or len(tensors["members"].keys()) != p:
+                raise CheckpointError(f"Checkpoint {str(checkpoint)!r} holds {len(meta['evals'])} members, not {p}.")
+            state = tensors["state"].to(self.device)
+            state.set_non_tensor("config", self.state.get_non_tensor("config"))
+            self.state = state
+            for k in range(p):
+                td = tensors["members", str(k)].clone(recurse=False)
+                td["state"] = self.member_state(k).exclude("config")
+                self._with_state(k, lambda lr: lr.load_state_tensors(td))
+            for c, rng, episodes in zip(self.collectors, meta["env_rng"], meta["episodes"]):
+                c.restore(rng)
+                c.episodes = int(episodes)
+            evals = [[(int(s), float(r)) for s, r in member] for member in meta["evals"]]
+            best = [-math.inf if r is None else float(r) for r in meta.get("best", [None] * p)]
+            env_steps, calls = [int(s) for s in meta["env_steps"]], [int(c) for c in meta["updates"]]
+        except CheckpointError:
+            raise
+        except (KeyError, TypeError, ValueError, IndexError, RuntimeError) as exc:
+            raise CheckpointError(
+                f"Checkpoint {str(checkpoint)!r} does not fit this population ({type(exc).__name__}: {exc}); resume it "
+                "with the rlfunc version that wrote it."
+            ) from None
+        self.env_steps, self.learner_calls, self.evals, self._best = env_steps, calls, evals, best
         self._prior_wall = float(meta.get("wall_s", 0.0))
-        self._saved = env_step
+        self._saved = tuple(env_steps)
 
-    def _log(self, metrics, steps_per_s: float, recent: list[list[float]]) -> None:
-        for k in range(len(self.members)):
-            row: dict[str, Any] = {
-                "step": self.env_step,
-                "learner_calls": self.learner_calls,
-                "gradient_steps": self.gradient_steps,
-                "time_s": round(self._wall_s(), 3),
-                "steps_per_s": round(steps_per_s, 3),
-                "episode_return": float(np.mean(recent[k][-10:])) if recent[k] else math.nan,
-                "stop_reason": "",
-            }
-            if metrics is not None:
-                for key, v in metrics.items():
-                    row[key] = float(v[k])
-            self._metrics_logs[k].write(row, complete=metrics is not None)
-            if self._tensorboard:
-                self._tensorboard[k].write("train", row)
+    def _log(self, k: int, steps_per_s: float, recent: list[float]) -> None:
+        metrics = self._last_metrics[k]
+        row: dict[str, Any] = {
+            "step": self.env_steps[k],
+            **self._frames(k),
+            "learner_calls": self.learner_calls[k],
+            "gradient_steps": self.gradient_steps(k),
+            "time_s": round(self._wall_s(), 3),
+            "steps_per_s": round(steps_per_s, 3),
+            "episode_return": float(np.mean(recent[-10:])) if recent else math.nan,
+            "stop_reason": "",
+        }
+        if metrics is not None:
+            for key, v in metrics.items():
+                row[key] = float(v)
+        self._metrics_logs[k].write(row, complete=metrics is not None)
+        if self._tensorboard:
+            self._tensorboard[k].write("train", row)
 
     # -- the loop ----------------------------------------------------------------------------
-    def run(self, resumed: bool = False) -> PopulationResult:
+    def _open_logs(self, resumed: bool) -> None:
         from rlfunc.runtime.checkpoint import clean_leftovers
         from rlfunc.runtime.config import to_dict
-        from rlfunc.runtime.run_log import CsvLog, Progress
-        from rlfunc.runtime.trainer import RunInterrupted, TrainResult, _save_on_sigterm, write_atomic
+        from rlfunc.runtime.run_log import CsvLog
+        from rlfunc.runtime.trainer import write_atomic
 
-        cfg = self.config.train
-        p = len(self.members)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         for line in clean_leftovers(self.ckpt_dir):
             print(f"rlfunc: {self.ckpt_dir}: {line}", file=sys.stderr)
         write_atomic(self.run_dir / "config.yaml", yaml.safe_dump(to_dict(self.config), sort_keys=False))
-        truncate = self.env_step if resumed else None
         self._metrics_logs, self._eval_logs = [], []
         for k, m in enumerate(self.members):
+            truncate = self.env_steps[k] if resumed else None
             d = self.member_dir(k)
             d.mkdir(exist_ok=True)
             for sub in ("checkpoints", "best"):
@@ -612,73 +701,101 @@ class PopulationTrainer:
             self._metrics_logs.append(CsvLog(d / "metrics.csv", truncate_after=truncate))
             self._eval_logs.append(CsvLog(d / "eval.csv", truncate_after=truncate))
         self._tensorboard = []
-        if cfg.tensorboard:  # each member's events in its own directory, as a single run's
+        if self.config.train.tensorboard:  # each member's events in its own directory, as a single run's
             from rlfunc.runtime.run_log import TensorBoardLog
 
-            purge = None if truncate is None else truncate + 1
-            self._tensorboard = [TensorBoardLog(self.member_dir(k), purge_step=purge) for k in range(p)]
+            self._tensorboard = [
+                TensorBoardLog(self.member_dir(k), purge_step=(self.env_steps[k] + 1) if resumed else None)
+                for k in range(len(self.members))
+            ]
+
+    def run(self, resumed: bool = False) -> PopulationResult:
+        """Every member's single-run loop, in rounds: each unfinished member acts (one vmapped act),
+        [learns first where its learner does, DrQ-v2], steps its env and stores its rows; then for
+        each stored row, as the single run counts them, its env step advances and the members whose
+        learners are ready learn together (one vmapped update), and each member logs and evaluates
+        when its own env step crosses ``log_every``/``eval_every``. The population checkpoint is
+        written after a round in which the most advanced member crossed ``checkpoint_every``."""
+        from rlfunc.runtime.run_log import Progress
+        from rlfunc.runtime.trainer import NonFiniteLossError, RunInterrupted, TrainResult, _save_on_sigterm
+
+        cfg = self.config.train
+        p, total = len(self.members), cfg.total_steps
+        self._open_logs(resumed)
         if not resumed:
             for c, m in zip(self.collectors, self.members):
                 c.reset(seed=m.seed)
         self._t0 = time.monotonic()
         verb = "resuming" if resumed else "training"
         print(f"rlfunc: {verb} a population of {p} {self.config.algo} members on {self.config.env.id} in {self.run_dir}", file=sys.stderr)
-        progress = Progress(cfg.progress, cfg.total_steps, self.env_step, f"{self.config.algo} x{p} {self.config.env.id}")
+        progress = Progress(cfg.progress, total, self.env_step, f"{self.config.algo} x{p} {self.config.env.id}")
+        self._progress = progress
         recent: list[list[float]] = [[] for _ in range(p)]
-        window_t, window_steps = time.monotonic(), 0
-        metrics = None
+        window_t, window_steps = [time.monotonic()] * p, [0] * p
         last = None
-        b_rows = self.agent.batch_size
         restore_sigterm = _save_on_sigterm()
         try:
-            while self.env_step < cfg.total_steps:
+            while self.env_step < total:
                 self._check_finite()
-                actions = self.explore()
-                for k, c in enumerate(self.collectors):
-                    rows, finished = c.step(actions[k])
+                active = [k for k in range(p) if self.env_steps[k] < total]
+                actions = self.explore(active)
+                if self.learns_before_env_step:
+                    self.learn([k for k in active if self.learners[k].ready(self.env_steps[k])])
+                pending = [0] * p
+                for k in active:
+                    rows, finished = self.collectors[k].step(actions[k])
                     self.observe(k, rows)
                     recent[k].extend(r for _, r, _ in finished)
-                prev = self.env_step
-                self.env_step += 1
-                window_steps += 1
-                if self.env_step >= cfg.learning_starts and (len(self.replay) >= 1 or self.offline_rows == b_rows):
-                    metrics = self.learn()
-                if self.env_step // cfg.log_every > prev // cfg.log_every:
-                    self._check_finite()
-                    now = time.monotonic()
-                    self._log(metrics, window_steps / max(now - window_t, 1e-9), recent)
-                    window_t, window_steps = now, 0
-                    recent = [r[-10:] for r in recent]
-                if self.env_step // cfg.eval_every > prev // cfg.eval_every:
-                    self._check_finite()
-                    last = float(np.mean(self.evaluate()))
-                if self.env_step // cfg.checkpoint_every > prev // cfg.checkpoint_every:
+                    pending[k] = rows.batch_size[0]
+                first = max(self.env_steps)
+                while any(pending):
+                    stepped = [k for k in range(p) if pending[k]]
+                    prev = {k: self.env_steps[k] for k in stepped}
+                    for k in stepped:
+                        self.env_steps[k] += 1
+                        window_steps[k] += 1
+                        pending[k] = 0 if self.env_steps[k] >= total else pending[k] - 1
+                    if not self.learns_before_env_step:
+                        self.learn([k for k in stepped if self.learners[k].ready(self.env_steps[k])])
+                    for k in stepped:
+                        if self.env_steps[k] // cfg.log_every > prev[k] // cfg.log_every:
+                            self._check_finite()
+                            now = time.monotonic()
+                            self._log(k, window_steps[k] / max(now - window_t[k], 1e-9), recent[k])
+                            window_t[k], window_steps[k] = now, 0
+                            recent[k] = recent[k][-10:]
+                        if self.env_steps[k] // cfg.eval_every > prev[k] // cfg.eval_every:
+                            self._check_finite()
+                            mean = self.evaluate(k)
+                            last = mean if k == 0 else last
+                if max(self.env_steps) // cfg.checkpoint_every > first // cfg.checkpoint_every:
                     self._check_finite()
                     self.save()
                 progress.update(self.env_step, last)
             self._check_finite()
-            if not self.evals[0] or self.evals[0][-1][0] != self.env_step:
-                last = float(np.mean(self.evaluate()))
-            if self._saved != self.env_step:
+            for k in range(p):
+                if not self.evals[k] or self.evals[k][-1][0] != self.env_steps[k]:
+                    mean = self.evaluate(k)
+                    last = mean if k == 0 else last
+            if self._saved != tuple(self.env_steps):
                 self.save()
         except BaseException as exc:
-            from rlfunc.runtime.trainer import NonFiniteLossError
-
             saved = False
-            if not isinstance(exc, NonFiniteLossError) and self.env_step > 0 and self._saved != self.env_step:
+            if not isinstance(exc, NonFiniteLossError) and max(self.env_steps) > 0 and self._saved != tuple(self.env_steps):
                 try:
                     self.save()
                     saved = True
                 except Exception:  # never mask the original error
                     pass
             if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, RunInterrupted):
-                where = f"saved at step {self.env_step}" if saved else "last checkpoint kept"
+                where = f"saved at step {max(self.env_steps)}" if saved else "last checkpoint kept"
                 raise RunInterrupted(f"interrupted; {where}; continue with `rlfunc resume {self.run_dir}`") from None
             raise
         finally:
             restore_sigterm()
             progress.update(self.env_step, last, force=True)
             progress.close()
+            self._progress = None
             for log in self._metrics_logs + self._eval_logs:
                 log.close()
             for tb in self._tensorboard:
@@ -690,15 +807,15 @@ class PopulationTrainer:
         results = [
             TrainResult(
                 run_dir=self.member_dir(k),
-                env_steps=self.env_step,
+                env_steps=self.env_steps[k],
                 final_return=self.evals[k][-1][1] if self.evals[k] else None,
                 evals=list(self.evals[k]),
                 wall_s=wall,
-                gradient_steps=self.gradient_steps,
+                gradient_steps=self.gradient_steps(k),
             )
             for k in range(p)
         ]
-        return PopulationResult(self.run_dir, self.env_step, results, wall, self.gradient_steps)
+        return PopulationResult(self.run_dir, self.env_step, results, wall, max(r.gradient_steps for r in results))
 
 
 def _new_run_dir(config, members: int) -> Path:

@@ -1,0 +1,138 @@
+"""Populations of every learner (rlfunc.runtime.population, issue #24): vector envs, DRQN/DQN/R2D2, DrQ-v2.
+
+Each test trains a 2-member population on CPU and the single runs with the members'
+seeds (and settings), and compares every evaluation return. Tolerance: RTOL
+relative, as tests/test_population_runtime.py, for the continuous-action learners
+(REDQ, DrQ-v2): the vmapped update is not bit-exact (Adam's unfused arithmetic,
+batched matrix products; rlfunc.core.population "Numerics") and the returns of a
+continuous policy move with its weights. The discrete learners (DRQN, DQN, R2D2)
+act by argmax, so differences in the last bits of a Q-value leave the actions, the
+data and the returns unchanged unless two Q-values tie to within them: measured, their
+returns are equal, and the tests assert the same RTOL.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import rlfunc
+from rlfunc.runtime import population as pr
+from rlfunc.runtime.checkpoint import load_checkpoint
+
+RTOL = 1e-6
+PARAM_RTOL = 1e-5  # final weights of a member vs its single run, relative to each tensor's scale (measured <= 1e-6)
+
+TRAIN = {"eval_episodes": 1, "log_every": 50, "progress": False, "tensorboard": False, "compile": False, "threads": 1}
+
+DRQN = {
+    "algo": "drqn",
+    "env": {"id": "CartPole-v1", "num_envs": 2},
+    "train": {**TRAIN, "total_steps": 240, "learning_starts": 50, "replay_size": 200, "eval_every": 120, "checkpoint_every": 120},
+    "agent": {"lstm_size": 8, "encoder_sizes": [8], "batch_size": 4, "sequence_length": 4, "sequence_period": 4,
+              "train_every": 2, "eps_decay_steps": 200, "target_period": 20},
+}
+
+
+def _close(a, b) -> None:
+    assert [s for s, _ in a] == [s for s, _ in b], (a, b)
+    for (_, x), (_, y) in zip(a, b):
+        assert math.isclose(x, y, rel_tol=RTOL), (a, b)
+
+
+def _params(run_dir):
+    tensors, _ = load_checkpoint(run_dir)
+    return tensors["state", "params"]
+
+
+def _params_close(a, b) -> float:
+    """Largest difference of two parameter sets relative to each tensor's scale; asserted below PARAM_RTOL."""
+    worst = 0.0
+    for key, x in a.items(True, True):
+        y = b[key]
+        worst = max(worst, float((x - y).abs().max()) / max(float(y.abs().max()), 1e-3))
+    assert worst < PARAM_RTOL, worst
+    return worst
+
+
+def _members_equal_single_runs(tmp_path, config, seeds, grid=None):
+    """Train the population and each member's single run; their evaluations agree. Returns the population's result."""
+    res = pr.train(config, run_dir=tmp_path / "pop", seeds=seeds, grid=grid)
+    values = list(grid.items())[0] if grid else None
+    settings = [{}] if not grid else [{values[0]: v} for v in values[1]]
+    k = 0
+    for setting in settings:
+        for seed in seeds:
+            single = rlfunc.train(config, overrides={"train.seed": seed, **setting}, run_dir=tmp_path / f"single-{k}")
+            _close(res.members[k].evals, single.evals)
+            _params_close(_params(res.members[k].run_dir), _params(single.run_dir))
+            k += 1
+    assert len(res.members) == k
+    return res
+
+
+def test_redq_members_on_vector_envs_equal_single_runs(tmp_path):
+    """env.num_envs=2: each member steps its own vector env, seeded as its single run's; a learn per stored row."""
+    config = {
+        "algo": "redq",
+        "env": {"id": "Pendulum-v1", "num_envs": 2},
+        "train": {**TRAIN, "total_steps": 240, "learning_starts": 100, "replay_size": 1000, "eval_every": 120, "checkpoint_every": 120},
+        "agent": {"hidden_sizes": [16, 16], "num_critics": 3, "updates_per_step": 2, "batch_size": 8},
+    }
+    res = _members_equal_single_runs(tmp_path, config, [0, 1])
+    assert res.members[0].evals != res.members[1].evals
+
+
+def test_drqv2_members_equal_single_runs(tmp_path):
+    """DrQ-v2 from Pendulum's pixels: frame-stack replay, action repeat, an update every 2 agent
+    steps between acting and stepping the env, sigma's schedule at each member's agent step."""
+    config = {
+        "algo": "drqv2",
+        "env": {"id": "Pendulum-v1", "kwargs": {"render_mode": "rgb_array"},
+                "wrappers": [{"pixels": {"size": 32, "frame_stack": 3, "action_repeat": 2}}]},
+        "train": {**TRAIN, "total_steps": 120, "learning_starts": 40, "replay_size": 1000, "eval_every": 60,
+                  "checkpoint_every": 60, "log_every": 20},
+        "agent": {"batch_size": 8, "hidden_dim": 16, "feature_dim": 8, "encoder_channels": [4, 4, 4, 4],
+                  "stddev_duration": 100},
+    }
+    res = _members_equal_single_runs(tmp_path, config, [0, 1])
+    assert res.members[0].evals != res.members[1].evals
+    with open(tmp_path / "pop" / "member-0" / "eval.csv") as f:
+        assert f.readline().split(",")[:2] == ["step", "frames"]  # agent steps and env frames, as a single run's
+    more = pr.resume(tmp_path / "pop", total_steps=140)
+    assert [m.evals[-1][0] for m in more.members] == [140, 140]
+def test_drqn_members_equal_single_runs_load_and_resume(tmp_path):
+    """DRQN on two CartPole envs per member: episodes end at different steps in each member, so
+    a member's autoreset steps store fewer rows and its learner is ready at other env steps than
+    the other's; the members that are not ready keep their state (masked update)."""
+    res = _members_equal_single_runs(tmp_path, DRQN, [0, 1])
+    assert res.members[0].evals != res.members[1].evals
+    out = rlfunc.evaluate(rlfunc.load(tmp_path / "pop" / "member-1"), episodes=1, seed=1 + 10_000)
+    assert out["mean"] == res.members[1].evals[-1][1]
+    more = pr.resume(tmp_path / "pop", total_steps=300)
+    assert [m.evals[-1][0] for m in more.members] == [300, 300]
+
+
+def test_dqn_two_learning_rates_equal_single_runs(tmp_path):
+    """The DQN control (one-step windows, the sequence learner) with agent.lr as data."""
+    config = {**DRQN, "algo": "dqn", "env": {"id": "CartPole-v1", "num_envs": 1},
+              "agent": {**DRQN["agent"], "sequence_length": 1, "sequence_period": 1}}
+    res = _members_equal_single_runs(tmp_path, config, [0], grid={"agent.lr": [1e-3, 1e-2]})
+    with pytest.raises(AssertionError):  # the two rates trained different weights
+        _params_close(_params(res.members[0].run_dir), _params(res.members[1].run_dir))
+
+
+def test_r2d2_members_equal_single_runs(tmp_path):
+    """R2D2: prioritized windows, priorities written back per member, the samples-per-insert
+    limiter per member (members become ready at different steps), one epsilon per actor."""
+    config = {
+        "algo": "r2d2",
+        "env": {"id": "CartPole-v1", "num_envs": 2},
+        "train": {**TRAIN, "total_steps": 240, "learning_starts": 10, "replay_size": 200, "eval_every": 120, "checkpoint_every": 120},
+        "agent": {"lstm_size": 8, "encoder_sizes": [8], "head_sizes": [8], "burn_in": 2, "sequence_length": 4,
+                  "sequence_period": 3, "batch_size": 4, "samples_per_insert": 8, "target_period": 20},
+    }
+    res = _members_equal_single_runs(tmp_path, config, [0, 1])
+    # the members' limiters let them learn at different env steps (the masked update ran)
+    assert res.members[0].gradient_steps != res.members[1].gradient_steps
