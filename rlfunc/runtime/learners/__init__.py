@@ -25,6 +25,21 @@ its random generator, and exposes what the training loop needs:
 Only :meth:`learn` calls the (optionally compiled) pure ``update``; with
 ``train.cuda_graph`` it is wrapped by :func:`learner_update` so that the state
 keeps fixed addresses and the update replays as a CUDA graph.
+
+Both halves of the loop are split around their pure call, so that a population
+(:mod:`rlfunc.runtime.population`) runs each member's learner code and one
+vmapped pure call for all members:
+
+* ``explore`` is ``act_outputs(act_fn(state["params"], *act_inputs(obs, env_step,
+  episode_start)))``: ``act_inputs`` draws from the learner's generator and
+  prepares its carry and schedule (or returns the actions themselves where no
+  network acts, e.g. a uniform warm-up), ``act_fn`` is the pure ``act``
+  (tensors in and out), ``act_outputs`` keeps the new carry and returns numpy;
+* ``learn`` is ``prepare_state(state)`` (what the update reads from the
+  runtime, written in place: DrQ-v2's agent step), ``update_inputs()`` ->
+  ``(update's arguments after the state, context)`` from the learner's replay and
+  generator, the pure ``update``, and ``after_update(metrics, context)`` (R2D2's
+  priorities written back) -> the metrics to log.
 """
 
 from rlfunc.runtime.learners.base import TransitionLearner, compiled_update, learner_update
