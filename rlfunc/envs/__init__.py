@@ -24,3 +24,4 @@ __all__ = [
 
 from rlfunc.envs import memory as _memory  # noqa: F401,E402  (registers rlfunc/CueMemory-v0)
 from rlfunc.envs import dmc as _dmc  # noqa: F401,E402  (registers dmc/<domain>_<task>-v0; imports dm_control lazily)
+from rlfunc.envs import minatar as _minatar  # noqa: F401,E402  (registers MinAtar/<Game>-v0; imports minatar lazily)
