@@ -26,6 +26,14 @@ step (the true final observation on a truncated step), and the target unroll
 runs over ``obs_0, next_obs_0, ..., next_obs_{T-1}``, so even a window's last
 step has a bootstrap value; only ``terminated`` zeroes the discount.
 
+Encoders (``encoder``): ``"mlp"`` (default) for vector observations;
+``"nature"``, the paper's Atari torso (the three conv layers of Mnih et al.
+2015 on one 84x84 grayscale frame per step, the LSTM in place of the first
+fully connected layer: ``encoder_sizes=()``); ``"minatar"``, MinAtar's torso
+(Young & Tian 2019: one 3x3 conv, 16 channels, on the ``[10, 10, C]``
+observation). A conv torso's flattened features go through ``encoder_sizes``
+(if any) into the LSTM (:func:`rlfunc.core.nets.torso_apply`).
+
 Small-scale choices that differ from the paper's Atari setup (each a config
 field): an MLP encoder (``encoder_sizes=(64,)``, ReLU) instead of the three
 conv layers on 84x84 frames; an LSTM of 64 units instead of 512; Adam (lr
@@ -146,6 +154,11 @@ __all__ = [
     "actor_epsilons",
     "carry_to_td",
     "carry_from_td",
+    "ENCODERS",
+    "check_obs_space",
+    "torso_init",
+    "encoder_mlp_init",
+    "encode",
 ]
 
 
@@ -158,7 +171,8 @@ present (settings as data, module doc)."""
 class Config:
     """DRQN hyperparameters (module docstring: which follow the paper, which are small-scale)."""
 
-    encoder_sizes: tuple[int, ...] = (64,)
+    encoder: str = "mlp"  # "mlp" (vector obs), "nature" (the paper's Atari conv torso) or "minatar"
+    encoder_sizes: tuple[int, ...] = (64,)  # MLP layers (after the conv torso when encoder is not "mlp")
     lstm_size: int = 64
     sequence_length: int = 10
     sequence_period: int = 1  # window starts every step: a random point in an episode
@@ -213,6 +227,7 @@ class Config:
         _checks.nonnegative_float(self, "rescale_eps")
         _checks.discount(self, "gamma")
         _checks.one_of(self, "core", ("lstm", "mlp"))
+        _checks.one_of(self, "encoder", ENCODERS)
         _checks.one_of(self, "initial_state", ("zeros", "stored"))
         _checks.optional_positive_float(self, "huber_delta", off="squared error")
         _checks.optional_positive_float(self, "max_grad_norm", off="no clipping")
@@ -232,23 +247,74 @@ class Config:
         _checks.one_of(self, "lstm_init", _checks.LSTM_INITS)
 
 
-def _space_dims(obs_space, act_space) -> tuple[int, int]:
+ENCODERS = ("mlp", *nets.TORSOS)
+"""``Config.encoder`` choices: an MLP on flat vectors, or a pixel torso of :data:`rlfunc.core.nets.TORSOS`."""
+
+
+def check_obs_space(encoder: str, obs_space, algo: str = "DRQN") -> tuple[int, ...]:
+    """The observation shape, or one ``ValueError`` sentence when ``encoder`` cannot read ``obs_space``."""
+    import gymnasium as gym
+
+    if not isinstance(obs_space, gym.spaces.Box):
+        raise ValueError(f"{algo} needs a Box observation space, got {obs_space}.")
+    shape = tuple(int(s) for s in obs_space.shape)
+    if encoder == "mlp":
+        if len(shape) != 1:
+            hint = " or set agent.encoder to 'nature' (Atari frames) or 'minatar'" if len(shape) in (2, 3) else ""
+            raise ValueError(
+                f"{algo} with agent.encoder='mlp' needs a flat 1-D Box observation space, got shape {shape}; "
+                f"flatten the observation{hint}."
+            )
+        return shape
+    try:
+        nets.torso_check(encoder, shape)
+    except ValueError as exc:
+        raise ValueError(f"{algo} with agent.encoder={encoder!r}: {exc}") from None
+    return shape
+
+
+def _space_dims(obs_space, act_space, encoder: str = "mlp") -> tuple[tuple[int, ...], int]:
     import gymnasium as gym
 
     if not isinstance(act_space, gym.spaces.Discrete):
         raise ValueError(
             f"DRQN needs a Discrete action space, got {act_space}; use REDQ or DrQ-v2 for continuous actions."
         )
-    if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
-        raise ValueError(
-            f"DRQN (MLP encoder) needs a flat 1-D Box observation space, got {obs_space}; flatten the observation."
-        )
-    return int(obs_space.shape[0]), int(act_space.n)
+    return check_obs_space(encoder, obs_space), int(act_space.n)
 
 
-def _network_init(config: Config, obs_dim: int, num_actions: int, gen: torch.Generator) -> TensorDict:
+def torso_init(config, obs_shape: tuple[int, ...], gen: torch.Generator) -> tuple[dict, int]:
+    """``({"torso": params} or {}, features out)`` for ``config.encoder`` on observations of ``obs_shape``
+    (shared with :mod:`rlfunc.algos.r2d2`); no torso and no draws from ``gen`` for ``encoder="mlp"``."""
+    if config.encoder == "mlp":
+        return {}, obs_shape[0]
+    torso = nets.torso_init(config.encoder, obs_shape, init=config.init, generator=gen)
+    return {"torso": torso}, nets.torso_output_size(config.encoder, obs_shape)
+
+
+def encoder_mlp_init(config, features: int, gen: torch.Generator) -> TensorDict:
+    """The encoder MLP ``features -> encoder_sizes`` (empty when ``encoder_sizes`` is)."""
     enc = tuple(config.encoder_sizes)
-    lstm_in = enc[-1] if enc else obs_dim
+    return nets.mlp_init((features, *enc), init=config.init, generator=gen) if enc else TensorDict({}, batch_size=[])
+
+
+def encode(params: TensorDict, obs: torch.Tensor, lead: int) -> torch.Tensor:
+    """Features of ``obs [*lead dims, *obs shape]``: the pixel torso (if ``params`` has one), then the
+    encoder MLP (ReLU after every layer; none if it has no layers). Shared with :mod:`rlfunc.algos.r2d2`."""
+    if "torso" in params.keys():
+        obs = nets.torso_apply(params["torso"], obs, lead)
+    elif obs.dim() != lead + 1:
+        raise ValueError(f"expected observations with {lead} batch dim(s) then one feature dim, got shape {tuple(obs.shape)}.")
+    enc = params["encoder"]
+    if nets.num_linear_layers(enc) == 0:
+        return obs
+    return nets.mlp_apply(enc, obs, activate_last=True)
+
+
+def _network_init(config: Config, obs_shape: tuple[int, ...], num_actions: int, gen: torch.Generator) -> TensorDict:
+    torso, features = torso_init(config, obs_shape, gen)
+    enc = tuple(config.encoder_sizes)
+    lstm_in = enc[-1] if enc else features
     if config.core == "lstm":
         core_key = "lstm"
         core = nets.lstm_init(lstm_in, config.lstm_size, init=config.lstm_init, generator=gen)
@@ -257,9 +323,8 @@ def _network_init(config: Config, obs_dim: int, num_actions: int, gen: torch.Gen
         core = nets.linear_init(lstm_in, config.lstm_size, init=config.init, generator=gen)
     return TensorDict(
         {
-            "encoder": nets.mlp_init((obs_dim, *enc), init=config.init, generator=gen)
-            if enc
-            else TensorDict({}, batch_size=[]),
+            **torso,
+            "encoder": encoder_mlp_init(config, features, gen),  # after the core: the generator order of before
             core_key: core,
             "head": nets.dueling_init(config.lstm_size, (), num_actions, init=config.init, generator=gen)
             if config.dueling
@@ -278,15 +343,16 @@ def init(
 ) -> TensorDict:
     """Initial training state: ``params``, ``target`` (a copy), ``opt`` (Adam), ``step``.
 
-    ``params`` holds ``encoder`` (MLP, ReLU after every layer), ``lstm``
+    ``params`` holds ``torso`` (the conv layers, for a pixel ``encoder``),
+    ``encoder`` (MLP, ReLU after every layer), ``lstm``
     (``torch.nn.LSTM`` layout; ``fc``, a linear layer, for ``core="mlp"``)
     and ``head`` (linear; ``value`` and ``advantage`` linear layers with
     ``dueling``). The static ``config`` is
     stored as a non-tensor entry.
     """
-    obs_dim, num_actions = _space_dims(obs_space, act_space)
+    obs_shape, num_actions = _space_dims(obs_space, act_space, config.encoder)
     gen = torch.Generator(device="cpu").manual_seed(int(seed))
-    return q_learning_state(config, _network_init(config, obs_dim, num_actions, gen), device)
+    return q_learning_state(config, _network_init(config, obs_shape, num_actions, gen), device)
 
 
 def initial_carry(
@@ -305,13 +371,6 @@ def carry_to_td(carry: tuple[torch.Tensor, torch.Tensor]) -> TensorDict:
 def carry_from_td(td: TensorDict) -> tuple[torch.Tensor, torch.Tensor]:
     """Inverse of :func:`carry_to_td`."""
     return td["h"], td["c"]
-
-
-def _encode(params: TensorDict, obs: torch.Tensor) -> torch.Tensor:
-    enc = params["encoder"]
-    if nets.num_linear_layers(enc) == 0:
-        return obs
-    return nets.mlp_apply(enc, obs, activate_last=True)
 
 
 def _head(params: TensorDict, h: torch.Tensor) -> torch.Tensor:
@@ -335,11 +394,12 @@ def q_unroll(
     Encoder -> LSTM -> linear (or dueling) head. ``reset [T, B]`` zeroes the carry before
     the marked steps (episode starts), as :func:`rlfunc.core.nets.lstm_unroll`.
     """
-    if obs.dim() != 3:
+    if obs.dim() != 3 and "torso" not in params.keys():
         raise ValueError(f"q_unroll expects time-major obs [T, B, O], got shape {tuple(obs.shape)}.")
+    x = encode(params, obs, 2)
     if "fc" in params.keys():  # core="mlp": memory-less, the carry passes through
-        return _head(params, _fc(params, _encode(params, obs))), carry
-    hs, carry = nets.lstm_unroll(params["lstm"], _encode(params, obs), carry, reset)
+        return _head(params, _fc(params, x)), carry
+    hs, carry = nets.lstm_unroll(params["lstm"], x, carry, reset)
     return _head(params, hs), carry
 
 
@@ -347,11 +407,12 @@ def q_step(
     params: TensorDict, obs: torch.Tensor, carry: tuple[torch.Tensor, torch.Tensor]
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
     """One step: ``obs [B, O]`` -> ``(q [B, A], new carry)`` (acting)."""
-    if obs.dim() != 2:
+    if obs.dim() != 2 and "torso" not in params.keys():
         raise ValueError(f"q_step expects obs [B, O], got shape {tuple(obs.shape)}.")
+    x = encode(params, obs, 1)
     if "fc" in params.keys():  # core="mlp"
-        return _head(params, _fc(params, _encode(params, obs))), carry
-    h, carry = nets.lstm_apply(params["lstm"], _encode(params, obs), carry)
+        return _head(params, _fc(params, x)), carry
+    h, carry = nets.lstm_apply(params["lstm"], x, carry)
     return _head(params, h), carry
 
 
@@ -402,21 +463,23 @@ def loss(
     """
     steps, batch_size = _check_batch(batch)
     obs, next_obs = batch["obs"], batch["next_obs"]
+    fdt = obs.dtype if obs.is_floating_point() else torch.float32  # pixel batches hold uint8 frames
+    like = torch.zeros((), dtype=fdt, device=obs.device)
     mask = batch["mask"].bool()
     a_tm1 = batch["action"].reshape(steps, batch_size).long()
-    r_t = batch["reward"].reshape(steps, batch_size).to(obs.dtype)
-    terminated = batch["terminated"].reshape(steps, batch_size).to(obs.dtype)
+    r_t = batch["reward"].reshape(steps, batch_size).to(fdt)
+    terminated = batch["terminated"].reshape(steps, batch_size).to(fdt)
     discount_t = (config.gamma if gamma is None else gamma) * (1.0 - terminated)
     seq = torch.cat([obs[:1], next_obs], dim=0)  # o_0, o_1, ..., o_T  [T+1, B, O]
 
-    carry = _start_carry(config, batch, batch_size, obs)
+    carry = _start_carry(config, batch, batch_size, like)
     if config.double_q:
         q_all, _ = q_unroll(params, seq, carry)
         q_tm1, q_selector = q_all[:-1], q_all[1:].detach()
     else:
         q_tm1, _ = q_unroll(params, obs, carry)
     with torch.no_grad():
-        target_carry = _start_carry(config, batch, batch_size, obs)
+        target_carry = _start_carry(config, batch, batch_size, like)
         q_t = q_unroll(target, seq, target_carry)[0][1:]
     if config.n_step > 1 or config.value_rescaling:
         target_t = returns.transformed_n_step_targets(
@@ -439,7 +502,7 @@ def loss(
         {
             "q": returns.masked_mean(returns.select_action_values(q_tm1, a_tm1).detach(), mask),
             "td_abs": returns.masked_mean(td_masked.abs(), mask),
-            "valid_fraction": mask.to(obs.dtype).mean(),
+            "valid_fraction": mask.to(fdt).mean(),
             "td_error": td_masked,
         },
         batch_size=[],

@@ -49,6 +49,12 @@ with optional warm-up, counted in updates; the paper's rate is constant), e.g.
 updates) is kept as its alias and computes the same rates bit for bit
 (:func:`rlfunc.algos._qstate.q_lr`).
 
+Encoders (``encoder``, shared with :mod:`rlfunc.algos.drqn`): ``"nature"`` is
+the paper's Atari torso (the Nature DQN convolutions; with ``encoder_sizes=()``
+their flattened output, with the previous action and reward, feeds the LSTM
+directly, as in Acme's ``R2D2AtariNetwork``); ``"minatar"`` is MinAtar's one
+3x3 conv (Young & Tian 2019); ``"mlp"`` (default) is for vector observations.
+
 Deviations, each a named option: an MLP encoder (``encoder_sizes=(512,)``,
 ReLU) in place of the Atari conv torso, for vector observations (necessary);
 replay capacity and warm-up counted in sequences as Acme does (the
@@ -143,7 +149,7 @@ import torch
 from tensordict import TensorDict
 from torch.func import grad_and_value
 
-from rlfunc.algos import _checks, _hparams
+from rlfunc.algos import _checks, _hparams, drqn
 from rlfunc.algos._qstate import check_lr_decay, lr_metric, q_learning_state, q_optimizer
 from rlfunc.core import nets
 from rlfunc.core import returns
@@ -182,7 +188,8 @@ class Config:
     """R2D2 hyperparameters; defaults are the paper's / Acme's (module docstring)."""
 
     # network
-    encoder_sizes: tuple[int, ...] = (512,)  # MLP torso (paper: Atari conv torso with a 512 output)
+    encoder: str = "mlp"  # "mlp" (vector obs), "nature" (the paper's Atari conv torso) or "minatar"
+    encoder_sizes: tuple[int, ...] = (512,)  # MLP torso (after the conv torso when encoder is not "mlp")
     lstm_size: int = 512
     head_sizes: tuple[int, ...] = (512,)  # hidden layers of each dueling stream (Acme DuellingMLP)
     dueling: bool = True
@@ -234,6 +241,7 @@ class Config:
                 f"sequence_period must be between 1 and burn_in + sequence_length ({total}), got {self.sequence_period}."
             )
         _checks.one_of(self, "initial_state", ("stored", "zeros"))
+        _checks.one_of(self, "encoder", drqn.ENCODERS)
         _checks.discount(self, "gamma")
         _checks.nonnegative_float(self, "rescale_eps", "priority_exponent", "epsilon_alpha")
         _checks.optional_positive_float(self, "max_grad_norm", off="no clipping")
@@ -259,7 +267,7 @@ class Carry(NamedTuple):
 
 
 # ---------------------------------------------------------------- networks
-def _space_dims(obs_space, act_space) -> tuple[int, int]:
+def _space_dims(obs_space, act_space, encoder: str = "mlp") -> tuple[tuple[int, ...], int]:
     import gymnasium as gym
 
     if not isinstance(act_space, gym.spaces.Discrete):
@@ -268,16 +276,13 @@ def _space_dims(obs_space, act_space) -> tuple[int, int]:
         )
     if int(act_space.n) < 2:
         raise ValueError(f"R2D2 needs at least 2 actions, got {act_space}.")
-    if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
-        raise ValueError(
-            f"R2D2 (MLP encoder) needs a flat 1-D Box observation space, got {obs_space}; flatten the observation."
-        )
-    return int(obs_space.shape[0]), int(act_space.n)
+    return drqn.check_obs_space(encoder, obs_space, "R2D2"), int(act_space.n)
 
 
-def _network_init(config: Config, obs_dim: int, num_actions: int, gen: torch.Generator) -> TensorDict:
+def _network_init(config: Config, obs_shape: tuple[int, ...], num_actions: int, gen: torch.Generator) -> TensorDict:
+    torso, torso_features = drqn.torso_init(config, obs_shape, gen)
     enc = tuple(config.encoder_sizes)
-    features = enc[-1] if enc else obs_dim
+    features = enc[-1] if enc else torso_features
     lstm_in = features + num_actions * int(config.action_input) + int(config.reward_input)
     H, hidden = config.lstm_size, tuple(config.head_sizes)
     if config.dueling:
@@ -286,9 +291,8 @@ def _network_init(config: Config, obs_dim: int, num_actions: int, gen: torch.Gen
         head = TensorDict({"q": nets.mlp_init((H, *hidden, num_actions), init=config.init, generator=gen)}, [])
     return TensorDict(
         {
-            "encoder": nets.mlp_init((obs_dim, *enc), init=config.init, generator=gen)
-            if enc
-            else TensorDict({}, batch_size=[]),
+            **torso,
+            "encoder": drqn.encoder_mlp_init(config, torso_features, gen),  # after the head: the generator order of before
             "lstm": nets.lstm_init(lstm_in, H, init=config.lstm_init, generator=gen),
             "head": head,
         },
@@ -306,14 +310,15 @@ def _num_actions(params: TensorDict) -> int:
     return _last_layer(out)["weight"].shape[0]
 
 
-def _embed(params: TensorDict, obs: torch.Tensor, prev_action: torch.Tensor, prev_reward: torch.Tensor) -> torch.Tensor:
+def _embed(
+    params: TensorDict, obs: torch.Tensor, prev_action: torch.Tensor, prev_reward: torch.Tensor, lead: int
+) -> torch.Tensor:
     """LSTM input: ``concat(encoder(obs), one_hot(prev_action), tanh(prev_reward))`` (Acme ``OAREmbedding``).
 
     Which extras the network takes is read from the LSTM's input width (static
     shapes; ``init`` guarantees at least 2 actions, so the widths differ).
     """
-    enc = params["encoder"]
-    x = obs if nets.num_linear_layers(enc) == 0 else nets.mlp_apply(enc, obs, activate_last=True)
+    x = drqn.encode(params, obs, lead)
     num_actions = _num_actions(params)
     extra = params["lstm", "weight_ih"].shape[1] - x.shape[-1]
     if extra not in (0, 1, num_actions, num_actions + 1):
@@ -352,22 +357,22 @@ def q_unroll(
     ``(q [T, B, A], final (h, c))``. No resets inside: replayed windows never
     cross an episode boundary.
     """
-    if obs.dim() != 3:
+    if obs.dim() != 3 and "torso" not in params.keys():
         raise ValueError(f"q_unroll expects time-major obs [T, B, O], got shape {tuple(obs.shape)}.")
     if tuple(prev_action.shape) != tuple(obs.shape[:2]) or tuple(prev_reward.shape) != tuple(obs.shape[:2]):
         raise ValueError(
             f"q_unroll: prev_action and prev_reward must be [T, B] = {list(obs.shape[:2])}, "
             f"got {list(prev_action.shape)} and {list(prev_reward.shape)}."
         )
-    hs, lstm_carry = nets.lstm_unroll(params["lstm"], _embed(params, obs, prev_action, prev_reward), lstm_carry)
+    hs, lstm_carry = nets.lstm_unroll(params["lstm"], _embed(params, obs, prev_action, prev_reward, 2), lstm_carry)
     return _head(params, hs), lstm_carry
 
 
 def q_step(params: TensorDict, obs: torch.Tensor, carry: Carry) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
     """One step: ``obs [B, O]`` and the carry before it -> ``(q [B, A], new (h, c))``."""
-    if obs.dim() != 2:
+    if obs.dim() != 2 and "torso" not in params.keys():
         raise ValueError(f"q_step expects obs [B, O], got shape {tuple(obs.shape)}.")
-    x = _embed(params, obs, carry.prev_action, carry.prev_reward)
+    x = _embed(params, obs, carry.prev_action, carry.prev_reward, 1)
     h, lstm_carry = nets.lstm_apply(params["lstm"], x, (carry.h, carry.c))
     return _head(params, h), lstm_carry
 
@@ -382,14 +387,15 @@ def init(
 ) -> TensorDict:
     """Initial training state: ``params``, ``target`` (a copy), ``opt`` (Adam), ``step``.
 
-    ``params`` holds ``encoder`` (MLP, ReLU after every layer), ``lstm``
+    ``params`` holds ``torso`` (the conv layers, for a pixel ``encoder``),
+    ``encoder`` (MLP, ReLU after every layer), ``lstm``
     (``torch.nn.LSTM`` layout, input = features + one-hot action + reward),
     and ``head`` (``value`` and ``advantage`` MLPs, or ``q``). The static
     ``config`` is stored as a non-tensor entry.
     """
-    obs_dim, num_actions = _space_dims(obs_space, act_space)
+    obs_shape, num_actions = _space_dims(obs_space, act_space, config.encoder)
     gen = torch.Generator(device="cpu").manual_seed(int(seed))
-    return q_learning_state(config, _network_init(config, obs_dim, num_actions, gen), device)
+    return q_learning_state(config, _network_init(config, obs_shape, num_actions, gen), device)
 
 
 def initial_carry(config: Config, num_envs: int, device: torch.device | str | None = None) -> Carry:
@@ -502,14 +508,15 @@ def loss(
     steps, batch_size = _check_batch(config, batch)
     burn = config.burn_in
     obs, next_obs = batch["obs"], batch["next_obs"]
+    fdt = obs.dtype if obs.is_floating_point() else torch.float32  # pixel batches hold uint8 frames
     action = batch["action"].reshape(steps, batch_size).long()
-    reward = batch["reward"].reshape(steps, batch_size).to(obs.dtype)
-    start = _start_carry(config, batch, batch_size, obs)
+    reward = batch["reward"].reshape(steps, batch_size).to(fdt)
+    start = _start_carry(config, batch, batch_size, torch.zeros((), dtype=fdt, device=obs.device))
     # Network inputs at positions 0..L: o_0, o_1, ..., o_{L-1}, o_L (= next_obs of the last step),
     # each with the action and reward that came before it.
     seq = torch.cat([obs[:1], next_obs], dim=0)
     prev_a = torch.cat([start.prev_action.reshape(1, batch_size).long(), action], dim=0)
-    prev_r = torch.cat([start.prev_reward.reshape(1, batch_size).to(obs.dtype), reward], dim=0)
+    prev_r = torch.cat([start.prev_reward.reshape(1, batch_size).to(fdt), reward], dim=0)
     lstm_start = (start.h, start.c)
 
     online_carry = lstm_start
@@ -528,7 +535,7 @@ def loss(
     a_tm1 = action[burn:]
     r_t = reward[burn:]
     gamma = config.gamma if gamma is None else gamma
-    discount_t = gamma * (1.0 - batch["terminated"][burn:].reshape(-1, batch_size).to(obs.dtype))
+    discount_t = gamma * (1.0 - batch["terminated"][burn:].reshape(-1, batch_size).to(fdt))
     mask = batch["mask"][burn:].bool()
     td = returns.transformed_n_step_q_learning(
         q_tm1,
@@ -556,7 +563,7 @@ def loss(
             "td_error": td_detached,
             "q": returns.masked_mean(returns.select_action_values(q_tm1, a_tm1).detach(), mask),
             "td_abs": returns.masked_mean(td_detached.abs(), mask),
-            "valid_fraction": mask.to(obs.dtype).mean(),
+            "valid_fraction": mask.to(fdt).mean(),
             "weight_mean": weight.mean(),
         },
         batch_size=[],

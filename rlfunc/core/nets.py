@@ -589,3 +589,116 @@ def conv_encoder_apply(
     for i in range(n):
         h = torch.relu(F.conv2d(h, params[str(i), "weight"], params[str(i), "bias"], stride=int(strides[i])))
     return h.reshape(h.shape[0], -1)
+
+
+# --------------------------------------------------------------------------
+# Pixel torsos for the recurrent Q-networks (DRQN, R2D2, the DQN control): a
+# conv stack, ReLU after every layer, flattened. Parameters live at
+# ``params[kind][str(i)]`` (``nn.Conv2d`` layout), so the kind -- and with it the
+# static kernels, strides and input layout -- is read from the key, as the MLP
+# depth is read from the layer keys.
+#
+# * ``"minatar"``: MinAtar's DQN torso (Young & Tian 2019, ``examples/dqn.py``):
+#   one 3x3 conv, 16 channels, stride 1, on the ``[10, 10, C]`` channels-last
+#   boolean observation (no scaling);
+# * ``"nature"``: the Nature DQN torso (Mnih et al. 2015), used by DRQN
+#   (Hausknecht & Stone 2015) and R2D2 (Kapturowski et al. 2019): 32 8x8 /4,
+#   64 4x4 /2, 64 3x3 /1 on ``[H, W]`` frames (one grayscale frame per step,
+#   DRQN) or ``[S, H, W]`` stacks (channels first), scaled by 1/255.
+# --------------------------------------------------------------------------
+
+__all__ += ["TORSOS", "torso_init", "torso_apply", "torso_output_size", "torso_check"]
+
+TORSOS: dict[str, dict] = {
+    "minatar": {"channels": (16,), "kernels": (3,), "strides": (1,), "channels_last": True, "scale": 1.0},
+    "nature": {"channels": (32, 64, 64), "kernels": (8, 4, 3), "strides": (4, 2, 1), "channels_last": False,
+               "scale": 1.0 / 255.0},
+}
+"""The pixel torsos by name (see above)."""
+
+
+def _torso_layout(kind: str, obs_shape: Sequence[int]) -> tuple[int, int, int]:
+    """``(C, H, W)`` the convolutions see for one observation of ``obs_shape``."""
+    shape = tuple(int(s) for s in obs_shape)
+    if kind == "minatar":
+        if len(shape) != 3:
+            raise ValueError(
+                f"The minatar encoder needs [H, W, C] channels-last observations (MinAtar's), got shape {shape}."
+            )
+        return shape[2], shape[0], shape[1]
+    if len(shape) not in (2, 3):
+        raise ValueError(
+            f"The nature encoder needs [H, W] frames or [S, H, W] frame stacks (channels first), got shape {shape}."
+        )
+    return (1, *shape) if len(shape) == 2 else shape  # type: ignore[return-value]
+
+
+def torso_check(kind: str, obs_shape: Sequence[int]) -> None:
+    """Raise one ``ValueError`` sentence unless torso ``kind`` can encode observations of ``obs_shape``."""
+    if kind not in TORSOS:
+        raise ValueError(f"Unknown pixel encoder {kind!r}; use one of {sorted(TORSOS)}.")
+    torso_output_size(kind, obs_shape)
+
+
+def torso_output_size(kind: str, obs_shape: Sequence[int]) -> int:
+    """Features out of torso ``kind`` for one observation of ``obs_shape`` (Nature on 84x84: 3136)."""
+    spec = TORSOS[kind]
+    _, h, w = _torso_layout(kind, obs_shape)
+    for k, s in zip(spec["kernels"], spec["strides"]):
+        h, w = (h - k) // s + 1, (w - k) // s + 1
+        if h < 1 or w < 1:
+            raise ValueError(
+                f"Observations of shape {tuple(obs_shape)} are too small for the {kind} encoder's "
+                f"{list(spec['kernels'])} kernels with strides {list(spec['strides'])}."
+            )
+    return int(spec["channels"][-1] * h * w)
+
+
+def torso_init(
+    kind: str,
+    obs_shape: Sequence[int],
+    *,
+    init: str = "torch_default",
+    generator: torch.Generator | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> TensorDict:
+    """Parameters of torso ``kind`` for observations of ``obs_shape``: ``{kind: {"0": conv, ...}}``.
+
+    ``init``: ``"torch_default"`` (``nn.Conv2d``'s own, what the MinAtar and PyTorch DQN code
+    get) or ``"orthogonal"`` (ReLU gain)."""
+    torso_check(kind, obs_shape)
+    spec = TORSOS[kind]
+    c_in = _torso_layout(kind, obs_shape)[0]
+    layers = {}
+    for i, (c_out, k) in enumerate(zip(spec["channels"], spec["kernels"])):
+        layers[str(i)] = conv_init(c_in, c_out, k, init=init, generator=generator, device=device, dtype=dtype)
+        c_in = c_out
+    return TensorDict({kind: TensorDict(layers, batch_size=[])}, batch_size=[])
+
+
+def torso_apply(params: Mapping, obs: torch.Tensor, lead: int) -> torch.Tensor:
+    """Encode ``obs [*lead_dims, *obs_shape]`` (any dtype) -> features ``[*lead_dims, D]``.
+
+    ``lead`` is the number of leading batch dims (2 for time-major ``[T, B]``, 1 for ``[B]``).
+    """
+    kind = next(k for k in TORSOS if k in _top_keys(params))
+    spec, conv = TORSOS[kind], params[kind]
+    lead_shape = tuple(obs.shape[:lead])
+    frame = tuple(obs.shape[lead:])
+    if kind == "minatar" and len(frame) != 3 or kind == "nature" and len(frame) not in (2, 3):
+        raise ValueError(
+            f"The {kind} encoder got observations of shape {tuple(obs.shape)}: expected {lead} batch dim(s) then "
+            + ("[H, W, C]." if kind == "minatar" else "[H, W] or [S, H, W].")
+        )
+    weight0 = conv["0", "weight"]
+    h = obs.reshape(-1, *frame).to(weight0.dtype)
+    if spec["channels_last"]:
+        h = h.permute(0, 3, 1, 2)
+    elif h.dim() == 3:
+        h = h.unsqueeze(1)
+    if spec["scale"] != 1.0:
+        h = h * spec["scale"]
+    for i, s in enumerate(spec["strides"]):
+        h = torch.relu(F.conv2d(h, conv[str(i), "weight"], conv[str(i), "bias"], stride=s))
+    return h.reshape(*lead_shape, -1)
