@@ -67,14 +67,28 @@ class SequenceLearner(TransitionLearner):
         """``(capacity key, capacity in windows, steps per window, extra bytes per window)``."""
         return "train.replay_size", self.train_cfg.replay_size, self.config.sequence_length, 0
 
+    @property
+    def pixels(self) -> bool:
+        """A conv encoder (``agent.encoder`` not ``mlp``): frames go to a frame sequence replay as uint8."""
+        return getattr(self.config, "encoder", "mlp") != "mlp"
+
     def _replay_need(self) -> Need:
         key, capacity, steps, extra = self._replay_shape()
+        if getattr(self.config, "initial_state", "zeros") == "stored":
+            carry = self.algo.carry_to_td(self.algo.initial_carry(self.config, 1, device="meta"))
+            extra += sum(v.numel() * v.element_size() for v in carry.values(True, True))
+        if self.pixels:  # each uint8 frame once (rlfunc.replay.frame_sequence)
+            from rlfunc.replay.frame_sequence import frame_replay_bytes
+
+            nbytes = frame_replay_bytes(capacity, steps, self.num_envs, self.config.sequence_period,
+                                        _numel(self.obs_space), window_extra=extra)
+            return Need(
+                f"{key}={capacity}", nbytes,
+                f"the replay of {self.env_id} windows of {steps} steps, each frame stored once", f"lower {key}",
+            )
         # obs and next_obs (float32), action (int64), reward (float32), terminated, truncated, mask (bool)
         per_step = 8 * _numel(self.obs_space) + 8 + 4 + 3
         per_window = steps * per_step + 16 + extra  # + the window's env and start (int64)
-        if getattr(self.config, "initial_state", "zeros") == "stored":
-            carry = self.algo.carry_to_td(self.algo.initial_carry(self.config, 1, device="meta"))
-            per_window += sum(v.numel() * v.element_size() for v in carry.values(True, True))
         return Need(
             f"{key}={capacity}", capacity * per_window,
             f"the replay of {self.env_id} windows of {steps} steps ({per_window} bytes each)", f"lower {key}",
@@ -125,7 +139,11 @@ class SequenceLearner(TransitionLearner):
         return self
 
     def _make_replay(self) -> SequenceReplay:
-        return SequenceReplay(
+        if self.pixels:
+            from rlfunc.replay.frame_sequence import FrameSequenceReplay as cls
+        else:
+            cls = SequenceReplay
+        return cls(
             self.train_cfg.replay_size,
             self.config.sequence_length,
             self.num_envs,
@@ -185,10 +203,10 @@ class SequenceLearner(TransitionLearner):
         env_ids = rows["env_id"].to(torch.int64)
         step = TensorDict(
             {
-                "obs": rows["obs"].float(),
+                "obs": rows["obs"].to(torch.uint8) if self.pixels else rows["obs"].float(),
                 "action": rows["action"].to(torch.int64).reshape(n),
                 "reward": rows["reward"].float().reshape(n),
-                "next_obs": rows["next_obs"].float(),
+                "next_obs": rows["next_obs"].to(torch.uint8) if self.pixels else rows["next_obs"].float(),
                 "terminated": rows["terminated"].bool().reshape(n),
                 "truncated": rows["truncated"].bool().reshape(n),
             },
@@ -305,9 +323,12 @@ class R2D2Learner(SequenceLearner):
         self._updates = 0  # = int(state["step"]), kept on the host (no device sync per env step)
 
     def _make_replay(self) -> SequenceReplay:
-        from rlfunc.replay.prioritized import PrioritizedSequenceReplay
+        if self.pixels:
+            from rlfunc.replay.frame_sequence import PrioritizedFrameSequenceReplay as cls
+        else:
+            from rlfunc.replay.prioritized import PrioritizedSequenceReplay as cls
 
-        return PrioritizedSequenceReplay(
+        return cls(
             num_envs=self.num_envs, device=self.device,
             **self.algo.replay_kwargs(self.config, self.train_cfg.replay_size),
         )

@@ -1,0 +1,125 @@
+"""The frame sequence replays (rlfunc.replay.frame_sequence): the same windows and samples as the
+copying sequence replays for the same data, each frame stored once, and the bytes per stored frame."""
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+
+from rlfunc.replay.frame_sequence import (
+    FrameSequenceReplay,
+    PrioritizedFrameSequenceReplay,
+    default_frame_capacity,
+    frame_replay_bytes,
+)
+from rlfunc.replay.prioritized import PrioritizedSequenceReplay
+from rlfunc.replay.sequence import SequenceReplay
+
+
+def _feed(replays, steps=300, num_envs=3, seed=0, frame=(2, 5, 5), carry=False, skip_resets=True):
+    """The same random episodes (random lengths, terminations and truncations, gymnasium's next-step
+    autoreset rows skipped) into every replay; uint8 frames for the frame replays, float for the others."""
+    rng = np.random.default_rng(seed)
+    obs = rng.integers(0, 256, (num_envs, *frame), dtype=np.uint8)
+    skip = np.zeros(num_envs, dtype=bool)
+    for t in range(steps):
+        nxt = rng.integers(0, 256, (num_envs, *frame), dtype=np.uint8)
+        end = rng.random(num_envs)
+        term, trunc = end < 0.04, (end >= 0.04) & (end < 0.06)
+        ids = np.flatnonzero(~skip) if skip_resets else np.arange(num_envs)
+        if ids.size:
+            step = {
+                "action": torch.as_tensor(rng.integers(0, 4, num_envs))[ids],
+                "reward": torch.as_tensor(rng.standard_normal(num_envs), dtype=torch.float32)[ids],
+                "terminated": torch.as_tensor(term)[ids],
+                "truncated": torch.as_tensor(trunc)[ids],
+            }
+            c = None
+            if carry:
+                c = TensorDict({"h": torch.full((num_envs, 2), float(t))}, batch_size=[num_envs])[torch.as_tensor(ids)]
+            for r in replays:
+                pixels = isinstance(r, FrameSequenceReplay | PrioritizedFrameSequenceReplay)
+                o, n = torch.as_tensor(obs[ids]), torch.as_tensor(nxt[ids])
+                td = TensorDict({**step, "obs": o if pixels else o.float(), "next_obs": n if pixels else n.float()},
+                                batch_size=[ids.size])
+                r.add(td, c, env_ids=ids)
+        done = term | trunc
+        skip = done.copy()  # the next row of an env that ended is gymnasium's reset step: not stored
+        obs = np.where(done.reshape(-1, 1, 1, 1), rng.integers(0, 256, obs.shape, dtype=np.uint8), nxt)
+
+
+def _assert_same(a: TensorDict, b: TensorDict):
+    assert set(a.keys()) == set(b.keys())
+    for k in a.keys(True, True):
+        x, y = a[k], b[k]
+        if k in ("obs", "next_obs"):
+            assert x.dtype == torch.uint8
+            x = x.float()
+        torch.testing.assert_close(x, y, rtol=0, atol=0, msg=str(k))
+
+
+@pytest.mark.parametrize("period", [1, 4])
+def test_uniform_samples_equal_sequence_replay(period):
+    ref = SequenceReplay(40, 8, 3, period=period)  # 40 windows: the storage wraps several times
+    frames = FrameSequenceReplay(40, 8, 3, period=period)
+    _feed([ref, frames], steps=400)
+    assert frames.frames_written > frames.frame_capacity  # the frame ring wrapped too
+    assert len(ref) == len(frames) == 40 and ref.windows_added == frames.windows_added
+    g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    for _ in range(5):
+        _assert_same(frames.sample(16, g2), ref.sample(16, g1))
+
+
+def test_prioritized_samples_equal_prioritized_replay_with_carry():
+    ref = PrioritizedSequenceReplay(30, 10, 3, period=5)
+    frames = PrioritizedFrameSequenceReplay(30, 10, 3, period=5)
+    _feed([ref, frames], steps=300, carry=True)
+    g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    for _ in range(4):
+        a, b = frames.sample(8, g2), ref.sample(8, g1)
+        _assert_same(a, b)
+        p = torch.rand(8, generator=torch.Generator().manual_seed(int(a["window"][0, 0])))
+        frames.update_priorities(a["window"][0], p)
+        ref.update_priorities(b["window"][0], p)
+
+
+def test_state_dict_round_trip_samples_the_same():
+    frames = PrioritizedFrameSequenceReplay(20, 6, 2, period=3)
+    _feed([frames], steps=120, num_envs=2)
+    copy = PrioritizedFrameSequenceReplay(20, 6, 2, period=3)
+    copy.load_state_dict(frames.state_dict())
+    _feed([frames, copy], steps=30, num_envs=2, seed=1)  # pending episodes continue in both
+    a, b = copy.sample(8, torch.Generator().manual_seed(0)), frames.sample(8, torch.Generator().manual_seed(0))
+    assert set(a.keys()) == set(b.keys())
+    for k in a.keys(True, True):
+        assert torch.equal(a[k], b[k]), k
+
+
+def test_a_too_small_frame_ring_is_refused():
+    frames = FrameSequenceReplay(40, 8, 3, period=4, frame_capacity=30)
+    with pytest.raises(RuntimeError, match="frame_capacity of at least"):
+        _feed([frames], steps=200)
+
+
+def test_bytes_per_stored_frame_atari():
+    """An 84x84 uint8 frame is 7,056 bytes; R2D2's windows (burn-in 40 + 80, period 40, 8 actors) add the
+    frame numbers and step entries of each window (2.2 windows per 80 steps), and the ring's slack."""
+    capacity, T, N, P = 250, 120, 8, 40
+    replay = PrioritizedFrameSequenceReplay(capacity, T, N, period=P)
+    steps = TensorDict(
+        {"obs": torch.zeros(N, 84, 84, dtype=torch.uint8), "next_obs": torch.zeros(N, 84, 84, dtype=torch.uint8),
+         "action": torch.zeros(N, dtype=torch.int64), "reward": torch.zeros(N), "terminated": torch.zeros(N, dtype=torch.bool),
+         "truncated": torch.zeros(N, dtype=torch.bool)}, batch_size=[N])
+    for _ in range(T):
+        replay.add(steps)
+    assert replay.frames.dtype == torch.uint8 and replay.frames.element_size() * replay.frames[0].numel() == 7056
+    expected = frame_replay_bytes(capacity, T, N, P, 7056, window_extra=16)
+    assert replay.nbytes() == expected
+    assert default_frame_capacity(capacity, T, N, P) == capacity * (P + 1) + N * (3 * T + P + 2)
+    # A 1M-frame Atari replay: 25,000 windows of R2D2's cover 1M env steps (one frame each). The ring
+    # holds 1,028,216 frames (one per step, one per window for episode starts, the slack of 8 actors);
+    # each window adds 120 steps x 31 bytes + 32: 7,348,920,896 bytes, 7,349 per stored frame (7,056 of
+    # them the frame), where copying float32 obs and next_obs into each window would take ~169,000.
+    big = frame_replay_bytes(25_000, T, N, P, 7056, window_extra=16)
+    assert big == 1_028_216 * 7056 + 25_000 * (120 * 31 + 32) + 8 * 120 * 30 == 7_348_920_896
+    assert round(big / 1_000_000) == 7349
