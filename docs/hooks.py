@@ -8,6 +8,7 @@ the objects it documents, so it cannot drift from them:
   defaults ``rlfunc algos NAME`` prints: :func:`rlfunc.runtime.cli.algo_defaults`);
 * ``reference/cli.md``: every ``rlfunc`` command, from the parser ``rlfunc`` itself parses with
   (:func:`rlfunc.runtime.cli.build_parser`);
+* ``changelog.md``: the repository's ``CHANGELOG.md``;
 * ``reference/api/``: one page per public module (mkdocstrings renders its docstrings) and an index
   that links each algorithm's pure ``update``. ``on_config`` puts the module pages into the nav
   under the entry that names ``reference/api/index.md``.
@@ -29,6 +30,7 @@ import os
 import pkgutil
 import textwrap
 import tokenize
+import typing
 
 import griffe
 import yaml
@@ -202,16 +204,26 @@ def _field_table(cls, defaults: dict | None = None) -> list[str]:
     return rows
 
 
+def config_sections() -> list[tuple[str, type]]:
+    """``[(name, dataclass), ...]``: the sections of :class:`rlfunc.runtime.config.RunConfig` that are
+    dataclasses of their own (all but ``algo`` and ``agent``), in its order."""
+    from rlfunc.runtime import config as cfg
+
+    hints = typing.get_type_hints(cfg.RunConfig)
+    out = []
+    for f in dataclasses.fields(cfg.RunConfig):
+        kinds = [t for t in (typing.get_args(hints[f.name]) or (hints[f.name],)) if dataclasses.is_dataclass(t)]
+        if kinds:
+            out.append((f.name, kinds[0]))
+    return out
+
+
 def configs_markdown() -> str:
     from rlfunc.runtime import config as cfg
     from rlfunc.runtime.cli import algo_defaults
     from rlfunc.runtime.registry import ALGOS
 
-    sections = [("env", cfg.EnvSection), ("train", cfg.TrainSection), ("data", cfg.DataSection),
-                ("distributed", cfg.DistributedSection)]
-    assert [f.name for f in dataclasses.fields(cfg.RunConfig)] == ["algo", "env", "train", "agent", "data", "distributed"], (
-        "RunConfig's sections changed: update docs/hooks.py's list of sections"
-    )
+    sections = config_sections()
     lines = [
         "# Config reference",
         "",
@@ -366,7 +378,11 @@ def on_config(config):
 def on_files(files, config):
     for broken in check_roles():
         _log.warning("%s names nothing (not an rlfunc object, a builtin or an importable module's); fix the docstring", broken)
+    root = os.path.dirname(config["config_file_path"])
+    with open(os.path.join(root, "CHANGELOG.md"), encoding="utf-8") as f:
+        changelog = f.read()
     pages = {
+        "changelog.md": changelog,  # the repository's CHANGELOG.md, as it is
         "reference/configs.md": configs_markdown(),
         "reference/cli.md": cli_markdown(),
         API_INDEX: api_index_markdown(),
