@@ -143,9 +143,10 @@ def _bytes(replay) -> int:
 def run_bench(args: argparse.Namespace, run) -> int:
     import torch
 
-    from rlfunc.runtime.perf import set_threads
+    from rlfunc.runtime.perf import set_threads, tune_allocator
 
     set_threads(args.threads)
+    allocator_tuned = tune_allocator()  # as the trainers do: a [P, B] pixel batch is tens of MB, mmap-ed afresh otherwise
     device = torch.device(args.device)
     shapes = _shapes(args.quick)
     rows = []
@@ -198,7 +199,7 @@ def run_bench(args: argparse.Namespace, run) -> int:
         "repeats": args.repeats,
         "calls_per_window": args.steps,
         "shapes": {k: {n: list(v) if isinstance(v, tuple) else v for n, v in s.items()} for k, s in shapes.items()},
-        "machine": run.machine_info(device, allocator_tuned=False),
+        "machine": run.machine_info(device, allocator_tuned=allocator_tuned),
         "rows": rows,
         "notes": (
             "One sample(B, generators) of a population replay ([P, ...] storage, every member's batch in one gather) "

@@ -9,16 +9,19 @@ and one :meth:`PopulationSumTree.find` serves every member's batch.
 The layout and arithmetic are the single tree's: a touched block's prefix row is
 recomputed from its leaves with ``cumsum`` and the block prefix with one more
 ``cumsum`` (both sequential float64 sums on CPU, as the single tree's), and the
-search is :func:`rlfunc.replay.sumtree.find_in_blocks`. So row ``k`` holds
-bit for bit the sums of a :class:`SumTree` given member ``k``'s leaves, and
-member ``k``'s draws from generator ``k`` are that tree's draws. Torch ops on
-every device (a batched ``searchsorted`` has no numpy counterpart).
+search is the single tree's (:func:`rlfunc.replay.sumtree.find_in_blocks` on
+an accelerator; on CPU numpy views of the same buffers, as :class:`SumTree` does,
+with one ``np.searchsorted`` per member for the block -- numpy has no batched
+one -- and every other step batched). So row ``k`` holds bit for bit the sums of
+a :class:`SumTree` given member ``k``'s leaves, and member ``k``'s draws from
+generator ``k`` are that tree's draws.
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
 import torch
 
 from rlfunc.replay.sumtree import _auto_fanout, find_in_blocks
@@ -55,6 +58,10 @@ class PopulationSumTree:
         self._sums = torch.zeros(P, nb, **f64)  # block sums
         self._top = torch.zeros(P, nb, **f64)  # inclusive cumsum of block sums (contiguous for searchsorted)
         self._cum = torch.zeros(P, nb + 1, **f64)  # [0, top]: sum of the blocks before each block
+        self._np = self.device.type == "cpu"  # numpy views: ~1-3 us per small call against ~5-20 us for torch
+        if self._np:
+            self._leaves_np, self._prefix_np = self._leaves.numpy(), self._prefix.numpy()
+            self._sums_np, self._top_np, self._cum_np = self._sums.numpy(), self._top.numpy(), self._cum.numpy()
 
     # ----------------------------------------------------------------- read
     def total(self) -> torch.Tensor:
@@ -72,6 +79,10 @@ class PopulationSumTree:
 
     def probabilities(self, indices: torch.Tensor) -> torch.Tensor:
         """``p_i / total_k`` at ``indices [P, S]`` (float64)."""
+        if self._np:
+            i = indices.numpy() if isinstance(indices, torch.Tensor) else np.asarray(indices)
+            leaf = np.take_along_axis(self._leaves_np.reshape(self.members, -1), i, axis=1)
+            return torch.from_numpy(leaf / self._top_np[:, -1:])
         return self.get(indices) / self.total().unsqueeze(1)
 
     # ---------------------------------------------------------------- write
@@ -82,12 +93,25 @@ class PopulationSumTree:
         shape, flattened). With repeated (member, index) pairs one of the values is
         kept; the sums stay consistent with the leaves.
         """
-        dev = self.device
+        dev, width = self.device, self.num_blocks * self.fanout
+        if self._np:
+            idx = np.asarray(indices.cpu() if isinstance(indices, torch.Tensor) else indices, dtype=np.int64).reshape(-1)
+            if idx.size == 0:
+                return
+            mem = np.broadcast_to(np.asarray(members, dtype=np.int64).reshape(-1), idx.shape)
+            vals = values.detach().cpu().numpy() if isinstance(values, torch.Tensor) else np.asarray(values)
+            self._leaves_np.reshape(-1)[mem * width + idx] = vals.reshape(-1) if vals.ndim else vals
+            blocks = mem * self.num_blocks + idx // self.fanout
+            # torch's CPU cumsum, as SumTree.update: the same sequential float64 sums
+            rows = torch.cumsum(torch.from_numpy(self._leaves_np.reshape(-1, self.fanout)[blocks]), dim=1).numpy()
+            self._prefix_np.reshape(-1, self.fanout)[blocks] = rows
+            self._sums_np.reshape(-1)[blocks] = rows[:, -1]
+            self._rebuild_top()
+            return
         idx = torch.as_tensor(indices, device=dev).reshape(-1).long()
         if idx.numel() == 0:
             return
         mem = torch.as_tensor(members, device=dev).reshape(-1).long().expand(idx.shape)
-        width = self.num_blocks * self.fanout
         vals = torch.as_tensor(values, dtype=torch.float64, device=dev)
         self._leaves.view(-1).index_put_((mem * width + idx,), vals.reshape(-1) if vals.dim() else vals)
         blocks = mem * self.num_blocks + torch.div(idx, self.fanout, rounding_mode="floor")
@@ -117,8 +141,27 @@ class PopulationSumTree:
     # --------------------------------------------------------------- sample
     def find(self, u: torch.Tensor) -> torch.Tensor:
         """Member ``k``'s leaf for each ``u[k, s]`` in ``[0, total_k)``, as :meth:`SumTree.find` (int64 ``[P, S]``)."""
+        if self._np:
+            u_np = u.detach().cpu().numpy() if isinstance(u, torch.Tensor) else np.asarray(u)
+            return torch.from_numpy(self._find_np(np.array(u_np, dtype=np.float64)))
         u = torch.as_tensor(u, dtype=torch.float64, device=self.device)
         return find_in_blocks(self._top, self._cum, self._prefix, u)
+
+    def _find_np(self, u: np.ndarray) -> np.ndarray:
+        """:meth:`SumTree._find_np` over members; ``u [P, S]`` is overwritten."""
+        P, nb = self.members, self.num_blocks
+        top = self._top_np
+        np.minimum(u, np.nextafter(top[:, -1:], 0.0), out=u)
+        block = np.empty(u.shape, dtype=np.int64)
+        for k in range(P):  # numpy's searchsorted takes one sorted row
+            block[k] = np.searchsorted(top[k], u[k], side="right")
+        np.minimum(block, nb - 1, out=block)
+        member = np.arange(P)[:, None]
+        u -= self._cum_np.reshape(-1)[member * (nb + 1) + block]  # sum of the blocks before
+        rows = self._prefix_np.reshape(P * nb, self.fanout)[member * nb + block]  # [P, S, F]
+        np.minimum(u, np.nextafter(rows[..., -1], 0.0), out=u)
+        j = (rows <= u[..., None]).sum(axis=-1)
+        return block * self.fanout + j
 
     def sample(self, batch_size: int, generators: Sequence[torch.Generator]) -> torch.Tensor:
         """``batch_size`` leaves per member (``[P, batch_size]``), member ``k``'s uniforms from
@@ -128,6 +171,10 @@ class PopulationSumTree:
         u = torch.stack(
             [torch.rand(batch_size, generator=g, device=self.device, dtype=torch.float64) for g in generators]
         )
+        if self._np:
+            u_np = u.numpy()
+            u_np *= self._top_np[:, -1:]
+            return torch.from_numpy(self._find_np(u_np))
         return self.find(u * self.total().unsqueeze(1))
 
     # ----------------------------------------------------------- checkpoint
