@@ -36,9 +36,10 @@ def _no_pickle(td: TensorDict, tmp_path) -> TensorDict:
 
 
 # ------------------------------------------------------------------ sum-tree
-def test_population_sumtree_rows_are_single_trees():
+@pytest.mark.parametrize("backend", ["numpy", "torch"])  # torch: the path on accelerators
+def test_population_sumtree_rows_are_single_trees(backend):
     C = 1000
-    tree = PopulationSumTree(P, C)
+    tree = PopulationSumTree(P, C, backend=backend)
     singles = [SumTree(C) for _ in range(P)]  # numpy backend on CPU, as the single replay uses
     g = torch.Generator().manual_seed(0)
     for _ in range(40):
@@ -55,9 +56,11 @@ def test_population_sumtree_rows_are_single_trees():
     want = torch.stack([singles[k].sample(512, torch.Generator().manual_seed(k)) for k in range(P)])
     assert torch.equal(got, want)
     assert torch.equal(tree.probabilities(got), torch.stack([singles[k].probabilities(want[k]) for k in range(P)]))
-    other = PopulationSumTree(P, C)
+    u = torch.rand(P, 300, generator=g, dtype=torch.float64) * 1.01 * tree.total().unsqueeze(1)  # some past the total
+    assert torch.equal(tree.find(u), torch.stack([singles[k].find(u[k]) for k in range(P)]))
+    other = PopulationSumTree(P, C, backend="torch" if backend == "numpy" else "numpy")
     other.load_state_dict(tree.state_dict())
-    assert torch.equal(other._top, tree._top)
+    assert torch.equal(other._top, tree._top) and torch.equal(other.find(u), tree.find(u))
 
 
 # -------------------------------------------------------------- data streams
