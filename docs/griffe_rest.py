@@ -30,7 +30,7 @@ import textwrap
 import griffe
 
 _ROLE = re.compile(r":(?:py:)?(func|class|meth|data|mod|attr|obj|exc|const):`(~?)([^`<>]+?)(?:\(\))?`")
-_CODE = re.compile(r"(``.+?``|`[^`\n]+`)")  # code spans (reST literals, Markdown code) are left alone
+CODE_SPANS = re.compile(r"(``.+?``|`[^`\n]+`)")  # code spans (reST literals, Markdown code) are left alone
 
 
 class RestToMarkdown(griffe.Extension):
@@ -129,7 +129,7 @@ def _prose(line: str, obj, collection) -> str:
 
 
 def _escape(text: str) -> str:
-    pieces = _CODE.split(text)
+    pieces = CODE_SPANS.split(text)
     return "".join(p if k % 2 else p.replace("<", "&lt;") for k, p in enumerate(pieces))
 
 

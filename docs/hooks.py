@@ -36,7 +36,7 @@ import griffe
 import yaml
 from mkdocs.structure.files import File
 
-from griffe_rest import _CODE, convert, unresolved_roles  # docs/ is on sys.path while mkdocs loads this file
+from griffe_rest import CODE_SPANS, convert, unresolved_roles  # docs/ is on sys.path while mkdocs loads this file
 
 _log = logging.getLogger("mkdocs.hooks.rlfunc")  # under "mkdocs": --strict counts its warnings
 
@@ -123,7 +123,8 @@ def check_roles() -> list[str]:
 # Configs
 
 
-def _yaml(value) -> str:
+def yaml_value(value) -> str:
+    """``value`` as one line of YAML, as a config file would spell it (``null``, ``[256, 256]``)."""
     text = yaml.safe_dump(value, default_flow_style=True, width=10_000).strip()
     return text.removesuffix("\n...").strip()
 
@@ -173,7 +174,7 @@ def field_docs(cls) -> tuple[dict[str, str], dict[str, str]]:
 
 def _cell(text: str) -> str:
     """Running text for a table cell: a pipe outside code would end the cell (inside code it does not)."""
-    pieces = _CODE.split(convert(" ".join(text.split())))
+    pieces = CODE_SPANS.split(convert(" ".join(text.split())))
     return "".join(p if k % 2 else p.replace("|", "\\|") for k, p in enumerate(pieces))
 
 
@@ -193,11 +194,11 @@ def _field_table(cls, defaults: dict | None = None) -> list[str]:
                 rows += [f"*{_cell(groups[f.name])}*", ""]
             rows += header
         if defaults is not None:
-            default = _code_cell(_yaml(defaults[f.name]))
+            default = _code_cell(yaml_value(defaults[f.name]))
         elif f.default is not dataclasses.MISSING:
-            default = _code_cell(_yaml(f.default))
+            default = _code_cell(yaml_value(f.default))
         elif f.default_factory is not dataclasses.MISSING:
-            default = _code_cell(_yaml(f.default_factory()))
+            default = _code_cell(yaml_value(f.default_factory()))
         else:
             default = "required"
         rows.append(f"| `{f.name}` | {_code_cell(str(f.type))} | {default} | {_cell(docs.get(f.name, ''))} |")
@@ -269,13 +270,14 @@ def configs_markdown() -> str:
 # CLI
 
 
-def _subcommands(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+def subcommands(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """Every subcommand's parser under ``parser``, nested ones (``dataset collect``) after their parent."""
     out = []
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for sub in dict.fromkeys(action.choices.values()):  # aliases map to the same parser
                 out.append(sub)
-                out += _subcommands(sub)
+                out += subcommands(sub)
     return out
 
 
@@ -318,15 +320,15 @@ def cli_markdown() -> str:
     os.environ["COLUMNS"] = "100"  # argparse wraps usage lines at the terminal's width
     try:
         parser = build_parser()
-        commands = _subcommands(parser)
+        commands = subcommands(parser)
         helps = _help_of(parser)
         for sub in commands:
             helps.update(_help_of(sub))
         lines = [
             "# Command line",
             "",
-            "Generated at every build from the parser `rlfunc` parses its arguments with; "
-            "`rlfunc COMMAND --help` prints the same.",
+            "Generated at every build from the parser `rlfunc` parses its arguments with, so it lists "
+            "what `rlfunc COMMAND --help` lists.",
             "",
             "```text",
             parser.format_usage().strip(),
@@ -336,13 +338,12 @@ def cli_markdown() -> str:
             "",
         ]
         for sub in commands:
-            has_own_subcommands = any(isinstance(a, argparse._SubParsersAction) for a in sub._actions)
             anchor = sub.prog.replace(" ", "-")
             lines += [f"## `{sub.prog}` {{ #{anchor} }}", "", _cell(helps.get(sub.prog, "")) + ".", ""]
             if sub.description:
                 lines += [_cell(sub.description), ""]
             lines += ["```text", sub.format_usage().strip(), "```", ""]
-            if not has_own_subcommands or len(_argument_rows(sub)) > 2:
+            if len(_argument_rows(sub)) > 2:  # a table only where the command takes arguments
                 lines += [*_argument_rows(sub), ""]
         return "\n".join(lines)
     finally:

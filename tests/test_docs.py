@@ -120,7 +120,7 @@ def test_config_reference_has_every_key_with_its_default(docs_tools, site):
         section = _section(text, f"### `{name}` {{ #agent-{name} }}")
         defaults = algo_defaults(name)
         for key, value in defaults["agent"].items():
-            assert re.search(rf"^\| `{key}` \| `[^`]+` \| `{re.escape(docs_tools._yaml(value))}` \|", section, flags=re.M), (
+            assert re.search(rf"^\| `{key}` \| `[^`]+` \| `{re.escape(docs_tools.yaml_value(value))}` \|", section, flags=re.M), (
                 f"agent.{key} of {name} (default {value!r}) is missing from the config reference"
             )
         assert f"`train.learning_starts` is {defaults['train']['learning_starts']:,}" in section
@@ -132,7 +132,7 @@ def test_cli_reference_has_every_command_and_option(docs_tools, site):
     from rlfunc.runtime.cli import build_parser
 
     text = docs_tools.cli_markdown()
-    commands = docs_tools._subcommands(build_parser())
+    commands = docs_tools.subcommands(build_parser())
     assert {"rlfunc train", "rlfunc eval", "rlfunc sweep", "rlfunc dataset collect"} <= {c.prog for c in commands}
     for command in commands:
         section = _section(text, f"## `{command.prog}`")
