@@ -163,3 +163,14 @@ def test_a_role_naming_nothing_is_reported(docs_tools):
     assert "Run it:\n\n```python\nx = 1\n```" in md
     assert "```pycon\n>>> 1 + 1\n2\n```" in md
     assert "runs/&lt;algo> and ``a<b``" in md
+
+
+def test_benchmark_results_page_shows_every_plot(site):
+    page = (site / "results" / "index.html").read_text()
+    plots = sorted(p.name for p in (ROOT / "benchmarks" / "results").glob("*.png"))
+    assert plots
+    for name in plots:
+        assert (site / "results" / name).is_file(), name
+    shown = set(re.findall(r'<img [^>]*src="([^"]+\.png)"', page))
+    referenced = set(re.findall(r"\]\(results/([^)]+\.png)\)", (ROOT / "benchmarks" / "RESULTS.md").read_text()))
+    assert referenced and shown == referenced, "results/index.html should show the plots RESULTS.md shows"
