@@ -36,12 +36,13 @@ class RecurrentQNetwork(nn.Module):
         super().__init__()
         sizes = (obs_dim, *encoder_sizes)
         self.encoder = nn.ModuleList(nn.Linear(sizes[i], sizes[i + 1]) for i in range(len(sizes) - 1))
+        self.torso: nn.Module | None = None  # set by from_functional for a pixel agent (ConvTorso)
         self.lstm = nn.LSTM(sizes[-1], lstm_size)  # time-major [T, B, in]
         self.head = nn.Linear(lstm_size, num_actions)
 
     def forward(self, obs: torch.Tensor, carry: tuple[torch.Tensor, torch.Tensor] | None = None):
         """``obs [T, B, O]`` -> ``(q [T, B, A], (h, c) each [1, B, H])``; ``carry=None`` is the zero state."""
-        x = obs
+        x = obs if self.torso is None else self.torso(obs)  # benchmarks/baselines/conv.py (pixel agents)
         for layer in self.encoder:
             x = F.relu(layer(x))
         hs, carry = self.lstm(x, carry)
@@ -49,6 +50,11 @@ class RecurrentQNetwork(nn.Module):
 
     def load_functional(self, params: TensorDict) -> "RecurrentQNetwork":
         """Copy rlfunc DRQN ``params`` (encoder / lstm / head) into this module."""
+        if self.torso is not None:
+            with torch.no_grad():
+                for i, conv in enumerate(self.torso.convs):
+                    conv.weight.copy_(params["torso", self.torso.kind, str(i), "weight"])
+                    conv.bias.copy_(params["torso", self.torso.kind, str(i), "bias"])
         with torch.no_grad():
             for i, layer in enumerate(self.encoder):
                 layer.weight.copy_(params["encoder", str(i), "weight"])
@@ -66,7 +72,10 @@ class RecurrentQNetwork(nn.Module):
         }
         lstm = {name: getattr(self.lstm, f"{name}_l0").grad for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")}
         head = {"weight": self.head.weight.grad, "bias": self.head.bias.grad}
-        return TensorDict({"encoder": enc, "lstm": lstm, "head": head}, batch_size=[])
+        out = TensorDict({"encoder": enc, "lstm": lstm, "head": head}, batch_size=[])
+        if self.torso is not None:
+            out["torso"] = self.torso.functional_grads()
+        return out
 
 
 class ImperativeDRQN:
@@ -98,7 +107,7 @@ class ImperativeDRQN:
         self.steps = 0
 
     @classmethod
-    def from_functional(cls, state: TensorDict, config) -> "ImperativeDRQN":
+    def from_functional(cls, state: TensorDict, config, obs_shape=None) -> "ImperativeDRQN":
         """Same networks as an rlfunc DRQN ``state`` (``drqn.init``), same hyperparameters."""
         params = state["params"]
         obs_dim = params["encoder", "0", "weight"].shape[1] if config.encoder_sizes else params["lstm", "weight_ih"].shape[1]
@@ -115,16 +124,23 @@ class ImperativeDRQN:
             target_period=config.target_period,
             double_q=config.double_q,
         )
+        if "torso" in params.keys():  # a pixel agent: the conv torso of benchmarks/baselines/conv.py first
+            from benchmarks.baselines.conv import ConvTorso
+
+            agent.q.torso = ConvTorso.from_functional(params["torso"], obs_shape)
+            agent.target.torso = ConvTorso.from_functional(state["target", "torso"], obs_shape).requires_grad_(False)
+            agent.opt = torch.optim.Adam(agent.q.parameters(), lr=config.lr, eps=config.adam_eps)
         agent.q.load_functional(params)
         agent.target.load_functional(state["target"])
         return agent
 
     def loss(self, batch: TensorDict) -> torch.Tensor:
         obs, next_obs = batch["obs"], batch["next_obs"]
+        fdt = obs.dtype if obs.is_floating_point() else torch.float32  # pixel batches hold uint8 frames
         mask = batch["mask"].bool()
         a = batch["action"].long()
-        r = batch["reward"].to(obs.dtype)
-        discount = self.gamma * (1.0 - batch["terminated"].to(obs.dtype))
+        r = batch["reward"].to(fdt)
+        discount = self.gamma * (1.0 - batch["terminated"].to(fdt))
         seq = torch.cat([obs[:1], next_obs], dim=0)
         if self.double_q:
             q_all, _ = self.q(seq)

@@ -73,6 +73,7 @@ class R2D2Network(nn.Module):
         self.num_actions = num_actions
         sizes = (obs_dim, *encoder_sizes)
         self.encoder = nn.ModuleList(nn.Linear(sizes[i], sizes[i + 1]) for i in range(len(sizes) - 1))
+        self.torso: nn.Module | None = None  # set by from_functional for a pixel agent (ConvTorso)
         self.lstm = nn.LSTM(sizes[-1] + num_actions + 1, lstm_size)  # time-major [T, B, in]
         self.value = _mlp((lstm_size, *head_sizes, 1))
         self.advantage = _mlp((lstm_size, *head_sizes, num_actions))
@@ -80,7 +81,7 @@ class R2D2Network(nn.Module):
     def forward(self, obs, prev_action, prev_reward, carry):
         """``obs [T, B, O]``, ``prev_action/prev_reward [T, B]``, ``carry (h, c)`` each ``[B, H]``
         -> ``(q [T, B, A], (h, c) each [B, H])``."""
-        x = obs
+        x = obs if self.torso is None else self.torso(obs)  # benchmarks/baselines/conv.py (pixel agents)
         for layer in self.encoder:
             x = F.relu(layer(x))
         x = torch.cat([x, F.one_hot(prev_action.long(), self.num_actions).to(x.dtype), torch.tanh(prev_reward).unsqueeze(-1)], -1)
@@ -91,6 +92,11 @@ class R2D2Network(nn.Module):
 
     def load_functional(self, params: TensorDict) -> "R2D2Network":
         """Copy rlfunc R2D2 ``params`` (encoder / lstm / head.value / head.advantage) into this module."""
+        if self.torso is not None:
+            with torch.no_grad():
+                for i, conv in enumerate(self.torso.convs):
+                    conv.weight.copy_(params["torso", self.torso.kind, str(i), "weight"])
+                    conv.bias.copy_(params["torso", self.torso.kind, str(i), "bias"])
         with torch.no_grad():
             for i, layer in enumerate(self.encoder):
                 layer.weight.copy_(params["encoder", str(i), "weight"])
@@ -115,7 +121,10 @@ class R2D2Network(nn.Module):
             }
             for stream in ("value", "advantage")
         }
-        return TensorDict({"encoder": enc, "lstm": lstm, "head": head}, batch_size=[])
+        out = TensorDict({"encoder": enc, "lstm": lstm, "head": head}, batch_size=[])
+        if self.torso is not None:
+            out["torso"] = self.torso.functional_grads()
+        return out
 
 
 class ImperativeR2D2:
@@ -148,14 +157,16 @@ class ImperativeR2D2:
         self.steps = 0
 
     @classmethod
-    def from_functional(cls, state: TensorDict, config) -> "ImperativeR2D2":
+    def from_functional(cls, state: TensorDict, config, obs_shape=None) -> "ImperativeR2D2":
         """Same networks as an rlfunc R2D2 ``state`` (``r2d2.init``, dueling, both extra inputs), same hyperparameters."""
         if not (config.dueling and config.action_input and config.reward_input and config.value_rescaling):
             raise ValueError("The imperative baseline implements the default R2D2 network and target only.")
         params = state["params"]
+        num_actions = params["head", "advantage", str(len(config.head_sizes)), "weight"].shape[0]
         agent = cls(
-            params["encoder", "0", "weight"].shape[1],
-            params["head", "advantage", str(len(config.head_sizes)), "weight"].shape[0],
+            params["encoder", "0", "weight"].shape[1] if config.encoder_sizes
+            else params["lstm", "weight_ih"].shape[1] - num_actions - 1,
+            num_actions,
             encoder_sizes=config.encoder_sizes,
             lstm_size=config.lstm_size,
             head_sizes=config.head_sizes,
@@ -168,6 +179,12 @@ class ImperativeR2D2:
             target_period=config.target_period,
             priority_eta=config.priority_eta,
         )
+        if "torso" in params.keys():  # a pixel agent: the conv torso of benchmarks/baselines/conv.py first
+            from benchmarks.baselines.conv import ConvTorso
+
+            agent.q.torso = ConvTorso.from_functional(params["torso"], obs_shape)
+            agent.target.torso = ConvTorso.from_functional(state["target", "torso"], obs_shape).requires_grad_(False)
+            agent.opt = torch.optim.Adam(agent.q.parameters(), lr=config.lr, eps=config.adam_eps)
         agent.q.load_functional(params)
         agent.target.load_functional(state["target"])
         return agent
@@ -198,13 +215,14 @@ class ImperativeR2D2:
         """``(loss, priorities [B])`` on a ``[burn_in + L, B]`` window batch."""
         burn = self.burn_in
         obs, next_obs = batch["obs"], batch["next_obs"]
+        fdt = obs.dtype if obs.is_floating_point() else torch.float32  # pixel batches hold uint8 frames
         T_all, B = batch["mask"].shape
         action = batch["action"].long()
-        reward = batch["reward"].to(obs.dtype)
+        reward = batch["reward"].to(fdt)
         init = batch["init_carry"][0]
         seq = torch.cat([obs[:1], next_obs], 0)  # o_0, o_1, ..., o_L
         prev_a = torch.cat([init["prev_action"].long().unsqueeze(0), action], 0)
-        prev_r = torch.cat([init["prev_reward"].to(obs.dtype).unsqueeze(0), reward], 0)
+        prev_r = torch.cat([init["prev_reward"].to(fdt).unsqueeze(0), reward], 0)
         start = (init["h"], init["c"])
 
         carry = start
@@ -219,7 +237,7 @@ class ImperativeR2D2:
             v = q_target[1:].gather(-1, a_star).squeeze(-1)
             v = h_inv(v, self.rescale_eps)
             mask = batch["mask"][burn:].bool()
-            discount = self.gamma * (1.0 - batch["terminated"][burn:].to(obs.dtype))
+            discount = self.gamma * (1.0 - batch["terminated"][burn:].to(fdt))
             targets = h(self._targets(reward[burn:], discount, v, mask.sum(0)), self.rescale_eps)
         q_a = q_online[:-1].gather(-1, action[burn:].unsqueeze(-1)).squeeze(-1)
         td = torch.where(mask, targets - q_a, torch.zeros_like(q_a))
