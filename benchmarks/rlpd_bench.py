@@ -113,15 +113,11 @@ def run_learn_rlpd(args: argparse.Namespace, run) -> int:
     expert_info: dict = {}
     if args.data is None and expert is None:
         print(f"learn --algo rlpd: training the SAC expert ({args.expert_steps} steps) ...", flush=True)
-        job = {
-            "label": "sac_expert",
-            "config": "configs/sac/pendulum.yaml",
-            "seed": 100,
-            "threads": args.threads,
-            "overrides": {"train.total_steps": args.expert_steps, "train.eval_every": 1000, "train.checkpoint_every": 1000},
-            "run_dir": str(work / "expert"),
-        }
-        res = run._learn_one(job)
+        entries, _ = run.learn_entries(
+            "sac_expert", "configs/sac/pendulum.yaml", [100],
+            {"train.total_steps": args.expert_steps, "train.eval_every": 1000, "train.checkpoint_every": 1000},
+            args.threads)
+        (res,), _, _ = run.run_learn_plan(run.learn_plan(work / "expert", entries, [100]), jobs=1, echo=lambda line: None)
         expert = Path(res["run_dir"])
         expert_info = {"trained_here": True, "steps": args.expert_steps, "evals": res["evals"], "wall_s": res["wall_s"]}
         print(f"  expert final eval {res['final_return']:.1f} ({res['wall_s']:.0f} s)", flush=True)
@@ -152,37 +148,19 @@ def run_learn_rlpd(args: argparse.Namespace, run) -> int:
         "sac_scratch": ("configs/sac/pendulum.yaml", dict(common)),
     }
     labels = [lab for lab in LABELS if args.only is None or lab in args.only]
-    jobs = [
-        {
-            "label": lab,
-            "config": table[lab][0],
-            "seed": seed,
-            "threads": args.threads,
-            "overrides": table[lab][1],
-            "run_dir": str(work / f"{lab}-s{seed}"),
-        }
-        for seed in range(args.seeds)
-        for lab in labels
-    ]
-    print(f"learn --algo rlpd: {len(jobs)} runs ({', '.join(labels)} x {args.seeds} seeds, {steps} steps, "
+    seeds = list(range(args.seeds))
+    entries = []
+    for lab in labels:
+        entries += run.learn_entries(lab, table[lab][0], seeds, table[lab][1], args.threads,
+                                     getattr(args, "population", True))[0]
+    print(f"learn --algo rlpd: {len(labels) * len(seeds)} runs ({', '.join(labels)} x {args.seeds} seeds, {steps} steps, "
           f"preset {args.preset}), {args.jobs} at a time", flush=True)
-    runs: list[dict] = []
-    if args.jobs <= 1:
-        for job in jobs:
-            runs.append(run._learn_one(job))
-            r = runs[-1]
-            print(f"  {r['algo']} seed {r['seed']}: final {r['final_return']:.1f} ({r['wall_s']:.0f} s)", flush=True)
-    else:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
-        with ProcessPoolExecutor(max_workers=args.jobs, mp_context=mp.get_context("spawn")) as pool:
-            for fut in as_completed([pool.submit(run._learn_one, job) for job in jobs]):
-                r = fut.result()
-                runs.append(r)
-                print(f"  {r['algo']} seed {r['seed']}: final {r['final_return']:.1f} ({r['wall_s']:.0f} s)", flush=True)
-        order = {(j["label"], j["seed"]): i for i, j in enumerate(jobs)}
-        runs.sort(key=lambda r: order[(r["algo"], r["seed"])])
+    runs, failed, executor = run.run_learn_plan(run.learn_plan(work / "runs", entries, seeds), args.jobs,
+                                                echo=lambda line: print(line, flush=True))
+    if failed:
+        for name, why in failed.items():
+            print(f"learn --algo rlpd: {name} failed: {why}", file=sys.stderr)
+        return 1
     curves = {lab: _median_curve([r for r in runs if r["algo"] == lab]) for lab in labels}
     summary = run._summary(runs)
     for lab in labels:
@@ -202,7 +180,7 @@ def run_learn_rlpd(args: argparse.Namespace, run) -> int:
             "rlpd_ahead_of_sac_by": None if r_med is None or s_med is None else r_med - s_med,
         }
     result = {
-        "machine": run.machine_info(torch.device("cpu"), allocator_tuned=False),
+        "machine": {**run.machine_info(torch.device("cpu"), allocator_tuned=False), **executor},
         "benchmark": "learn",
         "algo": "rlpd",
         "verdict": verdict,

@@ -920,69 +920,97 @@ LEARN_ALGOS: dict[str, list[tuple[str, str]]] = {
 config). Generic: any algorithm the runtime trains; add a table entry for a new one."""
 
 
-def _stop_when_parent_dies(parent_pid: int, every_s: float = 1.0) -> None:
-    """In a pool worker: send this process SIGTERM once the ``learn`` command that started it is
-    gone (killed on its own). The run then saves its crash checkpoint and ends, instead of
-    training on for nobody and then waiting forever for the next job."""
-    import signal
-    import threading
+def learn_entries(label: str, config: str, seeds: list[int], overrides: dict, threads: int,
+                  population: bool = True) -> tuple[list[dict], str | None]:
+    """The sweep-plan entries (:mod:`rlfunc.scale.sweep`) that train ``config`` once per seed:
+    one population of all seeds where :func:`rlfunc.runtime.population.supports` allows it (and
+    ``population``), else one entry per seed. Returns the entries and why they are separate runs
+    (``None`` for a population). Every member's config is built here, so a bad key stops
+    ``learn`` before anything trains."""
+    from rlfunc.runtime import population as pop
+    from rlfunc.runtime.config import apply_overrides, build_config, load_config
 
-    def watch() -> None:
-        while os.getppid() == parent_pid:
-            time.sleep(every_s)
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    threading.Thread(target=watch, name="stop-when-parent-dies", daemon=True).start()
-
-
-def _learn_one(job: dict) -> dict:
-    """One training run (own process): ``rlfunc.train`` with a seed and the overrides.
-
-    In a pool worker, a SIGTERM or Ctrl-C ends the worker process once the trainer has saved the
-    run (the pool would otherwise hand the error back and keep the worker waiting for jobs)."""
-    import multiprocessing
-
-    if multiprocessing.parent_process() is None:
-        return _train_one(job)
-    _stop_when_parent_dies(os.getppid())
-    try:
-        return _train_one(job)
-    except (SystemExit, KeyboardInterrupt) as stop:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        code = stop.code if isinstance(stop, SystemExit) and isinstance(stop.code, int) else 130
-        os._exit(code)
+    raw = load_config(ROOT / config)  # absolute paths pass through
+    base = {"train.progress": False, "train.threads": threads, **overrides}
+    built = build_config(apply_overrides(raw, {**base, "train.seed": seeds[0]}))
+    why = ("--no-population" if not population else "one seed" if len(seeds) < 2 else pop.supports(built))
+    common = {"label": label, "grid": {}, "raw_config": raw, "config": config, "threads": threads,
+              "total_steps": int(built.train.total_steps)}
+    if why is None:
+        over = {**base, "train.population": {"seeds": list(seeds)}}
+        pop.member_specs(build_config(apply_overrides(raw, over)))  # every member checked now
+        return [{**common, "name": f"{label}-pop", "seed": None, "seeds": list(seeds), "members": len(seeds),
+                 "overrides": over}], None
+    entries = []
+    for seed in seeds:
+        over = {**base, "train.seed": seed}
+        build_config(apply_overrides(raw, over))
+        entries.append({**common, "name": f"{label}-s{seed}", "seed": seed, "overrides": over})
+    return entries, why
 
 
-def _train_one(job: dict) -> dict:
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    import rlfunc
+LEARN_RAY_MISSING = ('learn --jobs {jobs} trains its runs as Ray tasks and Ray is not installed; install it with '
+                     'pip install -e ".[ray]", or pass --jobs 1 to train them one after another in this process.')
 
-    torch.set_num_threads(job["threads"])
-    overrides = {
-        "train.seed": job["seed"],
-        "train.progress": False,
-        "train.threads": job["threads"],
-        **job["overrides"],
-    }
-    t0 = time.perf_counter()
-    res = rlfunc.train(str(ROOT / job["config"]), overrides=overrides, run_dir=job["run_dir"])  # absolute paths pass through
-    import yaml
 
-    cfg = yaml.safe_load((Path(res.run_dir) / "config.yaml").read_text())
-    return {
-        "algo": job["label"],
-        "env": cfg["env"]["id"],
-        "wrappers": cfg["env"]["wrappers"],
-        "config": job["config"],
-        "overrides": job["overrides"],
-        "seed": job["seed"],
-        "env_steps": res.env_steps,
-        "final_return": res.final_return,
-        "evals": [[int(s), float(r)] for s, r in res.evals],
-        "wall_s": time.perf_counter() - t0,
-        "run_dir": str(res.run_dir),
-    }
+def learn_plan(sweep_dir: Path, entries: list[dict], seeds: list[int]) -> dict:
+    """A sweep plan holding ``entries`` (each with its own config), written to ``sweep_dir`` so that
+    ``rlfunc sweep --resume SWEEP_DIR`` continues a stopped ``learn``."""
+    from rlfunc.scale.sweep import PLAN_VERSION, write_plan
+
+    plan = {"version": PLAN_VERSION, "sweep_dir": str(Path(sweep_dir).resolve()), "config": None,
+            "raw_config": None, "seeds": list(seeds), "grid": {}, "overrides": {}, "gpus": 0.0, "runs": entries}
+    write_plan(plan)
+    return plan
+
+
+def run_learn_plan(plan: dict, jobs: int, echo=print) -> tuple[list[dict], dict[str, str], dict]:
+    """Train the plan's unfinished entries and return every record (plan order), the failed
+    entries and the executor's description. ``jobs == 1``: one after another in this process
+    (:func:`rlfunc.scale.sweep.train_or_continue`, no Ray needed: the default works on a bare
+    install, and Ctrl-C saves the running run as ``rlfunc train`` does); ``jobs > 1``: Ray tasks
+    on an embedded loopback Ray, at most ``jobs`` at a time (:func:`rlfunc.scale.sweep.run_entries`:
+    a dead worker's run is retried from its checkpoint)."""
+    import importlib.util
+
+    from rlfunc.runtime.config import ConfigError
+    from rlfunc.scale.sweep import entry_finished, entry_records, run_entries, train_or_continue
+
+    done: dict[str, list[dict]] = {}
+    todo = []
+    for entry in plan["runs"]:
+        if entry_finished(plan, entry):
+            done[entry["name"]] = entry_records(plan, entry)
+        else:
+            todo.append(entry)
+    failed: dict[str, str] = {}
+    if jobs <= 1:
+        executor = {"executor": "in-process, one entry after another (no Ray)"}
+        for entry in todo:
+            done[entry["name"]] = train_or_continue(plan, entry)
+            _echo_entry(echo, entry, done[entry["name"]])
+    else:
+        if importlib.util.find_spec("ray") is None:
+            raise ConfigError(LEARN_RAY_MISSING.format(jobs=jobs))
+        trained, failed, executor = run_entries(plan, todo, None, max_concurrent=jobs, echo=lambda line: None)
+        for entry in todo:
+            if entry["name"] in trained:
+                _echo_entry(echo, entry, trained[entry["name"]])
+        done.update(trained)
+        executor = {"executor": f"Ray tasks on an embedded loopback Ray, at most {jobs} at a time", **executor}
+    records = []
+    for entry in plan["runs"]:
+        for r in done.get(entry["name"], []):
+            records.append({**r, "population": entry["name"] if entry.get("members") else None})
+    return records, failed, executor
+
+
+def _echo_entry(echo, entry: dict, records: list[dict]) -> None:
+    for r in records:
+        final = "n/a" if r["final_return"] is None else f"{r['final_return']:.1f}"
+        where = f" (population {entry['name']})" if entry.get("members") else ""
+        echo(f"  {r['algo']} seed {r['seed']}: final {final} after {r['env_steps']} steps{where} "
+             f"({r['wall_s'] or 0:.0f} s)")
 
 
 def _configure_learn(p: argparse.ArgumentParser) -> None:
@@ -995,7 +1023,12 @@ def _configure_learn(p: argparse.ArgumentParser) -> None:
     p.add_argument("--only", nargs="+", default=None, help="run only these labels of the algo's table")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="config override for every run, e.g. --set train.eval_episodes=5 (repeatable)")
-    p.add_argument("--jobs", type=int, default=1, help="runs in parallel (separate processes)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="runs (or populations) in parallel as Ray tasks on an embedded loopback Ray (the ray extra); "
+                        "1: one after another in this process, no Ray needed")
+    p.add_argument("--no-population", dest="population", action="store_false",
+                   help="train each seed as its own run (default: a config's seeds are one population where "
+                        "rlfunc.runtime.population.supports allows it)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per run")
     p.add_argument("--runs-dir", type=Path, default=ROOT / "runs" / "learn", help="where the run directories go")
     p.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/results/learn_<algo>.json)")
@@ -1030,55 +1063,49 @@ def run_learn(args: argparse.Namespace) -> int:
     if not table:
         print(f"--only {args.only} matches none of {[lab for lab, _ in LEARN_ALGOS[args.algo]]}.", file=sys.stderr)
         return 2
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    jobs = [
-        {
-            "label": label,
-            "config": cfg,
-            "seed": seed,
-            "threads": args.threads,
-            "overrides": overrides,
-            "run_dir": str(args.runs_dir / f"{args.algo}-{stamp}" / f"{label}-s{seed}"),
-        }
-        for seed in range(args.first_seed, args.first_seed + args.seeds)
-        for label, cfg in table
-    ]
-    print(f"learn --algo {args.algo}: {len(jobs)} runs ({', '.join(lab for lab, _ in table)} x {args.seeds} seeds), "
-          f"{args.jobs} at a time, {args.threads} thread(s) each", flush=True)
+    from rlfunc.runtime.config import ConfigError
+    from rlfunc.scale.sweep import SweepStopped
+
+    if args.jobs < 1:
+        print(f"--jobs must be a positive integer, got {args.jobs}.", file=sys.stderr)
+        return 2
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # Ray's workers inherit it from this process
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    sweep_dir = args.runs_dir / f"{args.algo}-{time.strftime('%Y%m%d-%H%M%S')}"
+    entries: list[dict] = []
+    populations: dict[str, dict] = {}
+    try:
+        for label, cfg in table:
+            mine, why = learn_entries(label, cfg, seeds, overrides, args.threads, args.population)
+            entries += mine
+            populations[label] = ({"members": len(seeds), "run_dir": str(sweep_dir / mine[0]["name"])} if why is None
+                                  else {"members": None, "separate_runs_because": why})
+    except ConfigError as exc:
+        print(f"learn: {exc}", file=sys.stderr)
+        return 2
+    if not any(e.get("members") for e in entries):  # separate runs: seed-major, as learn always ran them
+        entries.sort(key=lambda e: (e["seed"], [lab for lab, _ in table].index(e["label"])))
+    how = "; ".join(f"{lab}: " + (f"one population of {p['members']}" if p["members"] else
+                                  f"separate runs ({p['separate_runs_because']})") for lab, p in populations.items())
+    print(f"learn --algo {args.algo}: {len(table) * len(seeds)} runs ({', '.join(lab for lab, _ in table)} x "
+          f"{args.seeds} seeds) in {sweep_dir}; {how}; {args.jobs} at a time, {args.threads} thread(s) each", flush=True)
     # Load average before the runs; the GPU's name too when the runs train on CUDA (train.device).
     run_device = str(overrides.get("train.device", "cpu"))
     machine = machine_info(torch.device(run_device if torch.cuda.is_available() else "cpu"), allocator_tuned=False)
     machine["train_device"] = run_device
-    machine["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY") or "PASSIVE (set in each run's process)"
     t0 = time.perf_counter()
-    runs: list[dict] = []
-    if args.jobs <= 1:
-        for job in jobs:
-            runs.append(_learn_one(job))
-            r = runs[-1]
-            print(f"  {r['algo']} seed {r['seed']}: final {r['final_return']:.1f} after {r['env_steps']} steps "
-                  f"({r['wall_s']:.0f} s)", flush=True)
-    else:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
-        from concurrent.futures.process import BrokenProcessPool
-
-        try:
-            with ProcessPoolExecutor(max_workers=args.jobs, mp_context=mp.get_context("spawn")) as pool:
-                futures = [pool.submit(_learn_one, job) for job in jobs]
-                for fut in as_completed(futures):
-                    r = fut.result()
-                    runs.append(r)
-                    print(f"  {r['algo']} seed {r['seed']}: final {r['final_return']:.1f} after {r['env_steps']} "
-                          f"steps ({r['wall_s']:.0f} s)", flush=True)
-        except BrokenProcessPool:
-            print(f"learn: a run was stopped (SIGTERM or Ctrl-C), so the others were too; each saved its state "
-                  f"under {args.runs_dir} (rlfunc resume RUN_DIR continues one; learn-collect gathers them).",
-                  file=sys.stderr, flush=True)
-            return 1
-        order = {(j["label"], j["seed"]): i for i, j in enumerate(jobs)}
-        runs.sort(key=lambda r: order[(r["algo"], r["seed"])])
+    try:
+        plan = learn_plan(sweep_dir, entries, seeds)
+        runs, failed, executor = run_learn_plan(plan, args.jobs, echo=lambda line: print(line, flush=True))
+    except ConfigError as exc:
+        print(f"learn: {exc}", file=sys.stderr)
+        return 2
+    except (SweepStopped, KeyboardInterrupt, SystemExit):
+        print(f"learn: stopped; finished runs are kept under {sweep_dir} and the others continue from their "
+              f"checkpoints with `rlfunc sweep --resume {sweep_dir}` (learn-collect gathers run directories).",
+              file=sys.stderr, flush=True)
+        return 130
+    machine.update(executor)
     result = {
         "machine": machine,
         "runs": runs,
@@ -1091,23 +1118,30 @@ def run_learn(args: argparse.Namespace) -> int:
             "overrides": overrides,
             "jobs": args.jobs,
             "threads_per_run": args.threads,
+            "population": populations,
+            "sweep_dir": str(sweep_dir),
             "final_return": "mean greedy return of the last evaluation (train.eval_episodes episodes)",
+            "wall_s": "each run's last evaluation time_s (a population's members share their population's clock)",
             "total_wall_s": time.perf_counter() - t0,
         },
     }
+    if failed:
+        result["failed"] = failed
     if args.note:
         result["note"] = args.note
     out = args.out or RESULTS_DIR / f"learn_{args.algo}.json"
     write_json(out, result)
     png = plot_runs([r["run_dir"] for r in runs], out.with_suffix(".png"),
-                    title=f"learn --algo {args.algo} ({args.seeds} seeds; mean, min-max band)")
+                    title=f"learn --algo {args.algo} ({args.seeds} seeds; mean, min-max band)") if runs else None
     print()
     print_table(
         [{"algo": k, **v} for k, v in result["summary"].items()],
         [("algo", "algo", ""), ("seeds", "seeds", "d"), ("median final return", "median_final_return", ".1f")],
     )
     print(f"\nwrote {out} and {png}")
-    return 0
+    for name, why in failed.items():
+        print(f"learn: {name} failed: {why}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def _configure_learn_merge(p: argparse.ArgumentParser) -> None:

@@ -22,6 +22,10 @@ directories themselves.
   without a checkpoint is cleared and trained afresh). ``rlfunc sweep --resume SWEEP_DIR``
   continues a stopped sweep: finished runs (``eval.csv`` reached ``train.total_steps``, or a
   stopping rule ended them) are read back, not trained again.
+* A plan entry may be a population (``"members": P`` and ``train.population`` in its overrides,
+  :mod:`rlfunc.runtime.population`): one task trains its P members in one process, and its
+  records are its ``member-<k>/`` directories, each an ordinary run. An entry may carry its own
+  ``raw_config``/``config`` (``benchmarks/run.py learn`` puts several configs in one plan).
 * Each attempt appends a line to ``SWEEP_DIR/attempts.jsonl`` (run, host, pid, fresh or resumed
   and from which step), so one can see which process trains which run and what was retried.
 
@@ -47,7 +51,8 @@ from rlfunc.runtime.config import ConfigError
 from rlfunc.scale.results import collected_run, run_finished, summary
 from rlfunc.runtime.specs import describe_point, grid_points, parse_grid, parse_seeds
 
-__all__ = ["plan_sweep", "load_plan", "run_sweep", "sweep", "SweepStopped", "RAY_MISSING"]
+__all__ = ["plan_sweep", "write_plan", "load_plan", "run_sweep", "run_entries", "entry_finished", "entry_records",
+           "train_or_continue", "sweep", "SweepStopped", "RAY_MISSING"]
 
 PLAN_FILE = "sweep.json"
 ATTEMPTS_FILE = "attempts.jsonl"
@@ -189,9 +194,32 @@ def _log_attempt(sweep_dir: Path, **fields: Any) -> None:
         f.write(line + "\n")
 
 
-def train_or_continue(plan: dict, entry: dict) -> dict:
+def _record_dirs(plan: dict, entry: dict) -> list[Path]:
+    """The run directories an entry's records come from: its own, or a population's members'."""
+    run_dir = Path(plan["sweep_dir"]) / entry["name"]
+    members = entry.get("members")
+    return [run_dir / f"member-{k}" for k in range(members)] if members else [run_dir]
+
+
+def entry_finished(plan: dict, entry: dict) -> bool:
+    """Whether the entry's run (every member of a population) is over (:func:`run_finished`)."""
+    return all(run_finished(d) for d in _record_dirs(plan, entry))
+
+
+def entry_records(plan: dict, entry: dict) -> list[dict]:
+    """The entry's learn records (one per run; one per member of a population), read back."""
+    records = []
+    for d in _record_dirs(plan, entry):
+        record = collected_run(d, entry["label"])
+        record.update(config=entry.get("config", plan["config"]), overrides=entry["overrides"], grid=entry["grid"],
+                      name=entry["name"] + (f"/{d.name}" if entry.get("members") else ""))
+        records.append(record)
+    return records
+
+
+def train_or_continue(plan: dict, entry: dict) -> list[dict]:
     """Body of one sweep task (any process): bring the run ``entry`` to its end and return its learn
-    record. A finished run is read back; a run with a checkpoint is resumed from it; otherwise the
+    records. A finished run is read back; a run with a checkpoint is resumed from it; otherwise the
     run directory (if a crashed attempt left one) is cleared and the run trains from the start."""
     import rlfunc
     from rlfunc.runtime.checkpoint import CheckpointError
@@ -199,7 +227,7 @@ def train_or_continue(plan: dict, entry: dict) -> dict:
 
     sweep_dir = Path(plan["sweep_dir"])
     run_dir = sweep_dir / entry["name"]
-    if run_finished(run_dir):
+    if entry_finished(plan, entry):
         _log_attempt(sweep_dir, run=entry["name"], start="finished")
     else:
         step = _newest_checkpoint_step(run_dir)
@@ -215,10 +243,8 @@ def train_or_continue(plan: dict, entry: dict) -> dict:
             if run_dir.is_dir() and any((run_dir / name).exists() for name in RUN_FILES):
                 shutil.rmtree(run_dir)  # an attempt that died before its first checkpoint
             _log_attempt(sweep_dir, run=entry["name"], start="fresh")
-            rlfunc.train(plan["raw_config"], overrides=dict(entry["overrides"]), run_dir=run_dir)
-    record = collected_run(run_dir, entry["label"])
-    record.update(config=plan["config"], overrides=entry["overrides"], grid=entry["grid"], name=entry["name"])
-    return record
+            rlfunc.train(entry.get("raw_config", plan["raw_config"]), overrides=dict(entry["overrides"]), run_dir=run_dir)
+    return entry_records(plan, entry)
 
 
 # ----------------------------------------------------------------------------- Ray
@@ -293,6 +319,81 @@ def _on_sigterm(signum, frame):  # pragma: no cover - exercised by a subprocess 
     raise KeyboardInterrupt("SIGTERM")
 
 
+def run_entries(
+    plan: dict,
+    todo: list[dict],
+    address: str | None = None,
+    max_concurrent: int | None = None,
+    max_retries: int = 3,
+    echo: Callable[[str], None] = print,
+    of: int | None = None,
+) -> tuple[dict[str, list[dict]], dict[str, str], dict[str, Any]]:
+    """Train the plan entries ``todo`` as Ray tasks (:func:`train_or_continue`), at most
+    ``max_concurrent`` in flight (default: as many as the cluster's CPUs allow). Returns the
+    records of each finished entry by name, the entries that failed (name -> one line: an error,
+    or a worker that died more than ``max_retries`` times) and the cluster's description. Ctrl-C
+    or SIGTERM raises :class:`SweepStopped`; Ray (when started here) is shut down either way."""
+    sweep_dir = Path(plan["sweep_dir"])
+    if max_concurrent is not None and max_concurrent < 1:
+        raise ConfigError(f"--max-concurrent must be a positive integer, got {max_concurrent}.")
+    done: dict[str, list[dict]] = {}
+    failed: dict[str, str] = {}
+    machine: dict[str, Any] = {"driver_host": platform.node(), "python": platform.python_version()}
+    if not todo:
+        return done, failed, machine
+    total = of if of is not None else len(todo)
+    ray, started = connect(address)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if _main_thread() else None
+    try:
+        machine.update(ray_version=ray.__version__, embedded=address is None, address=address,
+                       cluster_cpus=ray.cluster_resources().get("CPU"),
+                       cluster_gpus=ray.cluster_resources().get("GPU", 0.0),
+                       nodes=len([n for n in ray.nodes() if n.get("Alive")]))
+        task = ray.remote(train_or_continue)
+        limit = max_concurrent or max(1, int(machine["cluster_cpus"] or 1))
+        pending: dict[Any, dict] = {}
+        queue = list(todo)
+        finished_before = total - len(todo)
+        while queue or pending:
+            while queue and len(pending) < limit:
+                entry = queue.pop(0)
+                ref = task.options(
+                    num_cpus=max(1, entry["threads"]), num_gpus=plan.get("gpus", 0.0) or 0,
+                    max_retries=max_retries, retry_exceptions=False, name=f"rlfunc-sweep:{entry['name']}",
+                ).remote(plan, entry)
+                pending[ref] = entry
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)  # wakes for Ctrl-C/SIGTERM
+            if not ready:
+                continue
+            entry = pending.pop(ready[0])
+            try:
+                records = ray.get(ready[0])
+            except ray.exceptions.RayTaskError as exc:
+                cause = exc.cause if getattr(exc, "cause", None) is not None else exc
+                failed[entry["name"]] = f"{type(cause).__name__}: {' '.join(str(cause).split())[:300]}"
+                echo(f"  {entry['name']}: failed: {failed[entry['name']]}")
+                continue
+            except ray.exceptions.RayError as exc:  # the worker died more than max_retries times
+                failed[entry["name"]] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+                echo(f"  {entry['name']}: failed: {failed[entry['name']]}")
+                continue
+            done[entry["name"]] = records
+            finals = ", ".join("n/a" if r["final_return"] is None else f"{r['final_return']:.1f}" for r in records)
+            echo(f"  {entry['name']}: final {finals} after {records[0]['env_steps']} steps "
+                 f"({finished_before + len(done)}/{total} done)")
+    except KeyboardInterrupt:  # the running tasks end with the cluster: their runs resume from checkpoints
+        raise SweepStopped(
+            f"sweep stopped; finished runs are kept and the others continue from their checkpoints with "
+            f"`rlfunc sweep --resume {sweep_dir}`"
+        ) from None
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        if started:
+            ray.shutdown()
+    return done, failed, machine
+
+
 def run_sweep(
     plan: dict,
     address: str | None = None,
@@ -304,76 +405,25 @@ def run_sweep(
     """Run (or continue) the plan's runs on Ray and write the learn JSON + PNG. Returns the result.
 
     Finished runs are read back from their directories, not trained again; the others are Ray
-    tasks, at most ``max_concurrent`` in flight (default: as many as the cluster's CPUs allow).
-    A run that fails with an error (not a dead worker) is listed under ``failed``; the others go on.
+    tasks (:func:`run_entries`). A run that fails with an error (not a dead worker) is listed
+    under ``failed``; the others go on.
     """
     sweep_dir = Path(plan["sweep_dir"])
     if max_concurrent is not None and max_concurrent < 1:
         raise ConfigError(f"--max-concurrent must be a positive integer, got {max_concurrent}.")
     t0 = time.perf_counter()
-    done: dict[str, dict] = {}
+    done: dict[str, list[dict]] = {}
     todo = []
     for entry in plan["runs"]:
-        if run_finished(sweep_dir / entry["name"]):
-            rec = collected_run(sweep_dir / entry["name"], entry["label"])
-            rec.update(config=plan["config"], overrides=entry["overrides"], grid=entry["grid"], name=entry["name"])
-            done[entry["name"]] = rec
+        if entry_finished(plan, entry):
+            done[entry["name"]] = entry_records(plan, entry)
         else:
             todo.append(entry)
     echo(f"sweep {sweep_dir}: {len(plan['runs'])} runs ({len(grid_points(plan['grid']))} settings x "
          f"{len(plan['seeds'])} seeds), {len(done)} finished already, {len(todo)} to train")
-    failed: dict[str, str] = {}
-    machine: dict[str, Any] = {"driver_host": platform.node(), "python": platform.python_version()}
-    if todo:
-        ray, started = connect(address)
-        previous = signal.signal(signal.SIGTERM, _on_sigterm) if _main_thread() else None
-        try:
-            machine.update(ray_version=ray.__version__, embedded=address is None, address=address,
-                           cluster_cpus=ray.cluster_resources().get("CPU"),
-                           cluster_gpus=ray.cluster_resources().get("GPU", 0.0),
-                           nodes=len([n for n in ray.nodes() if n.get("Alive")]))
-            task = ray.remote(train_or_continue)
-            limit = max_concurrent or max(1, int(machine["cluster_cpus"] or 1))
-            pending: dict[Any, dict] = {}
-            queue = list(todo)
-            while queue or pending:
-                while queue and len(pending) < limit:
-                    entry = queue.pop(0)
-                    ref = task.options(
-                        num_cpus=max(1, entry["threads"]), num_gpus=plan.get("gpus", 0.0) or 0,
-                        max_retries=max_retries, retry_exceptions=False, name=f"rlfunc-sweep:{entry['name']}",
-                    ).remote(plan, entry)
-                    pending[ref] = entry
-                ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)  # wakes for Ctrl-C/SIGTERM
-                if not ready:
-                    continue
-                entry = pending.pop(ready[0])
-                try:
-                    rec = ray.get(ready[0])
-                except ray.exceptions.RayTaskError as exc:
-                    cause = exc.cause if getattr(exc, "cause", None) is not None else exc
-                    failed[entry["name"]] = f"{type(cause).__name__}: {' '.join(str(cause).split())[:300]}"
-                    echo(f"  {entry['name']}: failed: {failed[entry['name']]}")
-                    continue
-                except ray.exceptions.RayError as exc:  # the worker died more than max_retries times
-                    failed[entry["name"]] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
-                    echo(f"  {entry['name']}: failed: {failed[entry['name']]}")
-                    continue
-                done[entry["name"]] = rec
-                final = "n/a" if rec["final_return"] is None else f"{rec['final_return']:.1f}"
-                echo(f"  {entry['name']}: final {final} after {rec['env_steps']} steps "
-                     f"({len(done)}/{len(plan['runs'])} done)")
-        except KeyboardInterrupt:  # the running tasks end with the cluster: their runs resume from checkpoints
-            raise SweepStopped(
-                f"sweep stopped; finished runs are kept and the others continue from their checkpoints with "
-                f"`rlfunc sweep --resume {sweep_dir}`"
-            ) from None
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
-            if started:
-                ray.shutdown()
-    runs = [done[e["name"]] for e in plan["runs"] if e["name"] in done]
+    trained, failed, machine = run_entries(plan, todo, address, max_concurrent, max_retries, echo, of=len(plan["runs"]))
+    done.update(trained)
+    runs = [r for e in plan["runs"] if e["name"] in done for r in done[e["name"]]]
     result = {
         "machine": machine,
         "runs": runs,
