@@ -92,7 +92,16 @@ def api_index_markdown() -> str:
             short = module.rsplit(".", 1)[1]
             link = f"{module}.md#{module}.update"
             lines.append(f"* [`{short}.update`]({link}): {_summary(mod.update)}")
-    lines.append("")
+    lines += [
+        "",
+        "What `algo:` in a config trains (`rlfunc.runtime.registry.ALGOS`): SAC and DQN are controls made "
+        "from another algorithm's update with some `Config` defaults changed.",
+        "",
+        "| `algo` | pure update | agent config | defaults changed |",
+        "| --- | --- | --- | --- |",
+        *_algo_rows(),
+        "",
+    ]
     for group, modules in api_groups():
         lines += [f"## {group}", "", "| module | what it holds |", "| --- | --- |"]
         for module in modules:
@@ -100,6 +109,19 @@ def api_index_markdown() -> str:
             lines.append(f"| [`{module}`]({module}.md) | {summary} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def _algo_rows() -> list[str]:
+    from rlfunc.runtime.registry import ALGOS
+
+    rows = []
+    for name, entry in ALGOS.items():
+        short = entry.module.rsplit(".", 1)[1]
+        update = f"[`{short}.update`]({entry.module}.md#{entry.module}.update)"
+        config = f"[`{short}.{entry.config_cls_name}`]({entry.module}.md#{entry.module}.{entry.config_cls_name})"
+        changed = ", ".join(f"`{k}: {yaml_value(v)}`" for k, v in entry.config_defaults.items()) or "none"
+        rows.append(f"| [`{name}`](../configs.md#agent-{name}) | {update} | {config} | {changed} |")
+    return rows
 
 
 def check_roles() -> list[str]:

@@ -90,10 +90,15 @@ def test_redq_update_is_two_clicks_from_the_front_page(site):
 def test_every_algorithm_update_is_documented(site, docs_tools):
     import importlib
 
+    from rlfunc.runtime.registry import ALGOS
+
     for module in dict(docs_tools.api_groups())["Algorithms"]:
         if "update" in importlib.import_module(module).__all__:
             page = site / "reference" / "api" / module / "index.html"
             assert f'id="{module}.update"' in page.read_text(), module
+    index = docs_tools.api_index_markdown()
+    for name, entry in ALGOS.items():  # each algo: its update and Config (SAC and DQN: another's, changed)
+        assert re.search(rf"^\| \[`{name}`\].*#{entry.module}\.update\).*#{entry.module}\.Config\)", index, flags=re.M), name
 
 
 def _section(markdown: str, heading: str) -> str:
