@@ -158,7 +158,7 @@ def _resolve(target: str, obj, collection) -> str | None:
     base = None
     scope = obj
     while scope is not None and base is None:
-        members = scope.all_members if scope.is_class else scope.members  # a class's inherited ones too
+        members = _members(scope)
         if first in members:
             member = members[first]
             base = member.target_path if member.is_alias else member.path
@@ -184,6 +184,16 @@ def _resolve(target: str, obj, collection) -> str | None:
     except (KeyError, ValueError, griffe.AliasResolutionError, griffe.CyclicAliasError):
         return None
     return found.path if not found.is_alias else path
+
+
+def _members(scope) -> dict:
+    """A scope's members, a class's inherited ones too (where griffe can resolve its bases)."""
+    if scope.is_class:
+        try:
+            return scope.all_members
+        except (griffe.AliasResolutionError, griffe.CyclicAliasError):
+            pass
+    return scope.members
 
 
 def _fallback(name: str, obj, collection) -> str | None:
