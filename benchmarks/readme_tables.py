@@ -1,0 +1,179 @@
+"""The README's result tables, generated from the committed ``benchmarks/results/*.json``.
+
+``python -m benchmarks.readme_tables`` rewrites the README between the markers
+``<!-- table:NAME -->`` and ``<!-- /table:NAME -->``; ``tests/test_readme.py``
+fails when the README's tables differ from what the JSONs give, so a number in
+them cannot drift from the JSON it links to (issue #27). Only the papers'
+reference results and the row labels are text here; every measured number is
+read from a JSON, and each cell links the JSON it came from.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+README = ROOT / "README.md"
+
+
+def _load(stem: str) -> dict:
+    return json.loads((RESULTS / f"{stem}.json").read_text())
+
+
+def _link(stem: str) -> str:
+    return f"[json](benchmarks/results/{stem}.json)"
+
+
+def _steps(n: int) -> str:
+    return f"{n // 1000}k" if n % 1000 == 0 else f"{n / 1000:.1f}k"
+
+
+@dataclass(frozen=True)
+class Learned:
+    """One measured learning result: ``label`` of ``stem``'s summary, on ``task``."""
+
+    stem: str
+    label: str
+    task: str
+    frames_per_step: int = 1  # DrQ-v2 logs agent steps; its papers count frames (action repeat 2)
+    machine: str | None = None  # for JSONs that predate the ``machine`` field (their note names it)
+
+    def cell(self) -> str:
+        d = _load(self.stem)
+        s = d["summary"][self.label]
+        steps = max(s["env_steps"]) * self.frames_per_step
+        unit = "frames" if self.frames_per_step > 1 else "steps"
+        returns = " / ".join(f"{r:.0f}" for r in s["final_returns"])
+        machine = self.machine or _machine_name(d.get("machine", {}))
+        return (f"{self.task}: median **{s['median_final_return']:.0f}** ({returns}) @{_steps(steps)} {unit}, "
+                f"{s['seeds']} seeds, {machine} {_link(self.stem)}")
+
+
+@dataclass(frozen=True)
+class AlgoRow:
+    algo: str
+    paper: str
+    config: str
+    reference: str
+    ours: tuple[Learned, ...]
+
+
+ALGORITHMS = (
+    AlgoRow("redq", "Chen et al. 2021", "`redq/hopper`, `redq/pendulum`",
+            "Hopper 3517 @125k steps", (Learned("learn_redq", "redq", "Pendulum"),)),
+    AlgoRow("sac", "Haarnoja et al. 2018 (REDQ with N=2, G=1)", "`sac/pendulum`",
+            "Pendulum ≈ −150 @20k steps (RL Zoo)", (Learned("learn_redq", "sac", "Pendulum"),)),
+    AlgoRow("rlpd", "Ball et al. 2023", "`rlpd/hopper`, `rlpd/pendulum`",
+            "D4RL locomotion ≈ 93–95 normalized @250k steps",
+            (Learned("learn_rlpd", "rlpd", "Pendulum with prior data"),)),
+    AlgoRow("drqv2", "Yarats et al. 2021", "`drqv2/cartpole_balance`",
+            "DMC cartpole_balance 987 ± 13 @100k frames",
+            (Learned("learn_drqv2_gpu", "drqv2", "cartpole_balance", 2, "NVIDIA H100"),
+             Learned("learn_drqv2_cpu", "drqv2", "cartpole_balance, fast render", 2, "2-core Intel Xeon"))),
+    AlgoRow("drqn", "Hausknecht & Stone 2015", "`drqn/cartpole_novel`",
+            "Flickering Pong 12.1 ± 2.2", (Learned("learn_drqn", "drqn", "CartPole, velocities masked"),)),
+    AlgoRow("dqn", "Mnih et al. 2015 (DRQN's control)", "`dqn/cartpole_novel`",
+            "no memory: fails without velocities", (Learned("learn_drqn", "dqn", "CartPole, velocities masked"),)),
+    AlgoRow("r2d2", "Kapturowski et al. 2019", "`r2d2/cartpole_novel`",
+            "Atari-57 median ≈ 1920% human-normalized",
+            (Learned("learn_r2d2", "r2d2", "CartPole, velocities masked"),)),
+)
+
+
+@dataclass(frozen=True)
+class SpeedRow:
+    """Updates per second of one algorithm's update: the imperative baseline and rlfunc's best variant."""
+
+    label: str
+    cpu: str
+    gpu: str | None
+    window: int | None = None
+    threads: int = 1
+
+
+SPEED = (
+    SpeedRow("REDQ, N=10, G=20 (critic updates/s)", "update_redq", "update_redq_cuda"),
+    SpeedRow("RLPD, N=10 LayerNorm critics", "update_rlpd", "update_rlpd_cuda"),
+    SpeedRow("DrQ-v2, 84x84x9, batch 256", "update_drqv2", "update_drqv2_cuda"),
+    SpeedRow("R2D2, CartPole scale", "update_r2d2", "update_r2d2_cuda"),
+    SpeedRow("DRQN, window 10", "update_drqn", "update_drqn_cuda", window=10),
+)
+
+
+def _machine_name(m: dict) -> str:
+    if m.get("gpu"):
+        return str(m["gpu"]).replace(" 80GB HBM3", "")
+    cpu = str(m.get("cpu", "?")).replace("Intel(R) Xeon(R) Processor", "Intel Xeon")
+    return f"{m['cores']}-core {cpu}" if m.get("cores") else cpu
+
+
+def _rate(x: float) -> str:
+    return f"{x:.2f}" if x < 10 else f"{x:.1f}"
+
+
+def _speed_cell(stem: str, row: SpeedRow) -> tuple[str, str, str]:
+    d = _load(stem)
+    variants = [v for v in d["variants"] if v.get("updates_per_s") and v.get("threads") == row.threads
+                and (row.window is None or v.get("window") == row.window)]
+    base = next(v for v in variants if v["variant"] == "imperative")
+    best = max((v for v in variants if v["variant"] != "imperative"), key=lambda v: v["updates_per_s"])
+    ours = f"{_rate(best['updates_per_s'])} (**{best['ratio_vs_imperative']:.2f}x**, {best['variant'].removeprefix('functional-')})"
+    return _rate(base["updates_per_s"]), ours, f"{_machine_name(d['machine'])} {_link(stem)}"
+
+
+def algorithms_table() -> str:
+    lines = ["| algorithm | paper | packaged config | paper's result | ours (final evaluation return) |",
+             "|---|---|---|---|---|"]
+    for r in ALGORITHMS:
+        ours = "<br>".join(x.cell() for x in r.ours)
+        lines.append(f"| [{r.algo}](docs/algorithms/{r.algo}.md) | {r.paper} | {r.config} | {r.reference} | {ours} |")
+    return "\n".join(lines)
+
+
+def speed_table() -> str:
+    lines = ["| update, 1 thread | CPU: imperative | CPU: rlfunc | GPU: imperative | GPU: rlfunc |",
+             "|---|---|---|---|---|"]
+    for r in SPEED:
+        cpu = _speed_cell(r.cpu, r)
+        gpu = _speed_cell(r.gpu, r) if r.gpu else ("—", "—", "")
+        lines.append(f"| {r.label} | {cpu[0]} | {cpu[1]} {cpu[2]} | {gpu[0]} | {gpu[1]} {gpu[2]} |")
+    return "\n".join(lines)
+
+
+TABLES = {"algorithms": algorithms_table, "speed": speed_table}
+
+
+def _span(name: str) -> re.Pattern:
+    return re.compile(rf"<!-- table:{name} -->\n(.*?)<!-- /table:{name} -->", re.S)
+
+
+def readme_with_tables(text: str) -> str:
+    """``text`` with every marked table regenerated; a README without a table's markers is an error."""
+    for name, build in TABLES.items():
+        pattern = _span(name)
+        if not pattern.search(text):
+            raise ValueError(f"README.md has no <!-- table:{name} --> ... <!-- /table:{name} --> markers")
+        table = build()
+        text = pattern.sub(lambda m: f"<!-- table:{name} -->\n{table}\n<!-- /table:{name} -->", text)
+    return text
+
+
+def main() -> int:
+    text = README.read_text()
+    new = readme_with_tables(text)
+    if new != text:
+        README.write_text(new)
+        print(f"updated the tables in {README}")
+    else:
+        print(f"{README}: tables already match benchmarks/results")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
