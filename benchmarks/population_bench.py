@@ -1,84 +1,124 @@
-"""``python benchmarks/run.py population``: a population of P REDQ learners in one process
-against P separate single learners in the same process (issue #24, "Benchmarks").
+"""``python benchmarks/run.py population``: P learners as one population in one process against
+P separate single learners in the same process (issue #24, "Benchmarks").
 
-For each P: the population (:class:`rlfunc.runtime.population.PopulationTrainer`: P envs,
-the vmapped ``act``, one batched replay gather, one vmapped update) and P single
-runs' pieces (P :class:`~rlfunc.runtime.learners.TransitionLearner` s and P
-collectors, stepped one after the other, as P runs sharing the process would) each
-take full env steps -- act, step every member's env, store, learn -- after a
-warm-up that fills the replays past ``train.learning_starts``. The two variants'
-timed windows are interleaved (:func:`benchmarks.run.time_interleaved`), medians
-reported: env steps per second per member and in total, the update's ms per env
-step (the learn call alone, timed the same way), peak resident memory, and the
-ratio of the population's total throughput to the P single runs'.
-Agent shape: REDQ's defaults (N=10, M=2, G=20, 256x256, batch 256) on Pendulum-v1;
-``--quick`` shrinks it for a smoke test. Writes ``benchmarks/results/population_redq.json``.
+Two kinds of timing, each written to ``benchmarks/results/population_<algo>.json`` (``kind``):
+
+* ``env_steps`` (``--algo redq|sac|rlpd``, Pendulum-v1): for each P, the population
+  (:class:`rlfunc.runtime.population.PopulationTrainer`: P envs, the vmapped ``act``, one
+  batched replay gather, one vmapped update) and P single runs' pieces (P learners and P
+  collectors, stepped one after the other, as P runs sharing the process would) each take
+  full env steps -- act, step every member's env, store, learn -- after a warm-up that fills
+  the replays past ``train.learning_starts``. Reported: env steps per second per member and
+  in total, the learn call's ms per env step (timed alone, the same way), peak resident
+  memory, and the ratio of the population's total throughput to the P single runs'. With
+  ``--compile`` the same four runners again with ``train.compile=true`` (the vmapped update
+  compiled with ``fullgraph=True``; each single learner's update compiled as ``rlfunc train``
+  compiles it).
+* ``update_only`` (``--update-only``, any of the six algorithms): the pure update alone on
+  pre-drawn batches and noise of the algorithm's default shapes, ``torch.vmap`` over P stacked
+  states (:func:`rlfunc.core.population.vmap_update`) against P single ``update`` calls: update
+  ms per learner call (all members), and the same ratio. No env, no replay.
+
+Timed windows of the variants are interleaved (:func:`benchmarks.run.time_interleaved`) and
+medians reported, so load changes on a shared machine hit every variant alike; the machine and
+its load average at the start and end of each P are recorded.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+PRIOR_DATA = ROOT / "tests" / "data" / "pendulum_expert_2k.npz"  # RLPD's prior data (2k expert transitions)
+ENV_ALGOS = ("redq", "sac", "rlpd")
+UPDATE_ALGOS = ("redq", "sac", "rlpd", "drqv2", "drqn", "r2d2")
+
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--members", type=int, nargs="+", default=[1, 2, 4], help="population sizes P (default 1 2 4)")
+    p.add_argument("--algo", nargs="+", default=["redq"], help=f"algorithms (env steps: {', '.join(ENV_ALGOS)}; "
+                   f"--update-only: {', '.join(UPDATE_ALGOS)})")
+    p.add_argument("--members", type=int, nargs="+", default=[1, 2, 4, 8], help="population sizes P (default 1 2 4 8)")
+    p.add_argument("--compile", type=int, nargs="*", default=None, metavar="P",
+                   help="also time train.compile=true (env steps) / torch.compile(fullgraph=True) of the vmapped and "
+                        "the single update (--update-only): at these P (no values: every P)")
+    p.add_argument("--update-only", action="store_true", help="time the pure update alone (no env, no replay)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     p.add_argument("--repeats", type=int, default=5, help="timed windows per variant (default 5)")
-    p.add_argument("--steps", type=int, default=3, help="env steps per timed window (default 3)")
+    p.add_argument("--steps", type=int, default=3, help="env steps (or updates) per timed window (default 3)")
     p.add_argument("--quick", action="store_true", help="tiny agent, for a smoke test (not written unless --out)")
-    p.add_argument("--out", default=None, help="JSON path (default benchmarks/results/population_redq.json)")
+    p.add_argument("--out", default=None, help="JSON path, one algorithm (default benchmarks/results/population_<algo>.json)")
 
 
-def _raw(members: int, quick: bool) -> dict:
-    agent = {"hidden_sizes": [16, 16], "num_critics": 3, "updates_per_step": 2, "batch_size": 8} if quick else {}
-    train = {"total_steps": 10**6, "learning_starts": 300, "replay_size": 10_000, "progress": False, "tensorboard": False}
-    raw = {"algo": "redq", "env": {"id": "Pendulum-v1"}, "train": train, "agent": agent}
-    return {**raw, "train": {**train, "population": {"seeds": list(range(members))}}}
+# ----------------------------------------------------------------------------- env steps
 
 
-def _population(members: int, quick: bool, where: Path):
+def _raw(algo: str, members: int, quick: bool, compile: bool) -> dict:
+    agent = {"hidden_sizes": [16, 16], "batch_size": 8} if quick else {}
+    if quick and algo != "sac":
+        agent.update(num_critics=3, updates_per_step=2)
+    train = {"total_steps": 10**6, "learning_starts": 300, "replay_size": 10_000, "progress": False,
+             "tensorboard": False, "compile": compile, "population": {"seeds": list(range(members))}}
+    raw = {"algo": algo, "env": {"id": "Pendulum-v1"}, "train": train, "agent": agent}
+    if algo == "rlpd":
+        raw["data"] = {"path": str(PRIOR_DATA)}
+    return raw
+
+
+def _population(algo: str, members: int, quick: bool, compile: bool, where: Path):
     from rlfunc.runtime.config import build_config
     from rlfunc.runtime.population import PopulationTrainer
 
-    pt = PopulationTrainer(build_config(_raw(members, quick)), where)
+    pt = PopulationTrainer(build_config(_raw(algo, members, quick, compile)), where)
     for c, m in zip(pt.collectors, pt.members):
         c.reset(seed=m.seed)
+    counter = {"n": 0}
 
     def env_step(learn: bool = True) -> None:
         actions = pt.explore()
         for k, c in enumerate(pt.collectors):
             rows, _ = c.step(actions[k])
             pt.observe(k, rows)
-            pt.env_steps[k] += 1
+        _advance(pt, counter)
         if learn:
             learn_only()
 
     def learn_only() -> None:
         pt.learn()
-        pt._unchecked.clear()
+        pt._unchecked.clear()  # the finiteness read is the trainer loop's, once per log window
 
-    while pt.env_step < pt.config.train.learning_starts:
+    while counter["n"] < pt.config.train.learning_starts:
         env_step(learn=False)
-    return env_step, learn_only
+    return env_step, learn_only, pt
 
 
-def _singles(members: int, quick: bool):
+def _advance(pt, counter: dict) -> None:
+    """One env step on the population's counters (a list per member, or one shared counter)."""
+    counter["n"] += 1
+    if isinstance(getattr(pt, "env_steps", None), list):
+        for k in range(len(pt.env_steps)):
+            pt.env_steps[k] += 1
+    else:
+        pt.env_step += 1
+
+
+def _singles(algo: str, members: int, quick: bool, compile: bool):
     from rlfunc.envs import env_spaces
     from rlfunc.runtime.collector import Collector
-    from rlfunc.runtime.population import member_specs
     from rlfunc.runtime.config import build_config
+    from rlfunc.runtime.population import member_specs
     from rlfunc.runtime.registry import get_algo
     from rlfunc.runtime.trainer import _make_envs
 
     runs = []
-    for m in member_specs(build_config(_raw(members, quick))):
+    for m in member_specs(build_config(_raw(algo, members, quick, compile))):
         env, _, native = _make_envs(m.config)
-        learner = get_algo("redq").make_learner(m.config, *env_spaces(env))
+        learner = get_algo(algo).make_learner(m.config, *env_spaces(env))
         learner.native_action_space = native
         collector = Collector(env, seed=m.seed)
         collector.reset(seed=m.seed)
@@ -103,73 +143,271 @@ def _singles(members: int, quick: bool):
     return env_step, learn_only
 
 
+def _compiled_at(args: argparse.Namespace, p: int) -> bool:
+    return args.compile is not None and (not args.compile or p in args.compile)
+
+
+def _state_mb(pt) -> float:
+    state = pt.state.exclude("config")
+    return sum(t.numel() * t.element_size() for t in state.values(True, True)) / 2**20
+
+
+def _env_rows(algo: str, args: argparse.Namespace, run) -> list[dict]:
+    import torch
+
+    device = torch.device("cpu")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for p in args.members:
+            modes = [False, True] if _compiled_at(args, p) else [False]
+            load_start = os.getloadavg()
+            runners, state_mb = {}, None
+            for compiled in modes:
+                tag = "_compiled" if compiled else ""
+                pop_step, pop_learn, pt = _population(algo, p, args.quick, compiled, Path(tmp) / f"pop{p}{tag}")
+                one_step, one_learn = _singles(algo, p, args.quick, compiled)
+                state_mb = _state_mb(pt)
+                for fn in (pop_step, one_step):  # warm: first updates allocate (and compile)
+                    fn()
+                    fn()
+                runners.update({f"population{tag}": pop_step, f"separate{tag}": one_step,
+                                f"population{tag}_update": pop_learn, f"separate{tag}_update": one_learn})
+            times = run.time_interleaved(runners, repeats=args.repeats, steps={n: args.steps for n in runners},
+                                         device=device)
+            med = {n: statistics.median(t) for n, t in times.items()}
+            row = {"members": p}
+            for compiled in modes:
+                tag = "_compiled" if compiled else ""
+                name = "compiled" if compiled else "eager"
+                metrics = {
+                    "population_env_steps_per_s_per_member": 1.0 / med[f"population{tag}"],
+                    "population_env_steps_per_s_total": p / med[f"population{tag}"],
+                    "separate_env_steps_per_s_per_member": 1.0 / med[f"separate{tag}"],
+                    "separate_env_steps_per_s_total": p / med[f"separate{tag}"],
+                    "population_update_ms_per_env_step": 1e3 * med[f"population{tag}_update"],
+                    "separate_update_ms_per_env_step": 1e3 * med[f"separate{tag}_update"],
+                    "total_throughput_ratio": med[f"separate{tag}"] / med[f"population{tag}"],
+                    "update_ratio": med[f"separate{tag}_update"] / med[f"population{tag}_update"],
+                }
+                if compiled:
+                    row["compiled"] = metrics
+                else:
+                    row.update(metrics)
+                r = metrics
+                print(f"{algo} P={p} {name}: population {r['population_env_steps_per_s_total']:.2f} env steps/s total "
+                      f"({r['population_update_ms_per_env_step']:.1f} ms update), separate "
+                      f"{r['separate_env_steps_per_s_total']:.2f} ({r['separate_update_ms_per_env_step']:.1f} ms), "
+                      f"ratio {r['total_throughput_ratio']:.2f}x", flush=True)
+            row.update(
+                seconds_per_env_step=times,
+                population_state_mb=state_mb,
+                peak_rss_mb_so_far=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                loadavg_start=load_start,
+                loadavg_end=os.getloadavg(),
+            )
+            rows.append(row)
+    return rows
+
+
+# ----------------------------------------------------------------------------- update only
+
+
+def _update_problem(algo: str, quick: bool):
+    """``(module, config, init(seed), batch(generator), noise(generator) or None)`` at the
+    algorithm's default shapes (``quick``: tiny), the inputs tests/test_population.py uses."""
+    import gymnasium as gym
+    import numpy as np
+    import torch
+    from tensordict import TensorDict
+
+    from rlfunc.algos import drqn, drqv2, r2d2, redq, rlpd
+
+    box3, box1 = gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-1, 1, (1,))
+    if algo in ("redq", "sac", "rlpd"):
+        small = dict(hidden_sizes=(16, 16), batch_size=8)
+        module = rlpd if algo == "rlpd" else redq
+        if algo == "sac":
+            config = redq.sac_config(**(small if quick else {}))
+        else:
+            config = module.Config(**({**small, "num_critics": 3, "updates_per_step": 2} if quick else {}))
+        G, B = config.updates_per_step, config.batch_size
+
+        def batch(g):
+            return TensorDict({"obs": torch.randn(G, B, 3, generator=g), "action": torch.rand(G, B, 1, generator=g) * 2 - 1,
+                               "reward": torch.randn(G, B, generator=g), "next_obs": torch.randn(G, B, 3, generator=g),
+                               "terminated": (torch.rand(G, B, generator=g) < 0.1).float()}, batch_size=[G, B])
+
+        return (module, config, lambda s: module.init(config, box3, box1, seed=s), batch,
+                lambda g: module.draw_noise(config, G, B, 1, generator=g))
+    if algo == "drqv2":
+        config = drqv2.Config(**(dict(encoder_channels=(4,), encoder_strides=(2,), feature_dim=8, hidden_dim=16, pad=1,
+                                      frame_stack=2, batch_size=4) if quick else {}))
+        C, H = 3 * config.frame_stack, 84 if not quick else 12
+        pixels, B = gym.spaces.Box(0, 255, (C, H, H), np.uint8), config.batch_size
+
+        def batch(g):
+            return TensorDict({"obs": torch.randint(256, (B, C, H, H), dtype=torch.uint8, generator=g),
+                               "action": torch.rand(B, 1, generator=g) * 2 - 1, "reward": torch.randn(B, generator=g),
+                               "discount": torch.full((B,), 0.99**3),
+                               "next_obs": torch.randint(256, (B, C, H, H), dtype=torch.uint8, generator=g)}, batch_size=[B])
+
+        return (drqv2, config, lambda s: drqv2.init(config, pixels, box1, seed=s), batch,
+                lambda g: drqv2.draw_noise(config, B, 1, generator=g))
+    vec4, two = gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2)
+    module = drqn if algo == "drqn" else r2d2
+    if algo == "drqn":
+        config = drqn.Config(**(dict(encoder_sizes=(8,), lstm_size=8, sequence_length=4, batch_size=4) if quick else {}))
+        T = config.sequence_length
+    else:
+        config = r2d2.Config(**(dict(encoder_sizes=(8,), lstm_size=8, head_sizes=(8,), burn_in=2, sequence_length=4,
+                                     sequence_period=2, batch_size=4) if quick else {}))
+        T = config.burn_in + config.sequence_length
+    B = config.batch_size
+
+    def batch(g):
+        td = TensorDict({"obs": torch.randn(T, B, 4, generator=g), "action": torch.randint(2, (T, B), generator=g),
+                         "reward": torch.randn(T, B, generator=g), "next_obs": torch.randn(T, B, 4, generator=g),
+                         "terminated": torch.rand(T, B, generator=g) < 0.05,
+                         "mask": torch.ones(T, B, dtype=torch.bool)}, batch_size=[T, B])
+        if algo == "r2d2":
+            carry = r2d2.Carry(torch.randn(B, config.lstm_size, generator=g), torch.randn(B, config.lstm_size, generator=g),
+                               torch.randint(2, (B,), generator=g), torch.randn(B, generator=g))
+            td["init_carry"] = r2d2.carry_to_td(carry).expand(T, B)
+            td["weight"] = torch.rand(B, generator=g).expand(T, B)
+        return td
+
+    return module, config, lambda s: module.init(config, vec4, two, seed=s), batch, None
+
+
+def _update_rows(algo: str, args: argparse.Namespace, run) -> tuple[list[dict], dict]:
+    import torch
+
+    from rlfunc.core import population
+
+    device = torch.device("cpu")
+    module, config, init, batch, noise = _update_problem(algo, args.quick)
+    rows = []
+    for p in args.members:
+        modes = [False, True] if _compiled_at(args, p) else [False]
+        load_start = os.getloadavg()
+        gens = [torch.Generator().manual_seed(1000 + k) for k in range(p)]
+        singles = [init(k) for k in range(p)]
+        batches = [batch(g) for g in gens]
+        noises = [noise(g) for g in gens] if noise else [None] * p
+        holder = {"pop": population.stack(singles), "one": list(singles)}
+        pb = torch.stack(batches)
+        pn = torch.stack(noises) if noise else None
+        runners = {}
+        for compiled in modes:
+            tag = "_compiled" if compiled else ""
+            pop_fn = population.vmap_update(module.update)
+            one_fn = module.update
+            if compiled:
+                pop_fn, one_fn = torch.compile(pop_fn, fullgraph=True), torch.compile(one_fn, fullgraph=True)
+
+            def pop_step(fn=pop_fn) -> None:
+                holder["pop"], _ = fn(holder["pop"], pb, *((pn,) if noise else ()))
+
+            def one_step(fn=one_fn) -> None:
+                for k in range(p):
+                    holder["one"][k], _ = fn(holder["one"][k], batches[k], *((noises[k],) if noise else ()))
+
+            for fn in (pop_step, one_step):
+                fn()
+                fn()
+            runners.update({f"population{tag}": pop_step, f"separate{tag}": one_step})
+        times = run.time_interleaved(runners, repeats=args.repeats, steps={n: args.steps for n in runners}, device=device)
+        med = {n: statistics.median(t) for n, t in times.items()}
+        row = {"members": p}
+        for compiled in modes:
+            tag, name = ("_compiled", "compiled") if compiled else ("", "eager")
+            metrics = {
+                "population_update_ms_all_members": 1e3 * med[f"population{tag}"],
+                "separate_update_ms_all_members": 1e3 * med[f"separate{tag}"],
+                "population_updates_per_s_total": p / med[f"population{tag}"],
+                "separate_updates_per_s_total": p / med[f"separate{tag}"],
+                "total_throughput_ratio": med[f"separate{tag}"] / med[f"population{tag}"],
+            }
+            if compiled:
+                row["compiled"] = metrics
+            else:
+                row.update(metrics)
+            r = metrics
+            print(f"{algo} update-only P={p} {name}: population {r['population_update_ms_all_members']:.1f} ms, separate "
+                  f"{r['separate_update_ms_all_members']:.1f} ms, ratio {r['total_throughput_ratio']:.2f}x", flush=True)
+        state = holder["pop"].exclude("config")
+        row.update(seconds_per_update=times,
+                   population_state_mb=sum(t.numel() * t.element_size() for t in state.values(True, True)) / 2**20,
+                   peak_rss_mb_so_far=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                   loadavg_start=load_start, loadavg_end=os.getloadavg())
+        rows.append(row)
+    shape = {f: getattr(config, f) for f in ("num_critics", "subset_size", "updates_per_step", "hidden_sizes", "batch_size",
+                                            "feature_dim", "hidden_dim", "frame_stack", "encoder_sizes", "lstm_size",
+                                            "sequence_length", "burn_in") if hasattr(config, f)}
+    return rows, shape
+
+
+# ----------------------------------------------------------------------------- command
+
+
 def run_population(args: argparse.Namespace, run) -> int:
     import torch
 
     from rlfunc.runtime.perf import set_threads
 
+    allowed = UPDATE_ALGOS if args.update_only else ENV_ALGOS
+    bad = [a for a in args.algo if a not in allowed]
+    if bad:
+        print(f"population: --algo {bad[0]} is not one of {', '.join(allowed)}"
+              f"{' (the others need --update-only)' if not args.update_only else ''}.", file=sys.stderr)
+        return 2
+    if args.out and len(args.algo) > 1:
+        print("population: --out names one file; pass one --algo with it.", file=sys.stderr)
+        return 2
     set_threads(args.threads)
     device = torch.device("cpu")
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for p in args.members:
-            pop_step, pop_learn = _population(p, args.quick, Path(tmp) / f"pop{p}")
-            one_step, one_learn = _singles(p, args.quick)
-            for fn in (pop_step, one_step):  # warm: first updates allocate
-                fn()
-            runners = {"population": pop_step, "separate": one_step, "population_update": pop_learn, "separate_update": one_learn}
-            times = run.time_interleaved(
-                runners, repeats=args.repeats, steps={n: args.steps for n in runners}, device=device
-            )
-            med = {n: statistics.median(t) for n, t in times.items()}
-            row = {
-                "members": p,
-                "population_env_steps_per_s_per_member": 1.0 / med["population"],
-                "population_env_steps_per_s_total": p / med["population"],
-                "separate_env_steps_per_s_per_member": 1.0 / med["separate"],
-                "separate_env_steps_per_s_total": p / med["separate"],
-                "population_update_ms_per_env_step": 1e3 * med["population_update"],
-                "separate_update_ms_per_env_step": 1e3 * med["separate_update"],
-                "total_throughput_ratio": med["separate"] / med["population"],
-                "seconds_per_env_step": {n: t for n, t in times.items()},
-                "peak_rss_mb_so_far": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            }
-            rows.append(row)
-            print(
-                f"P={p}: population {row['population_env_steps_per_s_total']:.2f} env steps/s total "
-                f"({row['population_update_ms_per_env_step']:.1f} ms update), separate "
-                f"{row['separate_env_steps_per_s_total']:.2f} ({row['separate_update_ms_per_env_step']:.1f} ms), "
-                f"ratio {row['total_throughput_ratio']:.2f}x",
-                flush=True,
-            )
-    result = {
-        "benchmark": "population",
-        "algo": "redq",
-        "env": "Pendulum-v1",
-        "agent": _raw(1, args.quick)["agent"] or "REDQ defaults (N=10, M=2, G=20, hidden 256x256, batch 256)",
-        "threads": args.threads,
-        "repeats": args.repeats,
-        "steps_per_window": args.steps,
-        "machine": run.machine_info(device, allocator_tuned=False),
-        "rows": rows,
-        "notes": (
-            "Full env steps (act, env step, store, learn) of a population of P members vs P separate single "
-            "learners stepped one after the other in the same process, windows interleaved, medians. "
-            "'update' rows time the learn call alone."
-        ),
-    }
-    if args.out or not args.quick:
-        out = Path(args.out) if args.out else run.RESULTS_DIR / "population_redq.json"
-        run.write_json(out, result)
-        print(f"wrote {out}")
+    for algo in args.algo:
+        machine = run.machine_info(device, allocator_tuned=False)
+        if args.update_only:
+            rows, shape = _update_rows(algo, args, run)
+            kind, unit = "update_only", "update ms per learner call, all P members (no env, no replay)"
+            agent = shape
+        else:
+            rows = _env_rows(algo, args, run)
+            kind, unit = "env_steps", "env steps per second (act, env step, store, learn), per member and total"
+            agent = _raw(algo, 1, args.quick, False)["agent"] or f"{algo} defaults of rlfunc.runtime.registry"
+        result = {
+            "benchmark": "population",
+            "kind": kind,
+            "unit": unit,
+            "algo": algo,
+            "env": None if args.update_only else "Pendulum-v1",
+            "agent": agent,
+            "threads": args.threads,
+            "repeats": args.repeats,
+            "steps_per_window": args.steps,
+            "machine": machine,
+            "rows": rows,
+            "notes": (
+                "P members as one population vs P separate learners stepped one after the other in the same "
+                "process; windows of every variant interleaved, medians; total_throughput_ratio = separate time / "
+                "population time (> 1: the population is faster). A row's top-level numbers are eager; "
+                "'compiled' (train.compile / torch.compile fullgraph), where present, was timed in the same "
+                "interleaved windows."
+            ),
+        }
+        if args.out or not args.quick:
+            out = Path(args.out) if args.out else run.RESULTS_DIR / f"population_{algo}.json"
+            run.write_json(out, result)
+            print(f"wrote {out}")
     return 0
 
 
 def register(run) -> None:
     """Add the ``population`` subcommand to ``benchmarks/run.py`` (``run`` is that module)."""
-    run.subcommand("population", "a population of P REDQ learners vs P separate ones in one process (issue #24)",
+    run.subcommand("population", "P learners as one population vs P separate ones in one process (issue #24)",
                    configure)(lambda args: run_population(args, run))
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit("run it as: python benchmarks/run.py population [--quick]")
+    sys.exit("run it as: python benchmarks/run.py population [--algo redq sac rlpd] [--update-only] [--quick]")

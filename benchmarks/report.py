@@ -129,15 +129,25 @@ def _reference_table(d: dict) -> list[str]:
 
 
 def _population_table(d: dict) -> list[str]:
-    """``run.py population``: a population of P members vs P separate learners in one process."""
-    lines = [d["notes"], "", "| P | population: env steps/s total | separate: env steps/s total | ratio | "
-             "population: update ms/env step | separate: update ms/env step |", "|---|---|---|---|---|---|"]
+    """``run.py population``: a population of P members vs P separate learners in one process, eager
+    and (where timed) compiled; env steps (``kind`` env_steps) or the pure update alone (update_only)."""
+    compiled = any("compiled" in r for r in d["rows"])
+    if d.get("kind") == "update_only":
+        head = "| P | population: update ms (all members) | separate: update ms | ratio |"
+        cells = lambda r: (f"{_fmt(r['population_update_ms_all_members'], 1)} | "  # noqa: E731
+                           f"{_fmt(r['separate_update_ms_all_members'], 1)} | {_fmt(r['total_throughput_ratio'])}x")
+    else:
+        head = ("| P | population: env steps/s total | separate: env steps/s total | ratio | "
+                "population: update ms/env step | separate: update ms/env step |")
+        cells = lambda r: (f"{_fmt(r['population_env_steps_per_s_total'])} | "  # noqa: E731
+                           f"{_fmt(r['separate_env_steps_per_s_total'])} | {_fmt(r['total_throughput_ratio'])}x | "
+                           f"{_fmt(r['population_update_ms_per_env_step'], 1)} | {_fmt(r['separate_update_ms_per_env_step'], 1)}")
+    width = head.count("|") - 1
+    lines = [d["notes"], "", head + (" compiled: ratio |" if compiled else ""),
+             "|" + "---|" * (width + (1 if compiled else 0))]
     for r in d["rows"]:
-        lines.append(
-            f"| {r['members']} | {_fmt(r['population_env_steps_per_s_total'])} | {_fmt(r['separate_env_steps_per_s_total'])} "
-            f"| {_fmt(r['total_throughput_ratio'])}x | {_fmt(r['population_update_ms_per_env_step'], 1)} "
-            f"| {_fmt(r['separate_update_ms_per_env_step'], 1)} |"
-        )
+        extra = f" {_fmt(r['compiled']['total_throughput_ratio'])}x |" if "compiled" in r else (" - |" if compiled else "")
+        lines.append(f"| {r['members']} | {cells(r)} |" + extra)
     return lines
 
 

@@ -1,0 +1,46 @@
+"""Smoke test of ``benchmarks/run.py population`` (issue #24): the env-step timing of SAC and RLPD
+populations and the update-only timing of all six algorithms, tiny agents, one window each."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _bench(tmp_path: Path, *argv: str) -> dict:
+    out = tmp_path / "p.json"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "run.py"), "population", "--quick", "--members", "2",
+           "--repeats", "1", "--steps", "1", "--out", str(out), *argv]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert done.returncode == 0, done.stderr
+    return json.loads(out.read_text())
+
+
+def test_env_step_timing_of_sac_and_rlpd_populations(tmp_path):
+    for algo in ("sac", "rlpd"):
+        d = _bench(tmp_path, "--algo", algo)
+        (row,) = d["rows"]
+        assert d["kind"] == "env_steps" and d["algo"] == algo and row["members"] == 2
+        assert row["total_throughput_ratio"] > 0 and row["population_env_steps_per_s_total"] > 0
+        assert row["population_state_mb"] > 0 and "cpu" in d["machine"] and len(row["loadavg_end"]) == 3
+
+
+def test_update_only_timing_of_every_algorithm(tmp_path):
+    for algo in ("redq", "sac", "rlpd", "drqv2", "drqn", "r2d2"):
+        d = _bench(tmp_path, "--algo", algo, "--update-only")
+        (row,) = d["rows"]
+        assert d["kind"] == "update_only" and row["members"] == 2 and row["total_throughput_ratio"] > 0
+        assert row["population_update_ms_all_members"] > 0 and "compiled" not in row
+
+
+def test_a_bad_algorithm_is_one_sentence(tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "population", "--algo", "drqn"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 2 and done.stderr.strip() == (
+        "population: --algo drqn is not one of redq, sac, rlpd (the others need --update-only).")
