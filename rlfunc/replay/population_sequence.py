@@ -82,6 +82,7 @@ class PopulationSequenceReplay:
         self.capacity, self.sequence_length, self.num_envs = one.capacity, one.sequence_length, one.num_envs
         self.period, self.device = one.period, one.device
         self._buffers: dict | None = None
+        self._offsets: tuple[torch.Tensor, torch.Tensor] | None = None  # flat row offsets for _gather
 
     # ------------------------------------------------------------------ info
     def __len__(self) -> int:
@@ -175,10 +176,13 @@ class PopulationSequenceReplay:
     def _gather(self, idx: torch.Tensor) -> dict:
         """Every stored tensor at member rows ``idx [P, B]``: one ``index_select`` each, ``[P, T, B, ...]``."""
         P, T, C, B = self.members, self.sequence_length, self.capacity, idx.shape[1]
-        dev = self.device
-        member = torch.arange(P, device=dev).unsqueeze(1)
-        flat_w = (member * C + idx).reshape(-1)  # [P * B] rows of [P * C]
-        flat_s = ((member.unsqueeze(2) * T + torch.arange(T, device=dev).view(1, T, 1)) * C + idx.unsqueeze(1)).reshape(-1)
+        if self._offsets is None:  # where member k's row 0 (and step t's) starts, flat
+            member = torch.arange(P, device=self.device)
+            steps = (member.view(P, 1, 1) * T + torch.arange(T, device=self.device).view(1, T, 1)) * C
+            self._offsets = (member.unsqueeze(1) * C, steps)
+        member_rows, step_rows = self._offsets
+        flat_w = (member_rows + idx).reshape(-1)  # [P * B] rows of [P * C]
+        flat_s = (step_rows + idx.unsqueeze(1)).reshape(-1)  # [P * T * B] rows of [P * T * C]
         data: dict = {}
         for key, x in self._buffers["storage"].items(include_nested=True, leaves_only=True):
             data[key] = x.flatten(0, 2).index_select(0, flat_s).view(P, T, B, *x.shape[3:])
