@@ -39,10 +39,8 @@ all of them alike.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -54,8 +52,6 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
-
-RESULTS_DIR = ROOT / "benchmarks" / "results"
 
 # --------------------------------------------------------------------------- registry
 
@@ -74,133 +70,22 @@ def subcommand(name: str, help: str, configure: Callable[[argparse.ArgumentParse
 
 # --------------------------------------------------------------------------- shared helpers
 
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def machine_info(device: torch.device, allocator_tuned: bool) -> dict:
-    import tensordict
-
-    info = {
-        "cpu": cpu_model(),
-        "cores": os.cpu_count(),
-        "torch": torch.__version__,
-        "tensordict": tensordict.__version__,
-        "python": platform.python_version(),
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "allocator_tuned": bool(allocator_tuned),
-        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
-        "loadavg_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-    }
-    if device.type == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(device)
-    return info
-
-
-def matmul_ceiling(device: torch.device, *, size: int | None = None, windows: int = 3, min_time: float = 0.3) -> float:
-    """Best-of-``windows`` float32 square-matmul GFLOP/s at the current thread count."""
-    size = size or (4096 if device.type == "cuda" else 1024)
-    a = torch.randn(size, size, device=device)
-    b = torch.randn(size, size, device=device)
-    out = torch.empty(size, size, device=device)
-    for _ in range(2):
-        torch.matmul(a, b, out=out)
-    sync(device)
-    flops = 2.0 * size**3
-    t0 = time.perf_counter()
-    torch.matmul(a, b, out=out)
-    sync(device)
-    one = max(time.perf_counter() - t0, 1e-6)
-    iters = max(1, int(min_time / one))
-    best = 0.0
-    for _ in range(windows):
-        sync(device)
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            torch.matmul(a, b, out=out)
-        sync(device)
-        best = max(best, flops * iters / (time.perf_counter() - t0) / 1e9)
-    return best
-
-
-def time_interleaved(
-    runners: dict[str, Callable[[], None]],
-    *,
-    repeats: int,
-    steps: dict[str, int],
-    device: torch.device,
-) -> dict[str, list[float]]:
-    """Seconds per call of each runner: ``repeats`` windows each, interleaved.
-
-    Repeat ``r`` runs every runner for one window of ``steps[name]`` calls,
-    starting at a rotated position, so no variant always runs first or last.
-    """
-    names = list(runners)
-    times: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(repeats):
-        for j in range(len(names)):
-            name = names[(r + j) % len(names)]
-            fn, k = runners[name], steps[name]
-            sync(device)
-            t0 = time.perf_counter()
-            for _ in range(k):
-                fn()
-            sync(device)
-            times[name].append((time.perf_counter() - t0) / k)
-    return times
-
-
-def _dynamo_graph_count() -> int:
-    """Graphs dynamo has compiled so far in this process (to detect recompiles while timing)."""
-    try:
-        from torch._dynamo.utils import counters
-
-        return int(counters["stats"]["unique_graphs"])
-    except Exception:  # noqa: BLE001 -- private API; a missing counter only loses this check
-        return -1
-
-
-COMMAND: str | None = None
-"""The command line of this invocation (set by :func:`main`); :func:`write_json` stores it as ``"command"``."""
-
-
-def write_json(path: Path, obj: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if COMMAND is not None and "command" not in obj:
-        obj = {"command": COMMAND, **obj}
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2) + "\n")
-    os.replace(tmp, path)
-
-
-def print_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> None:
-    """``columns``: (header, key, format spec); missing values print as '-'."""
-    cells = [[h for h, _, _ in columns]]
-    for row in rows:
-        line = []
-        for _, key, fmt in columns:
-            v = row.get(key)
-            line.append("-" if v is None else format(v, fmt) if fmt else str(v))
-        cells.append(line)
-    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
-    numeric = [bool(fmt) for _, _, fmt in columns]
-    for i, r in enumerate(cells):
-        print("  ".join(c.rjust(w) if numeric[j] else c.ljust(w) for j, (c, w) in enumerate(zip(r, widths))))
-        if i == 0:
-            print("  ".join("-" * w for w in widths))
+# The timing harness lives in benchmarks/harness.py; the plug-ins reach it as run.NAME (their register(run)).
+from benchmarks import harness  # noqa: E402
+from benchmarks.harness import (  # noqa: E402,F401
+    RESULTS_DIR,
+    cpu_model,
+    dynamo_counts,
+    error_text,
+    machine_info,
+    matmul_ceiling,
+    print_table,
+    sync,
+    time_interleaved,
+    warm_up,
+    window_steps,
+    write_json,
+)
 
 
 # --------------------------------------------------------------------------- update: CUDA-graph variant
@@ -506,9 +391,9 @@ def update_redq(args: argparse.Namespace, algo: str = "redq") -> dict:
         ceilings[threads] = matmul_ceiling(device, windows=2 if args.quick else 3, min_time=0.1 if args.quick else 0.3)
         print(f"threads={threads}: matmul ceiling {ceilings[threads]:.1f} GFLOP/s; timing {len(runners)} variants "
               f"x {args.repeats} interleaved windows ...", flush=True)
-        graphs_before = _dynamo_graph_count()
+        graphs_before = dynamo_counts()[0]
         times = time_interleaved(runners, repeats=args.repeats, steps=steps, device=device)
-        recompiled = _dynamo_graph_count() != graphs_before
+        recompiled = dynamo_counts()[0] != graphs_before
         base = statistics.median(times["imperative"])
         for name, ts in times.items():
             med = statistics.median(ts)
@@ -1287,11 +1172,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    global COMMAND
     import shlex
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    COMMAND = "python benchmarks/run.py " + " ".join(shlex.quote(a) for a in argv)
+    harness.COMMAND = "python benchmarks/run.py " + " ".join(shlex.quote(a) for a in argv)
     args = build_parser().parse_args(argv)
     return SUBCOMMANDS[args.command][2](args)
 
