@@ -199,11 +199,13 @@ class ActorProcess:
 
 
 def _restarted() -> bool:
+    """Whether Ray restarted this actor process (False outside Ray; never starts or joins a Ray)."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return False
     try:
-        import ray
-
         return bool(ray.get_runtime_context().was_current_actor_reconstructed)
-    except Exception:  # not in a Ray actor (in-process use)
+    except Exception:  # the driver, not an actor
         return False
 
 
@@ -214,7 +216,8 @@ class DistributedTrainer(Trainer):
     """The single-run :class:`~rlfunc.runtime.trainer.Trainer` (logs, evaluation, checkpoints, crash saves,
     callbacks) with its collect-and-learn loop replaced by Ray actors and a learner fed by their chunks
     (module docstring). ``chunks`` records ``(actor, version, env_steps, windows, pid)`` of every chunk
-    inserted; ``actor_failures`` counts calls lost to dead actors."""
+    inserted; ``actor_failures`` counts calls that failed on a dead or restarting actor (their steps are
+    not counted) and ``actor_restarts`` the actors whose chunks came from a new process."""
 
     def __init__(self, config: RunConfig, run_dir: Path, callbacks: list | None, ray) -> None:
         super().__init__(config, run_dir, callbacks)
@@ -222,7 +225,9 @@ class DistributedTrainer(Trainer):
         self.version = 0  # learner updates behind the newest published parameters
         self.ratio_from: int | None = None  # env step at which the replay first held train.learning_starts windows
         self.chunks: list[tuple[int, int, int, int, int]] = []
-        self.actor_failures = 0
+        self.actor_failures = 0  # calls that failed because their actor was dead or restarting
+        self.actor_restarts = 0  # chunks that came from a new process of the same actor
+        self._pids: dict[int, int] = {}
         self.actors: list = []
         self.loop_stats: dict[str, float] = {}
         self._published = None
@@ -230,7 +235,8 @@ class DistributedTrainer(Trainer):
     # -- checkpoints ----------------------------------------------------------------
     def _extra_meta(self) -> dict[str, Any]:
         return {"distributed": {"param_version": self.version, "ratio_from": self.ratio_from,
-                                "chunks": len(self.chunks), "actor_failures": self.actor_failures}}
+                                "chunks": len(self.chunks), "actor_failures": self.actor_failures,
+                                "actor_restarts": self.actor_restarts}}
 
     def restore(self, checkpoint: Path, tensors, meta: dict[str, Any]) -> None:
         super().restore(checkpoint, tensors, meta)
@@ -291,6 +297,7 @@ class DistributedTrainer(Trainer):
         state = {"recent": [], "window_t": time.monotonic(), "window_steps": 0, "metrics": None, "last_eval": last_eval}
 
         held: list[int] = []  # actors waiting for the learner (distributed.min_replay_ratio)
+        retry: dict[int, float] = {}  # restarting actor -> when to call it again
 
         def submit(k: int) -> None:
             queued = sum(a for _, a in inflight.values())
@@ -309,32 +316,44 @@ class DistributedTrainer(Trainer):
             for _ in range(2):  # two calls queued per actor: it starts the next chunk at once
                 for k in range(d.actors):
                     submit(k)
-            while self.env_step < cfg.total_steps and (inflight or held):
+            while self.env_step < cfg.total_steps and (inflight or held or retry):
                 self._check_finite()
-                for k in [held.pop(0) for _ in range(len(held))]:
-                    submit(k)
+                now = time.monotonic()
+                for k in [held.pop(0) for _ in range(len(held))] + [k for k, t in retry.items() if t <= now]:
+                    retry.pop(k, None)
+                    for _ in range(2 - sum(1 for j, _ in inflight.values() if j == k)):
+                        submit(k)
                 may = self._may_update()
                 if not inflight and not may:
+                    if retry:
+                        time.sleep(0.1)
+                        continue
                     raise RuntimeError("Distributed R2D2: every actor waits for the learner and the learner for data.")
                 calls = list(inflight)
-                ready, _ = ray.wait(calls, num_returns=1, timeout=0 if may else 1.0)
-                if ready:
-                    ready, _ = ray.wait(calls, num_returns=len(calls), timeout=0)
+                ready = []
+                if calls:
+                    ready, _ = ray.wait(calls, num_returns=1, timeout=0 if may else (0.1 if retry else 1.0))
+                    if ready:
+                        ready, _ = ray.wait(calls, num_returns=len(calls), timeout=0)
                 for ref in ready:
                     k, _asked = inflight.pop(ref)
                     try:
                         chunk = ray.get(ref)
+                    except ray.exceptions.ActorUnavailableError:
+                        self.actor_failures += 1
+                        retry[k] = time.monotonic() + 0.5  # Ray is restarting it: call it again shortly
+                        continue
                     except ray.exceptions.RayActorError as exc:
                         # The actor died: what it was cutting is lost (never counted); Ray restarts it.
                         failures[k] += 1
                         self.actor_failures += 1
-                        if failures[k] > d.max_restarts + 1:
+                        if failures[k] > 2 * (d.max_restarts + 1):  # two calls queued per life
                             raise RuntimeError(
                                 f"Distributed actor {k} died {failures[k]} times (distributed.max_restarts="
                                 f"{d.max_restarts}): {' '.join(str(exc).split())[:200]}"
                             ) from None
                         print(f"rlfunc: actor {k} died; Ray restarts it and the learner trains on", file=sys.stderr)
-                        submit(k)
+                        retry[k] = time.monotonic() + 0.5
                         continue
                     if first is None:
                         first = (time.monotonic(), self.env_step)
@@ -376,6 +395,10 @@ class DistributedTrainer(Trainer):
         self.collector.episodes += len(chunk["returns"])
         state["recent"].extend(chunk["returns"])
         state["window_steps"] += int(chunk["env_steps"])
+        pid = self._pids.get(chunk["actor"])
+        if pid is not None and pid != chunk["pid"]:
+            self.actor_restarts += 1
+        self._pids[chunk["actor"]] = chunk["pid"]
         self.chunks.append((chunk["actor"], chunk["version"], int(chunk["env_steps"]), chunk["windows"].batch_size[0], chunk["pid"]))
         reason = self._ask("on_step")
         if self.env_step // cfg.log_every > prev // cfg.log_every or reason:

@@ -1,0 +1,290 @@
+"""Distributed R2D2 on Ray actors (rlfunc.scale.distributed, #25 §2).
+
+Without Ray: windows moved from an actor's outbox equal the single-process replay's; an actor (in
+this process) produces the single-process collector's windows, stored states and priorities for
+the same seed and epsilons; the epsilon ladder is split over actors; the config and Ray-missing
+sentences. With Ray (loopback, dashboard off, each test bounded, shut down after the module): a
+Ray actor returns the in-process actor's chunk; a run whose actor is killed by pid goes on, the
+actor is restarted and the counters are exact; parameter versions reach the actors; an
+unreachable address and too many CPUs are one sentence; `rlfunc train` of the shipped config,
+then `rlfunc resume`.
+"""
+
+import importlib.util
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+import torch
+import yaml
+from tensordict import TensorDict
+
+from rlfunc.core.exploration import actor_epsilons
+from rlfunc.envs import build_wrappers, make_vector_env
+from rlfunc.replay.prioritized import PrioritizedSequenceReplay
+from rlfunc.replay.sequence import SequenceReplay
+from rlfunc.runtime.collector import Collector
+from rlfunc.runtime.config import ConfigError, apply_overrides, build_config, to_dict
+from rlfunc.runtime.registry import get_algo
+from rlfunc.scale import distributed
+from rlfunc.scale.distributed import ActorProcess, actor_epsilon_slice, window_priorities
+
+ROOT = Path(__file__).resolve().parents[1]
+HAS_RAY = importlib.util.find_spec("ray") is not None
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+TINY = {
+    "algo": "r2d2",
+    "env": {"id": "CartPole-v1", "wrappers": ["mask_velocity"]},
+    "distributed": {"actors": 2, "envs_per_actor": 2, "param_sync_steps": 64, "param_sync_updates": 2,
+                    "max_replay_ratio": 0.5},
+    "train": {"total_steps": 2400, "learning_starts": 16, "replay_size": 500, "eval_every": 100000,
+              "eval_episodes": 1, "checkpoint_every": 100000, "log_every": 200, "threads": 1,
+              "tensorboard": False, "progress": False, "seed": 3},
+    "agent": {"encoder_sizes": [16], "lstm_size": 16, "head_sizes": [16], "burn_in": 2, "sequence_length": 4,
+              "sequence_period": 2, "batch_size": 8, "target_period": 50},
+}
+
+
+def _tiny(**overrides):
+    return apply_overrides(TINY, overrides)
+
+
+# ----------------------------------------------------------------------------- without Ray
+
+
+def test_windows_drained_from_an_outbox_equal_the_directly_added_ones():
+    g = torch.Generator().manual_seed(0)
+    n, T = 3, 6
+    direct = PrioritizedSequenceReplay(64, T, n, period=3)
+    outbox, moved = SequenceReplay(20, T, n, period=3), PrioritizedSequenceReplay(64, T, n, period=3)
+    for t in range(40):
+        step = TensorDict({"obs": torch.randn(n, 2, generator=g), "reward": torch.randn(n, generator=g),
+                           "terminated": torch.rand(n, generator=g) < 0.1,
+                           "truncated": torch.zeros(n, dtype=torch.bool)}, [n])
+        carry = TensorDict({"h": torch.randn(n, 4, generator=g)}, [n])
+        direct.add(step, carry)
+        outbox.add(step, carry)
+        if t % 5 == 4 or t == 39:
+            w = outbox.drain()
+            moved.add_windows(w, torch.arange(w.batch_size[0], dtype=torch.float32) + 1.0)
+    k = len(direct)
+    assert k == len(moved) == moved.windows_added > 10
+    assert (direct.storage[:, :k] == moved.storage[:, :k]).all()
+    assert (direct._carry[:k] == moved._carry[:k]).all() and (direct._info[:k] == moved._info[:k]).all()
+    assert len(outbox) == 0 and moved.priorities(torch.arange(k)).min() >= 1.0  # the given priorities, not the max
+
+
+def test_an_actor_produces_the_single_process_collectors_windows_states_and_priorities():
+    """One actor with 3 envs against the single-process R2D2 learner with the same 3 envs, seed and
+    parameters: the same windows (every key), stored carries, window starts, and priorities equal
+    to the R2D2 loss's on the single-process windows."""
+    raw = _tiny(**{"distributed.actors": 1, "distributed.envs_per_actor": 3, "distributed.param_sync_steps": 150})
+    single_raw = {k: v for k, v in raw.items() if k != "distributed"}
+    single_raw = apply_overrides(single_raw, {"env.num_envs": 3, "train.learning_starts": 400})
+    single = build_config(single_raw)
+    env = make_vector_env("CartPole-v1", 3, wrappers=build_wrappers(["mask_velocity"]))
+    learner = get_algo("r2d2").make_learner(single, env.single_observation_space, env.single_action_space)
+    actor = ActorProcess(to_dict(build_config(raw)), 0)
+    assert torch.equal(actor.epsilons, learner.epsilons) and torch.equal(actor.epsilons, actor_epsilons(3))
+    published = TensorDict({"params": learner.state["params"], "target": learner.state["target"],
+                            "version": torch.tensor(0)}, [])
+    chunk = actor.collect(published, 150)
+
+    collector = Collector(env, seed=single.train.seed)
+    collector.reset(seed=single.train.seed)
+    steps = 0
+    while steps < chunk["env_steps"]:
+        actions = learner.explore(collector.obs, steps, episode_start=collector.episode_start)
+        rows, _ = collector.step(actions)
+        learner.observe(rows)
+        steps += rows.batch_size[0]
+    assert steps == chunk["env_steps"]
+    replay, windows = learner.replay, chunk["windows"]
+    k = windows.batch_size[0]
+    assert k == len(replay) > 20
+    mine = windows["steps"].transpose(0, 1)
+    for key in replay.storage.keys():
+        assert torch.equal(mine[key], replay.storage[key][:, :k]), key
+    for key in ("h", "c", "prev_action", "prev_reward"):
+        assert torch.equal(windows["init_carry", key], replay._carry[key][:k]), key
+    assert torch.equal(windows["start"], replay._info["start"][:k]) and torch.equal(windows["env"], replay._info["env"][:k])
+    assert windows["init_carry", "h"].abs().sum() > 0  # states stored mid-episode, not only zeros
+    batch = replay.storage[:, :k].clone()
+    batch["init_carry"] = replay._carry[:k].expand(batch.batch_size[0], k)
+    with torch.no_grad():
+        _, aux = get_algo("r2d2").algo.loss(learner.state["params"], learner.state["target"], single.agent, batch)
+    assert torch.equal(chunk["priorities"], aux["priorities"]) and (chunk["priorities"] > 0).all()
+    assert chunk["version"] == 0 and chunk["returns"]
+
+
+def test_the_epsilon_ladder_is_split_over_the_actors():
+    slices = [actor_epsilon_slice(4, 3, k) for k in range(4)]
+    assert torch.equal(torch.cat(slices), actor_epsilons(12))
+    assert slices[0][0] == pytest.approx(0.4) and slices[-1][-1] == pytest.approx(0.4**8)
+
+
+@pytest.mark.parametrize("change, sentence", [
+    ({"algo": "drqn"}, r"^The distributed section is not available for drqn .*; remove it or use algo r2d2\.$"),
+    ({"algo": "sac", "env": {"id": "Pendulum-v1"}, "agent": {}},
+     r"^The distributed section trains R2D2 on Ray actors; algo 'sac' has no distributed path, remove the section\.$"),
+    ({"env": {"id": "CartPole-v1", "num_envs": 4}}, r"^env\.num_envs=4 is not used by a distributed run; set distributed\.envs_per_actor"),
+    ({"distributed": {"actorz": 2}}, r"^Unknown config key 'distributed\.actorz'; did you mean 'actors'\?$"),
+    ({"distributed": {"min_replay_ratio": 1.0}}, r"^distributed\.min_replay_ratio must be between 0 \(off\) and distributed\.max_replay_ratio"),
+])
+def test_config_refusals_are_one_sentence(change, sentence):
+    raw = {**TINY, **change}
+    if change.get("algo") == "drqn":
+        raw["agent"] = {}
+    with pytest.raises(ConfigError, match=sentence):
+        build_config(raw)
+
+
+def test_ray_missing_is_one_sentence_before_anything_is_written(monkeypatch, tmp_path):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    with pytest.raises(ConfigError, match=r'needs Ray, which is not installed; install it with pip install -e "\.\[ray\]"\.$'):
+        distributed.train(build_config(TINY), run_dir=tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+# ----------------------------------------------------------------------------- with Ray
+
+
+@pytest.mark.skipif(not HAS_RAY, reason="Ray is not installed (pip install -e '.[ray]')")
+def test_an_unreachable_address_is_one_sentence_before_anything_is_written(tmp_path):
+    """`rlfunc train` in a fresh process (the address check happens before any Ray starts or joins)."""
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(_tiny(**{"distributed.address": "127.0.0.1:1"})))
+    proc = subprocess.run([sys.executable, "-m", "rlfunc.runtime.cli", "train", str(config), "--run-dir", str(tmp_path / "run")],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode != 0
+    assert re.search(r"Cannot reach a Ray cluster at '127\.0\.0\.1:1' \([^)]*\); start one with `ray start --head` "
+                     r"or check distributed\.address\.", proc.stderr), proc.stderr[-2000:]
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    if not HAS_RAY:
+        pytest.skip("Ray is not installed (pip install -e '.[ray]')")
+    import ray
+
+    ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False, num_cpus=2,
+             log_to_driver=False, configure_logging=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture
+def bounded():
+    """Each Ray test ends within 120 s (SIGALRM)."""
+    def expire(signum, frame):
+        raise TimeoutError("test_distributed_r2d2: a test ran past 120 s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(120)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+class KillActor0:
+    """Kills actor 0's process (by pid) at the first log after learning started, then, near the end,
+    waits for the restarted process to answer."""
+
+    def __init__(self):
+        self.killed = self.restarted_pid = None
+        self.calls_at_kill = self.calls_after = None
+
+    def on_log(self, run, row):
+        pids = [c[4] for c in run.chunks if c[0] == 0]
+        if self.killed is None and run.learner_calls > 0 and pids:
+            self.killed = pids[-1]
+            self.calls_at_kill = run.learner_calls
+            os.kill(self.killed, signal.SIGKILL)
+        elif self.killed is not None and self.restarted_pid is None and run.env_step >= 0.75 * run.config.train.total_steps:
+            self.calls_after = run.learner_calls
+            for _ in range(120):  # calls fail with ActorUnavailableError while Ray restarts the process
+                try:
+                    self.restarted_pid = run.ray.get(run.actors[0].info.remote(), timeout=60)["pid"]
+                    break
+                except run.ray.exceptions.ActorUnavailableError:
+                    time.sleep(0.5)
+
+
+def test_a_killed_actor_is_restarted_the_learner_goes_on_and_the_counters_are_exact(ray_local, bounded, tmp_path):
+    import rlfunc
+
+    kill = KillActor0()
+    runs = []
+    result = rlfunc.train(_tiny(**{"train.total_steps": 3200}), run_dir=tmp_path / "run",
+                          callbacks=[kill, type("Keep", (), {"on_end": lambda self, run, reason: runs.append(run)})()])
+    run = runs[0]
+    assert kill.killed is not None and run.actor_failures >= 1
+    assert kill.restarted_pid not in (None, kill.killed)
+    assert run.actor_restarts == 1 and {c[4] for c in run.chunks if c[0] == 0} == {kill.killed, kill.restarted_pid}
+    assert kill.calls_after > kill.calls_at_kill  # the learner trained while the actor restarted
+    # exact counters: every inserted chunk counted once, nothing of the dead actor's lost call
+    assert result.env_steps == run.env_step == sum(c[2] for c in run.chunks) >= 3200
+    assert run.learner.replay.windows_added == sum(c[3] for c in run.chunks)
+    assert run.learner_calls == int(run.learner.state["step"]) == result.gradient_steps > 0
+    assert run.learner_calls <= 0.5 * (run.env_step - run.ratio_from)  # the replay-ratio bound
+    # parameter versions reach the actors, in order
+    versions = {k: [c[1] for c in run.chunks if c[0] == k] for k in (0, 1)}
+    assert max(versions[0] + versions[1]) > 0
+    assert all(v == sorted(v) for v in versions.values())
+    meta = json.loads(next((tmp_path / "run" / "checkpoints").glob("step_*/meta.json")).read_text())
+    assert meta["env_step"] == run.env_step and meta["updates"] == run.learner_calls
+    assert meta["distributed"]["param_version"] == run.version
+
+
+def test_a_ray_actor_returns_the_in_process_actors_chunk(ray_local, bounded):
+    raw = to_dict(build_config(_tiny(**{"distributed.actors": 1})))
+    cfg = build_config(raw, resolved=True)
+    state = get_algo("r2d2").algo.init(cfg.agent, gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), seed=1)
+    published = TensorDict({"params": state["params"], "target": state["target"], "version": torch.tensor(7)}, [])
+    remote = ray_local.remote(ActorProcess).options(num_cpus=1).remote(raw, 0)
+    got = ray_local.get(remote.collect.remote(published, 100), timeout=60)
+    ray_local.kill(remote)
+    local = ActorProcess(raw, 0).collect(published, 100)
+    assert got["version"] == 7 and got["env_steps"] == local["env_steps"]
+    assert (got["windows"] == local["windows"]).all() and torch.equal(got["priorities"], local["priorities"])
+    assert window_priorities(get_algo("r2d2").algo, published, cfg.agent, local["windows"]).shape == (local["windows"].batch_size[0],)
+
+
+def test_too_many_cpus_is_one_sentence(ray_local, bounded):
+    with pytest.raises(ConfigError, match=(
+        r"^distributed\.actors=3 x distributed\.actor_cpus=1 ask for 3 CPUs but the Ray cluster has 2; lower "
+        r"distributed\.actors or distributed\.actor_cpus, or add nodes to the cluster\.$"
+    )):
+        distributed.connect_for(build_config(_tiny(**{"distributed.actors": 3})))
+    assert ray_local.is_initialized()  # a Ray this process had started is left running
+
+
+def test_rlfunc_train_of_the_shipped_config_then_resume(ray_local, bounded, tmp_path, capsys):
+    from rlfunc.runtime.cli import main
+
+    sets = ["train.total_steps=1600", "train.learning_starts=16", "train.replay_size=400", "train.eval_every=800",
+            "train.eval_episodes=1", "train.checkpoint_every=800", "train.compile=false", "train.progress=false",
+            "train.tensorboard=false", "distributed.param_sync_steps=100", "agent.batch_size=8",
+            "agent.lstm_size=16", "agent.encoder_sizes=[16]", "agent.head_sizes=[16]"]
+    run_dir = tmp_path / "run"
+    args = ["train", str(ROOT / "configs" / "r2d2" / "cartpole_novel_distributed.yaml"), "--run-dir", str(run_dir)]
+    assert main(args + [a for s in sets for a in ("--set", s)]) == 0
+    first = json.loads((run_dir / "checkpoints" / (run_dir / "checkpoints" / "latest").read_text().strip() / "meta.json").read_text())
+    assert first["env_step"] >= 1600 and first["config"]["distributed"]["actors"] == 2
+    assert main(["resume", str(run_dir), "--total-steps", "2400"]) == 0
+    assert "fresh actors" in capsys.readouterr().err
+    last = json.loads((run_dir / "checkpoints" / (run_dir / "checkpoints" / "latest").read_text().strip() / "meta.json").read_text())
+    assert last["env_step"] >= 2400 and last["updates"] > first["updates"]
+    assert [int(line.split(",")[0]) for line in (run_dir / "eval.csv").read_text().splitlines()[1:]][-1] == last["env_step"]
