@@ -136,3 +136,17 @@ def test_r2d2_members_equal_single_runs(tmp_path):
     res = _members_equal_single_runs(tmp_path, config, [0, 1])
     # the members' limiters let them learn at different env steps (the masked update ran)
     assert res.members[0].gradient_steps != res.members[1].gradient_steps
+
+
+def test_replays_that_fit_once_but_not_p_times_are_refused_before_training(tmp_path, monkeypatch):
+    """The first member's learner sizes its replay; P of them must fit (one sentence naming both fixes)."""
+    from rlfunc.runtime import memory
+    from rlfunc.runtime.config import ConfigError, build_config
+
+    config = build_config({**DRQN, "train": {**DRQN["train"], "population": {"seeds": [0, 1, 2]}}})
+    probe = pr.PopulationTrainer(build_config({**DRQN, "train": {**DRQN["train"], "population": {"seeds": [0]}}}), tmp_path / "a")
+    one = probe.learners[0]._replay_need().nbytes
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 2 * one)  # room for two replays, not three
+    with pytest.raises(ConfigError, match=r"for each of 3 members needs .* lower train.replay_size or the population's size"):
+        pr.PopulationTrainer(config, tmp_path / "b")
+    assert not (tmp_path / "b").exists()

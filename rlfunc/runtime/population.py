@@ -332,21 +332,21 @@ class PopulationTrainer:
         self.frames_per_step = _frames_per_step(self.envs[0])
         obs_space, act_space = env_spaces(self.envs[0])
         p = len(self.members)
-        probe = self.entry.learner_cls.__new__(self.entry.learner_cls)  # the replay's size, before any is allocated
-        probe._bind(self.entry, self.members[0].config, obs_space, act_space)
-        probe.num_envs = int(config.env.num_envs)
-        one = probe._replay_need()
-        require_memory(
-            [Need(f"{one.subject} for each of {p} members", p * one.nbytes, one.what, f"{one.fix} or the population's size")],
-            self.device,
-        )
         # Each member's learner, as its single run builds it: its config (REDQ's env-dependent target
         # entropy resolved), its initial state from its seed, its replay, its generator (seed + 1).
+        # The first one sizes its replay: P of them must fit before the others are built.
         self.learners = []
-        for m, (_, _, native) in zip(self.members, envs):
+        for k, (m, (_, _, native)) in enumerate(zip(self.members, envs)):
             learner = self.entry.make_learner(m.config, obs_space, act_space)
             learner.native_action_space = native
             self.learners.append(learner)
+            if k == 0:
+                one = learner._replay_need()
+                require_memory(
+                    [Need(f"{one.subject} for each of {p} members", p * one.nbytes, one.what,
+                          f"{one.fix} or the population's size")],
+                    self.device,
+                )
         try:
             self.state = population.stack([lr.state for lr in self.learners])
         except ValueError as exc:
@@ -504,20 +504,13 @@ class PopulationTrainer:
     def evaluate(self, k: int) -> float:
         """Member ``k``'s evaluation (its seed's episodes), logged in its ``eval.csv``."""
         from rlfunc.runtime.evaluate import run_episodes
+        from rlfunc.runtime.trainer import eval_row
 
         m = self.members[k]
         returns = run_episodes(self.policy(k), self.eval_envs[k], self.config.train.eval_episodes, seed=m.seed + 10_000)
         mean = float(np.mean(returns))
         self.evals[k].append((self.env_steps[k], mean))
-        row = {
-            "step": self.env_steps[k],
-            **self._frames(k),
-            "time_s": round(self._wall_s(), 3),
-            "mean_return": mean,
-            "std_return": float(np.std(returns)),
-            "episodes": len(returns),
-            "stop_reason": "",
-        }
+        row = eval_row(self.env_steps[k], self._frames(k), self._wall_s(), returns)
         self._eval_logs[k].write(row)
         if self._tensorboard:
             self._tensorboard[k].write("eval", row)
@@ -660,20 +653,13 @@ class PopulationTrainer:
         self._saved = tuple(env_steps)
 
     def _log(self, k: int, steps_per_s: float, recent: list[float]) -> None:
+        from rlfunc.runtime.trainer import metrics_row
+
         metrics = self._last_metrics[k]
-        row: dict[str, Any] = {
-            "step": self.env_steps[k],
-            **self._frames(k),
-            "learner_calls": self.learner_calls[k],
-            "gradient_steps": self.gradient_steps(k),
-            "time_s": round(self._wall_s(), 3),
-            "steps_per_s": round(steps_per_s, 3),
-            "episode_return": float(np.mean(recent[-10:])) if recent else math.nan,
-            "stop_reason": "",
-        }
-        if metrics is not None:
-            for key, v in metrics.items():
-                row[key] = float(v)
+        row = metrics_row(
+            self.env_steps[k], self._frames(k), self.learner_calls[k], self.gradient_steps(k), self._wall_s(),
+            steps_per_s, recent, metrics,
+        )
         self._metrics_logs[k].write(row, complete=metrics is not None)
         if self._tensorboard:
             self._tensorboard[k].write("train", row)

@@ -278,15 +278,7 @@ class Trainer:
         )
         mean = float(np.mean(returns))
         self.evals.append((self.env_step, mean))
-        self._last_eval_row = {
-            "step": self.env_step,
-            **self._frames(),
-            "time_s": round(self._wall_s(), 3),
-            "mean_return": mean,
-            "std_return": float(np.std(returns)),
-            "episodes": len(returns),
-            "stop_reason": "",
-        }
+        self._last_eval_row = eval_row(self.env_step, self._frames(), self._wall_s(), returns)
         self._save_best(mean)
         reason = self._ask("on_eval", self.env_step, list(map(float, returns)))
         if reason:
@@ -444,15 +436,7 @@ class Trainer:
         )
         mean = float(np.mean(returns))
         self.evals.append((self.env_step, mean))
-        row = {
-            "step": self.env_step,
-            **self._frames(),
-            "time_s": round(self._wall_s(), 3),
-            "mean_return": mean,
-            "std_return": float(np.std(returns)),
-            "episodes": len(returns),
-            "stop_reason": reason,
-        }
+        row = eval_row(self.env_step, self._frames(), self._wall_s(), returns, reason)
         self._save_best(mean)
         self._eval_log.write(row)
         self._write_external("eval", row)
@@ -504,19 +488,10 @@ class Trainer:
         )
 
     def _log(self, metrics, steps_per_s: float, recent_returns: list[float], stop_reason: str = "") -> None:
-        row: dict[str, Any] = {
-            "step": self.env_step,
-            **self._frames(),
-            "learner_calls": self.learner_calls,
-            "gradient_steps": self.gradient_steps,
-            "time_s": round(self._wall_s(), 3),
-            "steps_per_s": round(steps_per_s, 3),
-            "episode_return": float(np.mean(recent_returns[-10:])) if recent_returns else math.nan,
-            "stop_reason": stop_reason,
-        }
-        if metrics is not None:
-            for k, v in metrics.items():
-                row[k] = float(v)
+        row = metrics_row(
+            self.env_step, self._frames(), self.learner_calls, self.gradient_steps, self._wall_s(), steps_per_s,
+            recent_returns, metrics, stop_reason,
+        )
         self._metrics_log.write(row, complete=metrics is not None)
         if stop_reason:
             self._logged_stop = self.env_step
@@ -547,6 +522,41 @@ class Trainer:
             except Exception:  # a logger failing to flush must not hide the run's own error
                 pass
         self._external = []
+
+
+def eval_row(step: int, frames: dict[str, int], time_s: float, returns, stop_reason: str = "") -> dict[str, Any]:
+    """One ``eval.csv`` row (the single-run and the population trainers write the same columns)."""
+    return {
+        "step": step,
+        **frames,
+        "time_s": round(time_s, 3),
+        "mean_return": float(np.mean(returns)),
+        "std_return": float(np.std(returns)),
+        "episodes": len(returns),
+        "stop_reason": stop_reason,
+    }
+
+
+def metrics_row(
+    step: int, frames: dict[str, int], learner_calls: int, gradient_steps: int, time_s: float, steps_per_s: float,
+    recent_returns: list[float], metrics, stop_reason: str = "",
+) -> dict[str, Any]:
+    """One ``metrics.csv`` row: the counters, the mean of the last 10 episode returns and the
+    learner's newest metrics (the single-run and the population trainers write the same columns)."""
+    row: dict[str, Any] = {
+        "step": step,
+        **frames,
+        "learner_calls": learner_calls,
+        "gradient_steps": gradient_steps,
+        "time_s": round(time_s, 3),
+        "steps_per_s": round(steps_per_s, 3),
+        "episode_return": float(np.mean(recent_returns[-10:])) if recent_returns else math.nan,
+        "stop_reason": stop_reason,
+    }
+    if metrics is not None:
+        for k, v in metrics.items():
+            row[k] = float(v)
+    return row
 
 
 def first_non_finite(pending: list[tuple[int, list, torch.Tensor]]) -> tuple[int, list, torch.Tensor] | None:
