@@ -82,19 +82,24 @@ def _checkpoint(run_dir: Path, step: int) -> Path:
     return run_dir / "checkpoints" / f"step_{step:09d}"
 
 
-def train_agent(env: str, root: Path, steps: int, threads: int, log: list[str]) -> Path:
-    """The data agent's run directory, trained to ``steps`` (skipped when its checkpoint is there)."""
+def agent_command(env: str, run_dir: Path, steps: int, threads: int) -> list[str]:
+    """The ``rlfunc`` arguments that train the data agent (every checkpoint kept)."""
+    keep = steps // CHECKPOINT_EVERY + 1
+    return ["train", f"sac/{env}", "--run-dir", str(run_dir), f"--set=train.total_steps={steps}",
+            f"--set=train.keep_checkpoints={keep}", f"--set=train.threads={threads}", "--set=train.progress=false"]
+
+
+def train_agent(env: str, root: Path, steps: int, threads: int, log: list[str]) -> tuple[Path, bool]:
+    """The data agent's run directory trained to ``steps``, and whether it was there already (its
+    checkpoint at ``steps`` exists: nothing is trained)."""
     run_dir = root / "agent"
     if _checkpoint(run_dir, steps).is_dir() and steps in _evals(run_dir):
-        log.append(f"(reused {run_dir}: its checkpoint at step {steps} exists)")
-        return run_dir
-    keep = steps // CHECKPOINT_EVERY + 1
-    common = [f"--set=train.keep_checkpoints={keep}", f"--set=train.threads={threads}", "--set=train.progress=false"]
+        return run_dir, True
     if (run_dir / "config.yaml").is_file():
         _rlfunc(["resume", str(run_dir), "--total-steps", str(steps)], log)
     else:
-        _rlfunc(["train", f"sac/{env}", "--run-dir", str(run_dir), f"--set=train.total_steps={steps}", *common], log)
-    return run_dir
+        _rlfunc(agent_command(env, run_dir, steps, threads), log)
+    return run_dir, False
 
 
 def pick_checkpoints(run_dir: Path, steps: int, fraction: float) -> tuple[int, int, dict[int, float]]:
@@ -233,7 +238,7 @@ def run(args: argparse.Namespace, bench) -> int:
     machine = bench.machine_info(torch.device("cpu"), allocator_tuned=False)
     t0 = time.perf_counter()
     log: list[str] = []
-    agent = train_agent(args.env, root, args.agent_steps, args.threads, log)
+    agent, reused = train_agent(args.env, root, args.agent_steps, args.threads, log)
     medium, expert, evals = pick_checkpoints(agent, args.agent_steps, args.medium_fraction)
     print(f"data agent {agent}: expert = step {expert} (eval {evals[expert]:.1f}), "
           f"medium = step {medium} (eval {evals[medium]:.1f})", flush=True)
@@ -242,30 +247,32 @@ def run(args: argparse.Namespace, bench) -> int:
     commands: dict[str, list[str]] = {}
 
     def collect(key: str, out: Path, steps: int, seed: int, checkpoint: Path | None, noise: float) -> Path:
-        cmds = commands.setdefault(key, [])
-        if out.is_file():
-            cmds.append(f"(reused {out})")
-            return out
+        """``rlfunc dataset collect`` into ``out`` (kept if it is there: a re-run reuses it); the
+        command is recorded either way."""
         src = ["--checkpoint", str(checkpoint), "--noise", str(noise)] if checkpoint else ["--env", env_id, "--policy", "random"]
-        _rlfunc(["dataset", "collect", *src, "--steps", str(steps), "--seed", str(seed), "--out", str(out)], cmds)
+        cmd = ["dataset", "collect", *src, "--steps", str(steps), "--seed", str(seed), "--out", str(out)]
+        if out.is_file():
+            commands.setdefault(key, []).append(shlex.join(["rlfunc", *cmd]))
+            return out
+        _rlfunc(cmd, commands.setdefault(key, []))
         cut_last_row(out)
         return out
 
     collect("random", paths["random"], args.random_steps, 1, None, 0.0)
     collect("medium", paths["medium"], args.steps, 2, _checkpoint(agent, medium), args.noise)
     collect("expert", paths["expert"], args.steps, 3, _checkpoint(agent, expert), args.noise)
+    parts = [collect("medium-replay", root / "parts" / "replay-warmup.npz", CHECKPOINT_EVERY, 100, None, 0.0)]
+    for step in range(CHECKPOINT_EVERY, medium, CHECKPOINT_EVERY):
+        parts.append(collect("medium-replay", root / "parts" / f"replay-{step:06d}.npz", CHECKPOINT_EVERY,
+                             100 + step // CHECKPOINT_EVERY, _checkpoint(agent, step), args.replay_noise))
     if not paths["medium-replay"].is_file():
-        parts = [collect("medium-replay", root / "parts" / "replay-warmup.npz", CHECKPOINT_EVERY, 100, None, 0.0)]
-        for step in range(CHECKPOINT_EVERY, medium, CHECKPOINT_EVERY):
-            parts.append(collect("medium-replay", root / "parts" / f"replay-{step:06d}.npz", CHECKPOINT_EVERY,
-                                 100 + step // CHECKPOINT_EVERY, _checkpoint(agent, step), args.replay_noise))
         concatenate(parts, paths["medium-replay"],
                     f"medium-replay: uniform warm-up, then checkpoints {CHECKPOINT_EVERY}..{medium - CHECKPOINT_EVERY} "
                     f"of {agent} at noise {args.replay_noise}")
-        commands["medium-replay"].append("(concatenated in order by benchmarks/locomotion_data.py: concatenate)")
     if not paths["medium-expert"].is_file():
         concatenate([paths["medium"], paths["expert"]], paths["medium-expert"], "medium-expert: medium then expert")
-    commands["medium-expert"] = ["(medium then expert, concatenated by benchmarks/locomotion_data.py: concatenate)"]
+    commands["medium-replay"].append("then concatenated in this order (benchmarks/locomotion_data.py: concatenate)")
+    commands["medium-expert"] = ["medium then expert, concatenated (benchmarks/locomotion_data.py: concatenate)"]
     datasets = {k: {**describe(p), "commands": commands.get(k, [])} for k, p in paths.items()}
     datasets["medium"]["checkpoint"] = {"step": medium, "eval_return": evals[medium]}
     datasets["expert"]["checkpoint"] = {"step": expert, "eval_return": evals[expert]}
@@ -277,7 +284,9 @@ def run(args: argparse.Namespace, bench) -> int:
         "agent": {
             "run_dir": str(agent),
             "config": f"configs/sac/{args.env}.yaml",
-            "commands": [c for c in log if not c.startswith("(")] or log,
+            "command": shlex.join(["rlfunc", *agent_command(args.env, agent, args.agent_steps, args.threads)]),
+            "commands_run_now": log,
+            "reused": reused,
             "env_steps": args.agent_steps,
             "evals": [[s, r] for s, r in sorted(evals.items()) if s <= args.agent_steps],
         },
