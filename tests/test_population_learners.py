@@ -100,6 +100,8 @@ def test_drqv2_members_equal_single_runs(tmp_path):
     assert res.members[0].evals != res.members[1].evals
     with open(tmp_path / "pop" / "member-0" / "eval.csv") as f:
         assert f.readline().split(",")[:2] == ["step", "frames"]  # agent steps and env frames, as a single run's
+    out = rlfunc.evaluate(rlfunc.load(tmp_path / "pop" / "member-1"), episodes=1, seed=1 + 10_000)
+    assert math.isclose(out["mean"], res.members[1].evals[-1][1], rel_tol=RTOL)
     more = pr.resume(tmp_path / "pop", total_steps=140)
     assert [m.evals[-1][0] for m in more.members] == [140, 140]
 def test_drqn_members_equal_single_runs_load_and_resume(tmp_path):
@@ -136,6 +138,11 @@ def test_r2d2_members_equal_single_runs(tmp_path):
     res = _members_equal_single_runs(tmp_path, config, [0, 1])
     # the members' limiters let them learn at different env steps (the masked update ran)
     assert res.members[0].gradient_steps != res.members[1].gradient_steps
+    out = rlfunc.evaluate(rlfunc.load(tmp_path / "pop" / "member-0"), episodes=1, seed=10_000)
+    assert out["mean"] == res.members[0].evals[-1][1]
+    more = pr.resume(tmp_path / "pop", total_steps=270)  # each member's priorities and limiter count restored
+    assert [m.evals[-1][0] for m in more.members] == [270, 270]
+    assert all(m.gradient_steps > r.gradient_steps for m, r in zip(more.members, res.members))
 
 
 def test_replays_that_fit_once_but_not_p_times_are_refused_before_training(tmp_path, monkeypatch):
