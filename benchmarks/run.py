@@ -471,6 +471,11 @@ from benchmarks import population_replay_bench as _population_replay_bench  # no
 
 _population_replay_bench.register(sys.modules[__name__])
 
+# distributed: distributed R2D2 on Ray actors, env steps/s with the learner paused and with it, benchmarks/distributed_bench.py
+from benchmarks import distributed_bench as _distributed_bench  # noqa: E402
+
+_distributed_bench.register(sys.modules[__name__])
+
 
 # --------------------------------------------------------------------------- main
 

@@ -228,6 +228,7 @@ class DistributedTrainer(Trainer):
         self.actor_failures = 0  # calls that failed because their actor was dead or restarting
         self.actor_restarts = 0  # chunks that came from a new process of the same actor
         self._pids: dict[int, int] = {}
+        self._first_update_t: float | None = None
         self.actors: list = []
         self.loop_stats: dict[str, float] = {}
         self._published = None
@@ -371,6 +372,7 @@ class DistributedTrainer(Trainer):
                 "steady_env_steps": self.env_step - first[1] if first else 0,
                 "env_steps": self.env_step,
                 "updates": self.learner_calls,
+                "updating_wall_s": end - self._first_update_t if self._first_update_t is not None else 0.0,
                 "replay_ratio": self.replay_ratio(),
             }
             for actor in self.actors:
@@ -378,6 +380,8 @@ class DistributedTrainer(Trainer):
         return state["last_eval"]
 
     def _learn_one(self) -> TensorDict:
+        if self._first_update_t is None:
+            self._first_update_t = time.monotonic()
         metrics = self._learn()
         if self.learner_calls % self.config.distributed.param_sync_updates == 0:
             self._publish()
