@@ -49,7 +49,10 @@ def test_population_sumtree_rows_are_single_trees(backend):
         v = torch.rand(n, generator=g, dtype=torch.float64) * 3
         singles[k].update(idx, v)
         tree.update(torch.tensor(k), idx, v)
+    rows, vals = torch.randint(0, C, (P, 64), generator=g), torch.rand(P, 64, generator=g, dtype=torch.float64)
+    tree.update_rows(rows, vals)  # every member's batch in one call, as update_priorities writes them
     for k in range(P):
+        singles[k].update(rows[k], vals[k])
         assert torch.equal(tree.leaves[k], singles[k].leaves)
         assert torch.equal(tree._top[k], singles[k]._top) and torch.equal(tree._prefix[k], singles[k]._prefix)
     got = tree.sample(512, [torch.Generator().manual_seed(k) for k in range(P)])

@@ -336,7 +336,7 @@ class PopulationPrioritizedSequenceReplay(PopulationSequenceReplay):
     def _on_insert(self, k: int, rows: torch.Tensor) -> None:
         # as PrioritizedSequenceReplay._on_insert: the max so far (or the fixed priority) ** alpha
         p = self._max_priority[k] if self.initial_priority is None else torch.tensor(self.initial_priority, dtype=torch.float64)
-        self._tree.update(torch.tensor(k, device=self.device), rows, p.pow(self.priority_exponent))
+        self._tree.update([k], rows, p.pow(self.priority_exponent))
 
     def _sample_indices(self, batch_size: int, generators: Sequence[torch.Generator]) -> torch.Tensor:
         return self._tree.sample(batch_size, generators)
@@ -377,7 +377,6 @@ class PopulationPrioritizedSequenceReplay(PopulationSequenceReplay):
             )
         if idx.numel() == 0:
             return
-        members = torch.arange(self.members, device=self.device).unsqueeze(1).expand(idx.shape)
         if self.device.type == "cpu":  # numpy as the single buffer, so the leaves are bit-identical
             i = idx.numpy().astype(np.int64, copy=False)
             q = p.numpy().astype(np.float64)
@@ -392,11 +391,11 @@ class PopulationPrioritizedSequenceReplay(PopulationSequenceReplay):
             max_np = self._max_priority.numpy()
             np.maximum(max_np, q.max(axis=1), out=max_np)
             vals = q**self.priority_exponent if self.priority_exponent != 1 else q
-            self._tree.update(members, torch.from_numpy(i), torch.from_numpy(np.ascontiguousarray(vals)))
+            self._tree.update_rows(i, vals)
             return
         p = p.to(torch.float64)
         self._max_priority.copy_(torch.maximum(self._max_priority, p.amax(dim=1)))
-        self._tree.update(members, idx.long(), p.pow(self.priority_exponent))
+        self._tree.update_rows(idx, p.pow(self.priority_exponent))
 
     # ----------------------------------------------------------- checkpoint
     def state_dict(self) -> TensorDict:

@@ -104,34 +104,53 @@ class PopulationSumTree:
     def update(self, members: torch.Tensor, indices: torch.Tensor, values: torch.Tensor | float) -> None:
         """Set leaf ``indices[i]`` of member ``members[i]`` to ``values[i]`` (or a scalar), each >= 0.
 
-        ``members``, ``indices`` and ``values`` have one entry per leaf written (any
-        shape, flattened). With repeated (member, index) pairs one of the values is
-        kept; the sums stay consistent with the leaves.
+        ``indices`` and ``values`` have one entry per leaf written (any shape, flattened),
+        ``members`` one per leaf or one for all. With repeated (member, index) pairs one
+        of the values is kept; the sums stay consistent with the leaves.
         """
-        dev, width = self.device, self.num_blocks * self.fanout
         if self._np:
             idx = np.asarray(indices.cpu() if isinstance(indices, torch.Tensor) else indices, dtype=np.int64).reshape(-1)
+            mem = np.asarray(members.cpu() if isinstance(members, torch.Tensor) else members, dtype=np.int64).reshape(-1)
+            self._write(mem, idx, values)
+            return
+        idx = torch.as_tensor(indices, device=self.device).reshape(-1).long()
+        self._write(torch.as_tensor(members, device=self.device).reshape(-1).long(), idx, values)
+
+    def update_rows(self, indices: torch.Tensor, values: torch.Tensor) -> None:
+        """Set member ``k``'s leaves ``indices[k]`` to ``values[k]``, both ``[P, S]`` (e.g. priorities
+        written back for every member's sampled batch in one call)."""
+        if self._np:
+            idx = np.asarray(indices.cpu() if isinstance(indices, torch.Tensor) else indices, dtype=np.int64)
+            mem = np.arange(self.members)[:, None].repeat(idx.shape[1], axis=1)
+            self._write(mem.reshape(-1), idx.reshape(-1), values)
+            return
+        idx = torch.as_tensor(indices, device=self.device).long()
+        mem = torch.arange(self.members, device=self.device).unsqueeze(1).expand(idx.shape)
+        self._write(mem.reshape(-1), idx.reshape(-1), values)
+
+    def _write(self, mem, idx, values) -> None:
+        """Leaves at (member ``mem``, index ``idx``), both flat (``mem`` may have one entry), then
+        the touched blocks' prefix rows and every member's block prefix, recomputed."""
+        width, F = self.num_blocks * self.fanout, self.fanout
+        if self._np:
             if idx.size == 0:
                 return
-            mem = np.broadcast_to(np.asarray(members, dtype=np.int64).reshape(-1), idx.shape)
             vals = values.detach().cpu().numpy() if isinstance(values, torch.Tensor) else np.asarray(values)
             self._leaves_np.reshape(-1)[mem * width + idx] = vals.reshape(-1) if vals.ndim else vals
-            blocks = mem * self.num_blocks + idx // self.fanout
+            blocks = mem * self.num_blocks + idx // F
             # torch's CPU cumsum, as SumTree.update: the same sequential float64 sums
-            rows = torch.cumsum(torch.from_numpy(self._leaves_np.reshape(-1, self.fanout)[blocks]), dim=1).numpy()
-            self._prefix_np.reshape(-1, self.fanout)[blocks] = rows
+            rows = torch.cumsum(torch.from_numpy(self._leaves_np.reshape(-1, F)[blocks]), dim=1).numpy()
+            self._prefix_np.reshape(-1, F)[blocks] = rows
             self._sums_np.reshape(-1)[blocks] = rows[:, -1]
             self._rebuild_top()
             return
-        idx = torch.as_tensor(indices, device=dev).reshape(-1).long()
         if idx.numel() == 0:
             return
-        mem = torch.as_tensor(members, device=dev).reshape(-1).long().expand(idx.shape)
-        vals = torch.as_tensor(values, dtype=torch.float64, device=dev)
+        vals = torch.as_tensor(values, dtype=torch.float64, device=self.device)
         self._leaves.view(-1).index_put_((mem * width + idx,), vals.reshape(-1) if vals.dim() else vals)
-        blocks = mem * self.num_blocks + torch.div(idx, self.fanout, rounding_mode="floor")
-        rows = self._leaves.view(-1, self.fanout)[blocks].cumsum(dim=1)
-        self._prefix.view(-1, self.fanout).index_put_((blocks,), rows)
+        blocks = mem * self.num_blocks + torch.div(idx, F, rounding_mode="floor")
+        rows = self._leaves.view(-1, F)[blocks].cumsum(dim=1)
+        self._prefix.view(-1, F).index_put_((blocks,), rows)
         self._sums.view(-1).index_put_((blocks,), rows[:, -1])
         self._rebuild_top()
 
