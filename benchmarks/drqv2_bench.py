@@ -280,14 +280,13 @@ def update_drqv2(args: argparse.Namespace, R) -> dict:
                 runners["functional-compiled"] = compiled
                 print(f"  compiled in {first - second:.0f} s; {second * 1e3:.0f} ms/update", flush=True)
             except Exception as exc:  # noqa: BLE001 -- recorded in the JSON
-                lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-                compile_info["error"] = f"{type(exc).__name__}: {' '.join(lines[:2])}"[:600]
+                compile_info["error"] = R.error_text(exc)
                 runners.pop("functional-compiled", None)
                 compiled = None
                 print(f"  compile FAILED: {compile_info['error']}", flush=True)
         for fn in runners.values():
             fn()
-        steps = {n: max(1, int(round(args.window_s / max(warm[n], 1e-6)))) for n in runners}
+        steps = R.window_steps(warm, runners, args.window_s)
         ceilings[threads] = R.matmul_ceiling(device, windows=2 if args.quick else 3, min_time=0.1 if args.quick else 0.3)
         print(f"threads={threads}: matmul ceiling {ceilings[threads]:.1f} GFLOP/s; timing {len(runners)} variants "
               f"x {args.repeats} interleaved windows ...", flush=True)

@@ -38,18 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.harness import cpu_model as _cpu_model  # noqa: E402 -- the machine record's CPU name
 from rlfunc.replay.prioritized import PrioritizedSequenceReplay  # noqa: E402
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def _time_us(fn, reps: int, rounds: int) -> tuple[float, float, float]:

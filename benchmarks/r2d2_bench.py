@@ -150,16 +150,7 @@ def update_r2d2(args: argparse.Namespace, run) -> dict:
 
     runners["functional-eager"] = functional_runner(r2d2.update)
     notes["functional-eager"] = {"impl": "rlfunc.algos.r2d2.update (functional LSTM, torch.func.grad_and_value)"}
-    warm: dict[str, float] = {}
-    for name, fn in runners.items():
-        fn()
-        run.sync(device)
-        t0 = time.perf_counter()
-        for _ in range(args.warmup):
-            fn()
-        run.sync(device)
-        warm[name] = (time.perf_counter() - t0) / max(args.warmup, 1)
-        print(f"  warm-up {name}: {warm[name] * 1e3:.1f} ms/update", flush=True)
+    warm = run.warm_up(runners, args.warmup, device, unit="update")
     compile_info: dict | None = None
     if not args.no_compile:
         T = scale["burn_in"] + scale["length"]
@@ -187,8 +178,7 @@ def update_r2d2(args: argparse.Namespace, run) -> dict:
             print(f"  compiled in {first - second:.1f} s; {second * 1e3:.1f} ms/update", flush=True)
         except Exception as exc:  # noqa: BLE001 -- recorded, the rest still runs
             compile_info["compile_s"][str(threads_list[0])] = time.perf_counter() - t0
-            lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-            compile_info["error"] = f"{type(exc).__name__}: {' '.join(lines[:2])}"[:600]
+            compile_info["error"] = run.error_text(exc)
             print(f"  compile FAILED: {compile_info['error']}", flush=True)
     graph_name, graph_info = run.add_cuda_graph_variant(
         runners, notes, warm,
@@ -198,7 +188,7 @@ def update_r2d2(args: argparse.Namespace, run) -> dict:
         device,
         compiled=not args.no_compile,
     )
-    steps = {n: max(1, int(round(args.window_s / max(warm[n], 1e-6)))) for n in runners}
+    steps = run.window_steps(warm, runners, args.window_s)
     rows: list[dict] = []
     ceilings: dict[int, float] = {}
     for threads in threads_list:
