@@ -5,30 +5,40 @@
     python benchmarks/run.py learn --algo redq --seeds 3 [--steps N] [--jobs J] [--set key=value ...]
     python benchmarks/run.py replay | stored-state RUN_DIR | drqn-episodes CHECKPOINT... | peers | report
 
-``update`` measures learner throughput (critic updates per second) of the
-functional update against the imperative baseline of ``benchmarks/baselines``,
-in the same process, on pre-sampled batches and noise (no replay, no env).
-With ``--device cuda`` it adds the update replayed as one CUDA graph
-(``functional-compiled+cudagraph``, or ``functional-eager+cudagraph`` with
-``--no-compile``; :func:`cuda_graph_variant`); on CPU that row is written
-with ``"unavailable"`` and the reason.
-``learn`` trains the configs of an algorithm's table over seeds (JSON + PNG);
-``replay`` times prioritized sequence sampling (``benchmarks/r2d2_bench.py``);
-``stored-state`` is R2D2's stored-state diagnostic; ``drqn-episodes`` shows how a
-DRQN agent's greedy episodes end, acting from the carried state and from zero-state
-windows (``benchmarks/drqn_bench.py``); ``peers`` puts rlfunc beside
-Stable-Baselines3 and TorchRL (``benchmarks/peers.py``); ``report`` writes
-``benchmarks/RESULTS.md`` from ``benchmarks/results/*.json``.
+This file is the entry point: the subcommand registry (:data:`SUBCOMMANDS`,
+:func:`subcommand`), :func:`build_parser` and :func:`main`. Each subcommand lives
+in a module of its own that adds itself with ``register(run)`` (``run`` is this
+module; the registrations are at the end of this file):
+
+* ``update`` -- learner throughput of the functional update against the imperative
+  baseline of ``benchmarks/baselines``, in the same process, on pre-sampled
+  batches (``benchmarks/update_bench.py``; DrQ-v2 in ``benchmarks/drqv2_bench.py``,
+  R2D2 in ``benchmarks/r2d2_bench.py``);
+* ``learn``, ``learn-merge``, ``learn-collect`` -- learning curves over seeds (JSON + PNG);
+* ``replay`` (prioritized sequence sampling) and ``stored-state`` (R2D2's
+  stored-state diagnostic): ``benchmarks/r2d2_bench.py``;
+* ``drqn-episodes`` -- how a DRQN agent's greedy episodes end, acting from the
+  carried state and from zero-state windows: ``benchmarks/drqn_bench.py``;
+* ``peers`` -- rlfunc beside Stable-Baselines3 and TorchRL: ``benchmarks/peers/``
+  (one module per task family);
+* ``reference-returns``, ``population``, ``population-replay``, ``locomotion-data``
+  and the others: the module named beside their registration;
+* ``report`` -- ``benchmarks/RESULTS.md`` from ``benchmarks/results/*.json``
+  (``benchmarks/report.py``).
+
+What they share is ``benchmarks/harness.py``: interleaved timing windows and
+medians, warm-up and window sizing, the matmul FLOP ceiling, the machine record,
+the JSON writer (every JSON records the ``command`` that wrote it) and the table
+printer. This module re-exports those names, so a plug-in's ``register(run)``
+reaches them as ``run.NAME``.
 
 Adding things:
 
-* a subcommand: write ``configure(parser)`` and ``run(args) -> int`` and
-  register them with ``@subcommand(name, help, configure)`` on ``run`` (or from a
-  plug-in module's ``register(run_module)``, as ``benchmarks/peers.py`` does);
-* an algorithm for ``update``: write ``fn(args) -> result dict`` (same JSON
-  shape as :func:`update_redq`) and add it to ``UPDATE_ALGOS``. The helpers
-  :func:`time_interleaved`, :func:`matmul_ceiling`, :func:`machine_info`,
-  :func:`write_json` and :func:`print_table` are shared.
+* a subcommand: a module with ``configure(parser)``, ``run(args) -> int`` and
+  ``register(run)`` calling ``run.subcommand(name, help, configure)(run_fn)``;
+  import it and call its ``register`` at the end of this file;
+* an algorithm for ``update``: ``fn(args) -> result dict`` (same JSON shape as
+  ``benchmarks.update_bench.update_redq``) added to ``UPDATE_ALGOS``.
 
 The machines here are noisy (see shared/MACHINE-FACTS.md): every number is the
 median of several timed windows, and the variants are interleaved (each
@@ -451,7 +461,7 @@ from benchmarks import drqn_bench as _drqn_bench  # noqa: E402
 
 _drqn_bench.register(sys.modules[__name__])
 
-# peers: rlfunc side by side with Stable-Baselines3 and TorchRL, benchmarks/peers.py
+# peers: rlfunc side by side with Stable-Baselines3 and TorchRL, benchmarks/peers/ (one module per task family)
 from benchmarks import peers as _peers  # noqa: E402
 
 _peers.register(sys.modules[__name__])
