@@ -21,7 +21,9 @@ Two kinds of timing, each written to ``benchmarks/results/population_<algo>.json
 
 Timed windows of the variants are interleaved (:func:`benchmarks.run.time_interleaved`) and
 medians reported, so load changes on a shared machine hit every variant alike; the machine and
-its load average at the start and end of each P are recorded.
+its load average at the start and end of each P are recorded. Every number is given by wall
+time and by this process's CPU time (:func:`_timed`): on an oversubscribed machine the CPU-time
+ratio is the steadier one.
 """
 
 from __future__ import annotations
@@ -143,6 +145,30 @@ def _singles(algo: str, members: int, quick: bool, compile: bool):
     return env_step, learn_only
 
 
+def _timed(runners: dict, args: argparse.Namespace, run) -> tuple[dict, dict]:
+    """:func:`benchmarks.run.time_interleaved` of ``runners``, returning wall and CPU seconds per call
+    (per window). CPU time (``time.process_time``: this process's, one thread) is what the work
+    costs whatever else the machine runs; wall time is what a user waits on a quiet machine. On a
+    shared, oversubscribed machine the two differ by the share of the cores this process got."""
+    import time
+
+    import torch
+
+    cpu: dict[str, list[float]] = {n: [] for n in runners}
+
+    def counted(name, fn):
+        def call() -> None:
+            t0 = time.process_time()
+            fn()
+            cpu[name].append(time.process_time() - t0)
+        return call
+
+    wall = run.time_interleaved({n: counted(n, f) for n, f in runners.items()}, repeats=args.repeats,
+                                steps={n: args.steps for n in runners}, device=torch.device("cpu"))
+    per_window = {n: [sum(c[i:i + args.steps]) / args.steps for i in range(0, len(c), args.steps)] for n, c in cpu.items()}
+    return wall, per_window
+
+
 def _compiled_at(args: argparse.Namespace, p: int) -> bool:
     return args.compile is not None and (not args.compile or p in args.compile)
 
@@ -153,9 +179,6 @@ def _state_mb(pt) -> float:
 
 
 def _env_rows(algo: str, args: argparse.Namespace, run) -> list[dict]:
-    import torch
-
-    device = torch.device("cpu")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for p in args.members:
@@ -172,9 +195,9 @@ def _env_rows(algo: str, args: argparse.Namespace, run) -> list[dict]:
                     fn()
                 runners.update({f"population{tag}": pop_step, f"separate{tag}": one_step,
                                 f"population{tag}_update": pop_learn, f"separate{tag}_update": one_learn})
-            times = run.time_interleaved(runners, repeats=args.repeats, steps={n: args.steps for n in runners},
-                                         device=device)
+            times, cpu = _timed(runners, args, run)
             med = {n: statistics.median(t) for n, t in times.items()}
+            cmed = {n: statistics.median(t) for n, t in cpu.items()}
             row = {"members": p}
             for compiled in modes:
                 tag = "_compiled" if compiled else ""
@@ -188,6 +211,14 @@ def _env_rows(algo: str, args: argparse.Namespace, run) -> list[dict]:
                     "separate_update_ms_per_env_step": 1e3 * med[f"separate{tag}_update"],
                     "total_throughput_ratio": med[f"separate{tag}"] / med[f"population{tag}"],
                     "update_ratio": med[f"separate{tag}_update"] / med[f"population{tag}_update"],
+                    "cpu_time": {
+                        "population_env_steps_per_cpu_s_total": p / cmed[f"population{tag}"],
+                        "separate_env_steps_per_cpu_s_total": p / cmed[f"separate{tag}"],
+                        "population_update_cpu_ms_per_env_step": 1e3 * cmed[f"population{tag}_update"],
+                        "separate_update_cpu_ms_per_env_step": 1e3 * cmed[f"separate{tag}_update"],
+                        "total_throughput_ratio": cmed[f"separate{tag}"] / cmed[f"population{tag}"],
+                        "update_ratio": cmed[f"separate{tag}_update"] / cmed[f"population{tag}_update"],
+                    },
                 }
                 if compiled:
                     row["compiled"] = metrics
@@ -197,9 +228,11 @@ def _env_rows(algo: str, args: argparse.Namespace, run) -> list[dict]:
                 print(f"{algo} P={p} {name}: population {r['population_env_steps_per_s_total']:.2f} env steps/s total "
                       f"({r['population_update_ms_per_env_step']:.1f} ms update), separate "
                       f"{r['separate_env_steps_per_s_total']:.2f} ({r['separate_update_ms_per_env_step']:.1f} ms), "
-                      f"ratio {r['total_throughput_ratio']:.2f}x", flush=True)
+                      f"ratio {r['total_throughput_ratio']:.2f}x (CPU time: {r['cpu_time']['total_throughput_ratio']:.2f}x)",
+                      flush=True)
             row.update(
                 seconds_per_env_step=times,
+                cpu_seconds_per_env_step=cpu,
                 population_state_mb=state_mb,
                 peak_rss_mb_so_far=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                 loadavg_start=load_start,
@@ -284,7 +317,6 @@ def _update_rows(algo: str, args: argparse.Namespace, run) -> tuple[list[dict], 
 
     from rlfunc.core import population
 
-    device = torch.device("cpu")
     module, config, init, batch, noise = _update_problem(algo, args.quick)
     rows = []
     for p in args.members:
@@ -316,8 +348,9 @@ def _update_rows(algo: str, args: argparse.Namespace, run) -> tuple[list[dict], 
                 fn()
                 fn()
             runners.update({f"population{tag}": pop_step, f"separate{tag}": one_step})
-        times = run.time_interleaved(runners, repeats=args.repeats, steps={n: args.steps for n in runners}, device=device)
+        times, cpu = _timed(runners, args, run)
         med = {n: statistics.median(t) for n, t in times.items()}
+        cmed = {n: statistics.median(t) for n, t in cpu.items()}
         row = {"members": p}
         for compiled in modes:
             tag, name = ("_compiled", "compiled") if compiled else ("", "eager")
@@ -327,6 +360,11 @@ def _update_rows(algo: str, args: argparse.Namespace, run) -> tuple[list[dict], 
                 "population_updates_per_s_total": p / med[f"population{tag}"],
                 "separate_updates_per_s_total": p / med[f"separate{tag}"],
                 "total_throughput_ratio": med[f"separate{tag}"] / med[f"population{tag}"],
+                "cpu_time": {
+                    "population_update_cpu_ms_all_members": 1e3 * cmed[f"population{tag}"],
+                    "separate_update_cpu_ms_all_members": 1e3 * cmed[f"separate{tag}"],
+                    "total_throughput_ratio": cmed[f"separate{tag}"] / cmed[f"population{tag}"],
+                },
             }
             if compiled:
                 row["compiled"] = metrics
@@ -334,9 +372,10 @@ def _update_rows(algo: str, args: argparse.Namespace, run) -> tuple[list[dict], 
                 row.update(metrics)
             r = metrics
             print(f"{algo} update-only P={p} {name}: population {r['population_update_ms_all_members']:.1f} ms, separate "
-                  f"{r['separate_update_ms_all_members']:.1f} ms, ratio {r['total_throughput_ratio']:.2f}x", flush=True)
+                  f"{r['separate_update_ms_all_members']:.1f} ms, ratio {r['total_throughput_ratio']:.2f}x "
+                  f"(CPU time: {r['cpu_time']['total_throughput_ratio']:.2f}x)", flush=True)
         state = holder["pop"].exclude("config")
-        row.update(seconds_per_update=times,
+        row.update(seconds_per_update=times, cpu_seconds_per_update=cpu,
                    population_state_mb=sum(t.numel() * t.element_size() for t in state.values(True, True)) / 2**20,
                    peak_rss_mb_so_far=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                    loadavg_start=load_start, loadavg_end=os.getloadavg())
@@ -393,7 +432,10 @@ def run_population(args: argparse.Namespace, run) -> int:
                 "process; windows of every variant interleaved, medians; total_throughput_ratio = separate time / "
                 "population time (> 1: the population is faster). A row's top-level numbers are eager; "
                 "'compiled' (train.compile / torch.compile fullgraph), where present, was timed in the same "
-                "interleaved windows."
+                "interleaved windows. Each set of numbers is given twice: by wall time (top level) and by this "
+                "process's CPU time ('cpu_time'); on a shared machine whose other jobs take most of the cores, "
+                "the CPU-time ratio is the steadier measure of the work, the wall-time ratio what an idle machine "
+                "would show (one thread: the two agree when the process is not descheduled)."
             ),
         }
         if args.out or not args.quick:
