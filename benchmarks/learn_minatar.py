@@ -1,0 +1,143 @@
+"""MinAtar learning curves: DRQN and R2D2 vs the feed-forward DQN control, flicker on and off.
+
+``python benchmarks/learn_minatar.py run LABEL... [--seeds 0 1 2] [--steps N]`` trains each
+label's config once per seed with ``rlfunc train`` (one run at a time, ``nice -n 10``, one torch
+thread; a run directory that already exists is resumed with ``rlfunc resume``, a finished one
+skipped), under ``runs/learn_minatar/<label>-s<seed>``. ``python benchmarks/learn_minatar.py
+collect`` reads every run directory there back (:func:`rlfunc.scale.results.collected_run`,
+labels kept) into ``benchmarks/results/learn_minatar.json``, the learn JSON's schema, with the
+machine, the budget, the overrides and the commands. Separate from ``benchmarks/run.py learn``
+so that each (algorithm, game, flicker) cell keeps its own label and runs can be added seed by
+seed as CPU time allows.
+
+The budget (:data:`BUDGET`): ``--steps`` env steps (frames: MinAtar has no frame skip) per
+run, far below the MinAtar paper's 5M; the overrides shorten the warm-up and the epsilon
+decay in proportion so that the short runs learn at all, the same for every algorithm.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS = ROOT / "runs" / "learn_minatar"
+OUT = ROOT / "benchmarks" / "results" / "learn_minatar.json"
+
+TABLE = {
+    f"{algo}_{game}{flicker}": f"configs/{algo}/minatar_{game}{flicker}.yaml"
+    for flicker in ("_flicker", "")
+    for game in ("breakout", "seaquest")
+    for algo in ("dqn", "drqn", "r2d2")
+}
+"""label -> config; e.g. ``drqn_breakout_flicker``."""
+
+BUDGET = {"steps": 25_000}
+OVERRIDES = {
+    "dqn": ["train.learning_starts=2000", "agent.eps_decay_steps=10000", "train.eval_every=5000",
+            "train.eval_episodes=10", "train.checkpoint_every=5000"],
+    "drqn": ["train.learning_starts=2000", "agent.eps_decay_steps=10000", "train.eval_every=5000",
+             "train.eval_episodes=10", "train.checkpoint_every=5000", "train.compile=true"],
+    # R2D2 counts train.learning_starts in windows and explores with its fixed per-actor ladder
+    "r2d2": ["train.eval_every=5000", "train.eval_episodes=10", "train.checkpoint_every=5000", "train.compile=true"],
+}
+"""Per algorithm, the short-budget overrides every seed of it gets (recorded in the JSON)."""
+
+
+def _algo(label: str) -> str:
+    return label.split("_", 1)[0]
+
+
+def _cmd(label: str, seed: int, steps: int) -> list[str]:
+    overrides = [f"train.seed={seed}", f"train.total_steps={steps}", *OVERRIDES[_algo(label)]]
+    run_dir = RUNS / f"{label}-s{seed}"
+    if (run_dir / "checkpoints").is_dir():
+        return ["nice", "-n", "10", sys.executable, "-m", "rlfunc.runtime.cli", "resume", str(run_dir)]
+    sets = [x for o in overrides for x in ("--set", o)]
+    return ["nice", "-n", "10", sys.executable, "-m", "rlfunc.runtime.cli", "train", TABLE[label],
+            "--run-dir", str(run_dir), *sets]
+
+
+def run(labels: list[str], seeds: list[int], steps: int) -> int:
+    from rlfunc.scale.results import run_finished
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    for seed in seeds:  # seed-major: each seed of every label before the next seed
+        for label in labels:
+            run_dir = RUNS / f"{label}-s{seed}"
+            if run_dir.is_dir() and run_finished(run_dir):
+                continue
+            cmd = _cmd(label, seed, steps)
+            print(" ".join(cmd), flush=True)
+            rc = subprocess.call(cmd, cwd=ROOT, env=env)
+            if rc != 0:
+                print(f"{label} seed {seed} stopped with exit status {rc}", file=sys.stderr)
+                return rc
+    return 0
+
+
+def _machine() -> dict:
+    import torch
+
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    return {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
+            "threads_per_run": 1, "load_average_at_collect": os.getloadavg(),
+            "note": "a 2-core VM shared with other jobs; one run at a time under nice -n 10"}
+
+
+def collect(out: Path) -> int:
+    from rlfunc.scale.results import collected_run, summary
+
+    runs = []
+    for run_dir in sorted(RUNS.glob("*-s*")):
+        if (run_dir / "eval.csv").is_file():
+            label = run_dir.name.rsplit("-s", 1)[0]
+            rec = collected_run(run_dir, label)
+            rec["run_dir"] = str(run_dir.relative_to(ROOT))
+            rec["config"] = TABLE[label]
+            rec["overrides"] = OVERRIDES[_algo(label)]
+            runs.append(rec)
+    result = {
+        "machine": _machine(),
+        "runs": runs,
+        "summary": summary(runs),
+        "settings": {
+            "budget_env_steps": BUDGET["steps"],
+            "frames_note": "MinAtar has no frame skip: env steps are frames; the MinAtar paper's DQN curves go to 5M",
+            "overrides": OVERRIDES,
+            "configs": TABLE,
+            "commands": "python benchmarks/learn_minatar.py run LABEL... --seeds 0 1 2; "
+                        "python benchmarks/learn_minatar.py collect",
+            "not_run": sorted(set(TABLE) - {r["algo"] for r in runs}),
+            "collected": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        },
+    }
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {out}: {len(runs)} runs")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="train LABELs over seeds (resume or skip existing run directories)")
+    r.add_argument("labels", nargs="+", choices=sorted(TABLE), metavar="LABEL")
+    r.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    r.add_argument("--steps", type=int, default=BUDGET["steps"])
+    c = sub.add_parser("collect", help="write the learn JSON from the run directories")
+    c.add_argument("--out", type=Path, default=OUT)
+    args = p.parse_args(argv)
+    if args.cmd == "run":
+        return run(args.labels, args.seeds, args.steps)
+    return collect(args.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
