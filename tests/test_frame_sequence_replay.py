@@ -123,3 +123,31 @@ def test_bytes_per_stored_frame_atari():
     big = frame_replay_bytes(25_000, T, N, P, 7056, window_extra=16)
     assert big == 1_028_216 * 7056 + 25_000 * (120 * 31 + 32) + 8 * 120 * 30 == 7_348_920_896
     assert round(big / 1_000_000) == 7349
+
+
+@pytest.mark.parametrize("algo", ["drqn", "r2d2"])
+def test_learner_memory_need_is_the_replays_real_bytes(algo):
+    """The sequence learners size a pixel agent's replay (rlfunc.runtime.memory) with the frame replay's
+    bytes, which is what it holds once frames are written: uint8 frames, each once."""
+    import gymnasium as gym
+
+    from rlfunc.runtime.config import build_config
+    from rlfunc.runtime.registry import get_algo
+
+    raw = {"algo": algo, "env": {"id": "MinAtar/Breakout-v0", "num_envs": 2},
+           "train": {"replay_size": 30, "learning_starts": 10, "total_steps": 100},
+           "agent": {"encoder": "minatar", "encoder_sizes": [], "lstm_size": 8, "sequence_length": 4,
+                     "sequence_period": 2, **({"burn_in": 2, "head_sizes": [8]} if algo == "r2d2" else {})}}
+    obs_space, act_space = gym.spaces.Box(0, 1, (10, 10, 4), bool), gym.spaces.Discrete(6)
+    learner = get_algo(algo).make_learner(build_config(raw), obs_space, act_space)
+    n = 2
+    rows = TensorDict({"obs": torch.ones(n, 10, 10, 4, dtype=torch.bool), "next_obs": torch.zeros(n, 10, 10, 4, dtype=torch.bool),
+                       "action": torch.zeros(n), "reward": torch.ones(n), "terminated": torch.zeros(n, dtype=torch.bool),
+                       "truncated": torch.zeros(n, dtype=torch.bool), "env_id": torch.arange(n)}, batch_size=[n])
+    learner.explore(rows["obs"].numpy(), 0, np.ones(n, dtype=bool))
+    for _ in range(8):
+        learner.observe(rows)
+    replay = learner.replay
+    assert isinstance(replay, FrameSequenceReplay | PrioritizedFrameSequenceReplay)
+    assert replay.frames.dtype == torch.uint8 and replay.frames[0].numel() == 400  # a MinAtar frame: 400 bytes
+    assert learner._replay_need().nbytes == replay.nbytes()

@@ -63,13 +63,15 @@ def frame_replay_bytes(
     *,
     frame_capacity: int | None = None,
     window_extra: int = 0,
+    pending_extra: int = 0,
 ) -> int:
     """Bytes a frame sequence replay allocates: the frame ring, the windows' per-step entries
     (:data:`_STEP_BYTES`, frame numbers included), each window's env and start (16), each
-    pending step, and ``window_extra`` per window (a stored carry, the sum-tree's 16)."""
+    pending step, ``window_extra`` per window (a stored carry, the sum-tree's 16) and
+    ``pending_extra`` per pending step (the carry before it, when carries are stored)."""
     frames = default_frame_capacity(capacity, sequence_length, num_envs, period) if frame_capacity is None else frame_capacity
     windows = capacity * (sequence_length * _STEP_BYTES + 16 + window_extra)
-    pending = num_envs * sequence_length * (_STEP_BYTES - 1)  # no mask there
+    pending = num_envs * sequence_length * (_STEP_BYTES - 1 + pending_extra)  # no mask there
     return int(frames) * int(frame_bytes) + windows + pending
 
 

@@ -74,14 +74,16 @@ class SequenceLearner(TransitionLearner):
 
     def _replay_need(self) -> Need:
         key, capacity, steps, extra = self._replay_shape()
+        carry_bytes = 0
         if getattr(self.config, "initial_state", "zeros") == "stored":
             carry = self.algo.carry_to_td(self.algo.initial_carry(self.config, 1, device="meta"))
-            extra += sum(v.numel() * v.element_size() for v in carry.values(True, True))
+            carry_bytes = sum(v.numel() * v.element_size() for v in carry.values(True, True))
+            extra += carry_bytes
         if self.pixels:  # each uint8 frame once (rlfunc.replay.frame_sequence)
             from rlfunc.replay.frame_sequence import frame_replay_bytes
 
             nbytes = frame_replay_bytes(capacity, steps, self.num_envs, self.config.sequence_period,
-                                        _numel(self.obs_space), window_extra=extra)
+                                        _numel(self.obs_space), window_extra=extra, pending_extra=carry_bytes)
             return Need(
                 f"{key}={capacity}", nbytes,
                 f"the replay of {self.env_id} windows of {steps} steps, each frame stored once", f"lower {key}",
