@@ -22,6 +22,7 @@ Writes ``benchmarks/results/population_replays.json``.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 
@@ -149,6 +150,7 @@ def run_bench(args: argparse.Namespace, run) -> int:
     set_threads(args.threads)
     allocator_tuned = tune_allocator()  # as the trainers do: a [P, B] pixel batch is tens of MB, mmap-ed afresh otherwise
     device = torch.device(args.device)
+    machine = run.machine_info(device, allocator_tuned=allocator_tuned)  # load average before, and at the end below
     shapes = _shapes(args.quick)
     rows = []
     for name in ("r2d2", "drqn", "drqv2"):
@@ -202,7 +204,7 @@ def run_bench(args: argparse.Namespace, run) -> int:
         "repeats": args.repeats,
         "calls_per_window": args.steps,
         "shapes": {k: {n: list(v) if isinstance(v, tuple) else v for n, v in s.items()} for k, s in shapes.items()},
-        "machine": run.machine_info(device, allocator_tuned=allocator_tuned),
+        "machine": {**machine, "loadavg_at_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None},
         "rows": rows,
         "notes": (
             "One sample(B, generators) of a population replay ([P, ...] storage, every member's batch in one gather) "
