@@ -57,12 +57,16 @@ class _Window:
         now = time.monotonic()
         if self.start is None:
             if len({c[0] for c in run.chunks}) == self.actors and (self.paused or run.learner_calls > 0):
-                self.start = (now, run.env_step, run.learner_calls)
+                self.start = (now, run.env_step, run.learner_calls, len(run.chunks), time.process_time())
             return None
         if now - self.start[0] < self.seconds:
             return None
         wall, steps, updates = now - self.start[0], run.env_step - self.start[1], run.learner_calls - self.start[2]
+        chunks = run.chunks[self.start[3]:]
+        actor_cpu = sum(c[5] for c in chunks)
         self.result = {"env_steps_per_s": steps / wall, "updates_per_s": updates / wall,
+                       "actor_cpu_ms_per_env_step": 1e3 * actor_cpu / max(sum(c[2] for c in chunks), 1),
+                       "actor_cpu_share": actor_cpu / wall, "driver_cpu_share": (time.process_time() - self.start[4]) / wall,
                        "replay_ratio": updates / max(steps, 1), "window_s": wall, "window_env_steps": steps,
                        "window_updates": updates, "chunks": len(run.chunks), "actor_restarts": run.actor_restarts}
         return "benchmark window closed"
@@ -148,10 +152,13 @@ def run_distributed(args: argparse.Namespace, run) -> int:
             "env_steps_per_s_with_learner": med(actors, False, "env_steps_per_s"),
             "learner_updates_per_s": med(actors, False, "updates_per_s"),
             "replay_ratio": med(actors, False, "replay_ratio"),
+            "actor_cpu_ms_per_env_step_learner_paused": med(actors, True, "actor_cpu_ms_per_env_step"),
+            "actor_cpu_share_learner_paused": med(actors, True, "actor_cpu_share"),
             "paused_speedup_vs_linear": paused / (base * actors),
             "runs": {"learner_paused": results[(actors, True)], "with_learner": results[(actors, False)]},
         })
     out = {
+        "benchmark": "distributed",
         "machine": machine,
         "settings": {
             "config": str(Path(args.config).resolve().relative_to(ROOT)) if Path(args.config).resolve().is_relative_to(ROOT) else args.config,
@@ -163,6 +170,11 @@ def run_distributed(args: argparse.Namespace, run) -> int:
             "env_steps_per_s": "transitions inserted during a window of seconds_per_run that opens once every actor has sent a chunk (and the learner has updated)",
             "learner_paused": "distributed.max_replay_ratio=1e-9: no update runs; chunks are still inserted",
             "paused_speedup_vs_linear": "paused env steps/s / (actors x the smallest actor count's per-actor rate)",
+            "actor_cpu_ms_per_env_step": "CPU time of the actor processes (time.process_time in each collect call) per env "
+                                         "step: the actors' own cost, plumbing included, independent of how many cores "
+                                         "they got on a shared machine",
+            "actor_cpu_share": "actor CPU seconds per wall second in the window (cores the actors got)",
+            "driver_cpu_share": "the driver's (learner's) CPU seconds per wall second in the window",
         },
         "rows": rows,
     }
@@ -171,7 +183,9 @@ def run_distributed(args: argparse.Namespace, run) -> int:
                            ("steps/s paused", "env_steps_per_s_learner_paused", ".0f"),
                            ("steps/s learner", "env_steps_per_s_with_learner", ".0f"),
                            ("updates/s", "learner_updates_per_s", ".1f"), ("replay ratio", "replay_ratio", ".3f"),
-                           ("paused vs linear", "paused_speedup_vs_linear", ".2f")])
+                           ("paused vs linear", "paused_speedup_vs_linear", ".2f"),
+                           ("actor CPU ms/step", "actor_cpu_ms_per_env_step_learner_paused", ".3f"),
+                           ("actor cores", "actor_cpu_share_learner_paused", ".2f")])
     print(f"wrote {args.out}")
     return 0
 

@@ -99,6 +99,20 @@ def _peers_table(d: dict) -> list[str]:
     return lines
 
 
+def _distributed_table(d: dict) -> list[str]:
+    """``distributed_r2d2.json``: one line per actor count."""
+    lines = ["| actors | envs/actor | env steps/s, learner paused | env steps/s, with learner | learner updates/s | "
+             "replay ratio | paused vs linear | actor CPU ms/step | actor cores |", "|" + "---|" * 9]
+    for r in d["rows"]:
+        lines.append("| " + " | ".join([str(r["actors"]), str(r["envs_per_actor"]),
+                                          _fmt(r["env_steps_per_s_learner_paused"], 0), _fmt(r["env_steps_per_s_with_learner"], 0),
+                                          _fmt(r["learner_updates_per_s"], 1), _fmt(r["replay_ratio"], 3),
+                                          _fmt(r["paused_speedup_vs_linear"], 2),
+                                          _fmt(r.get("actor_cpu_ms_per_env_step_learner_paused"), 3),
+                                          _fmt(r.get("actor_cpu_share_learner_paused"), 2)]) + " |")
+    return lines
+
+
 def _rows_table(d: dict) -> list[str]:
     rows = d.get("rows", [])
     if not rows:
@@ -191,6 +205,8 @@ def build_report(results_dir: Path = RESULTS, histories: Path | None = HISTORIES
             out += _population_table(d)
         elif d.get("benchmark") == "drqn_episode_ends":
             out += _episode_ends_table(d)
+        elif d.get("benchmark") == "distributed":
+            out += _distributed_table(d)
         elif "rows" in d and any("library" in r for r in d["rows"]):
             out += _peers_table(d)
         elif "rows" in d:

@@ -177,6 +177,7 @@ class ActorProcess:
         """Act with ``published`` (``params``, ``target``, ``version``) until ``env_steps`` transitions were
         collected; return the windows finished meanwhile (:meth:`SequenceReplay.drain`) with their initial
         priorities, the transitions collected, the returns of the episodes that ended, and the version."""
+        cpu0, wall0 = time.process_time(), time.monotonic()
         self.acting.state = TensorDict({"params": published["params"]}, batch_size=[])
         steps, returns = 0, []
         while steps < env_steps:
@@ -187,9 +188,12 @@ class ActorProcess:
             self.env_steps += rows.batch_size[0]
             returns.extend(r for _, r, _ in finished)
         windows = self.outbox.drain()
+        priorities = window_priorities(self.entry.algo, published, self.config.agent, windows)
         return {
             "windows": windows,
-            "priorities": window_priorities(self.entry.algo, published, self.config.agent, windows),
+            "priorities": priorities,
+            "cpu_s": time.process_time() - cpu0,  # this process's CPU time for the chunk
+            "wall_s": time.monotonic() - wall0,
             "env_steps": steps,
             "returns": returns,
             "version": int(published["version"]),
@@ -215,7 +219,7 @@ def _restarted() -> bool:
 class DistributedTrainer(Trainer):
     """The single-run :class:`~rlfunc.runtime.trainer.Trainer` (logs, evaluation, checkpoints, crash saves,
     callbacks) with its collect-and-learn loop replaced by Ray actors and a learner fed by their chunks
-    (module docstring). ``chunks`` records ``(actor, version, env_steps, windows, pid)`` of every chunk
+    (module docstring). ``chunks`` records ``(actor, version, env_steps, windows, pid, actor CPU s, actor wall s)`` of every chunk
     inserted; ``actor_failures`` counts calls that failed on a dead or restarting actor (their steps are
     not counted) and ``actor_restarts`` the actors whose chunks came from a new process."""
 
@@ -224,7 +228,7 @@ class DistributedTrainer(Trainer):
         self.ray = ray
         self.version = 0  # learner updates behind the newest published parameters
         self.ratio_from: int | None = None  # env step at which the replay first held train.learning_starts windows
-        self.chunks: list[tuple[int, int, int, int, int]] = []
+        self.chunks: list[tuple[int, int, int, int, int, float, float]] = []
         self.actor_failures = 0  # calls that failed because their actor was dead or restarting
         self.actor_restarts = 0  # chunks that came from a new process of the same actor
         self._pids: dict[int, int] = {}
@@ -236,8 +240,8 @@ class DistributedTrainer(Trainer):
     # -- checkpoints ----------------------------------------------------------------
     def _extra_meta(self) -> dict[str, Any]:
         return {"distributed": {"param_version": self.version, "ratio_from": self.ratio_from,
-                                "chunks": len(self.chunks), "actor_failures": self.actor_failures,
-                                "actor_restarts": self.actor_restarts}}
+                                "actor_failures_this_process": self.actor_failures,
+                                "actor_restarts_this_process": self.actor_restarts}}
 
     def restore(self, checkpoint: Path, tensors, meta: dict[str, Any]) -> None:
         super().restore(checkpoint, tensors, meta)
@@ -403,7 +407,8 @@ class DistributedTrainer(Trainer):
         if pid is not None and pid != chunk["pid"]:
             self.actor_restarts += 1
         self._pids[chunk["actor"]] = chunk["pid"]
-        self.chunks.append((chunk["actor"], chunk["version"], int(chunk["env_steps"]), chunk["windows"].batch_size[0], chunk["pid"]))
+        self.chunks.append((chunk["actor"], chunk["version"], int(chunk["env_steps"]), chunk["windows"].batch_size[0],
+                            chunk["pid"], float(chunk["cpu_s"]), float(chunk["wall_s"])))
         reason = self._ask("on_step")
         if self.env_step // cfg.log_every > prev // cfg.log_every or reason:
             self._check_finite()
