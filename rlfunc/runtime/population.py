@@ -268,15 +268,17 @@ def is_population_run(run_dir: str | Path) -> bool:
     return (Path(run_dir) / "member-0").is_dir()
 
 
-def _stack(items: list) -> Any:
-    """Member inputs (tensors, TensorDicts, tuples and named tuples of them) stacked on a new dim 0."""
+def _stack(items: list, device: torch.device) -> Any:
+    """Member inputs (tensors, TensorDicts, tuples and named tuples of them) stacked on a new dim 0,
+    on ``device`` (a learner may hand over host scalars, e.g. a schedule's epsilon or DrQ-v2's agent
+    step, which a single call mixes with device tensors but a batched dimension may not)."""
     first = items[0]
     if first is None:
         return None
     if isinstance(first, tuple):
-        parts = [_stack([it[i] for it in items]) for i in range(len(first))]
+        parts = [_stack([it[i] for it in items], device) for i in range(len(first))]
         return type(first)(*parts) if hasattr(first, "_fields") else tuple(parts)
-    return torch.stack(list(items))
+    return torch.stack([x.to(device) for x in items])
 
 
 def _index(tree: Any, k: int) -> Any:
@@ -434,7 +436,7 @@ class PopulationTrainer:
             else:
                 inputs[k] = got
         if len(inputs) == p:
-            out = self._act(self.state["params"], *_stack([inputs[k] for k in range(p)]))
+            out = self._act(self.state["params"], *_stack([inputs[k] for k in range(p)], self.device))
             for k in range(p):
                 actions[k] = self.learners[k].act_outputs(_index(out, k))
         else:
@@ -462,7 +464,7 @@ class PopulationTrainer:
             learner = self.learners[k]
             learner.prepare_state(self.member_state(k))  # in place, into the stacked state
             args[k], contexts[k] = learner.update_inputs()
-        stacked = _stack([args.get(k, args[ready[0]]) for k in range(p)])
+        stacked = _stack([args.get(k, args[ready[0]]) for k in range(p)], self.device)
         new_state, metrics = self._update(self.state, *stacked)
         mask = torch.zeros(p, dtype=torch.bool, device=self.device)
         mask[ready] = True

@@ -104,8 +104,8 @@ class PixelLearner(TransitionLearner):
             return a.cpu().numpy()
         obs_t = torch.as_tensor(obs, device=self.device)
         noise = torch.randn((n, self.act_dim), generator=self.generator, device=self.device)
-        # the agent step as a tensor: sigma's schedule reads it as torch.as_tensor(step) either way
-        return obs_t, noise, torch.tensor(int(env_step), device=self.device)
+        # the agent step as a (host) tensor, what sigma's schedule makes of an int (torch.as_tensor(step))
+        return obs_t, noise, torch.tensor(int(env_step))
 
     def act_fn(self, params, obs: torch.Tensor, noise: torch.Tensor, step: torch.Tensor):
         return self.algo.act(params, obs, noise, config=self.config, step=step)

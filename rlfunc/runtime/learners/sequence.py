@@ -191,8 +191,7 @@ class SequenceLearner(TransitionLearner):
             start = torch.as_tensor(np.asarray(episode_start, dtype=bool), device=self.device).reshape(n)
         self._carry_before = self._carry_before_step(start)
         noise = self.algo.draw_act_noise(n, generator=self.generator, device=self.device)
-        epsilon = torch.as_tensor(self._epsilon(env_step), device=self.device)
-        return obs_t, self._carry_before, epsilon, noise
+        return obs_t, self._carry_before, self._epsilon(env_step), noise
 
     def act_outputs(self, out) -> np.ndarray:
         action, self.carry = out
