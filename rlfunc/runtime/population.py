@@ -80,9 +80,11 @@ way), so batching the matrix products saves nothing, while the vmapped update
 pays Adam's unfused arithmetic and vmap's overhead. The gain #24 expects is on a
 GPU, where one member's update leaves the card latency-bound and mostly idle.
 
-Scope. Every algorithm of the registry: REDQ, SAC, RLPD (the prior dataset loaded
-once and shared read-only; checkpoints record its SHA-256 and resume refuses a
-changed file), DRQN, DQN, R2D2 and DrQ-v2, with any ``env.num_envs`` their single
+Scope. Every algorithm of the registry: REDQ, SAC, RLPD (the prior dataset shared
+read-only: each member's learner loads and checks it as its single run does, then
+every member samples the first one's copy and the others are dropped, so building
+the population holds up to ``P`` copies for a moment; checkpoints record its
+SHA-256 and resume refuses a changed file), DRQN, DQN, R2D2 and DrQ-v2, with any ``env.num_envs`` their single
 runs take. Refused in one sentence before training, because the population loop
 does not implement them yet: RLPD's ``data.pretrain_steps`` (a prior-only phase
 before the first online update), stopping rules (a rule would stop one member of
