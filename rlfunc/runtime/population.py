@@ -42,11 +42,15 @@ continues from a slightly different point than a single run would (with one env
 per member, at an episode boundary, it continues exactly).
 
 Replays are the members' own single replays: ``P`` gathers and one ``torch.stack``
-per update, not the one gather of issue #24 §5 -- the batched replays
-(:mod:`rlfunc.replay.population`, ``population_sequence``, ``population_pixels``)
-sample every member at once, which the masked update (some members not ready,
-whose generators must not advance) and RLPD's draw order (prior rows first) do not
-fit yet.
+per update, not the one gather of issue #24 §5. The batched replays
+(:mod:`rlfunc.replay.population`, :mod:`rlfunc.replay.population_sequence`,
+:mod:`rlfunc.replay.population_pixels`: storage ``[P, capacity, ...]``, member ``k``
+sampled exactly as its single replay) are not used yet, because three learner paths
+take a single replay: a member that is not ready must not draw at all (the masked
+update), while the batched ``sample`` draws from every member's generator; R2D2's
+``after_update`` writes priorities into its own sum-tree, not ``[P, B]`` into the
+population's; and each learner checkpoints and restores its own replay. Switching
+needs those to accept a member view of a batched replay.
 
 Files. Each member has its own ``member-<k>/`` directory with ``config.yaml`` (its
 resolved settings: its seed and grid values, no ``train.population``),
