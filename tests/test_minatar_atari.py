@@ -144,3 +144,19 @@ def test_minatar_repeats_episodes_and_flicker_for_a_seed():
     np.testing.assert_array_equal(runs[0], runs[1])
     other = _rollout(make_env("MinAtar/Seaquest-v0", wrappers=wrappers), actions, seed=4)
     assert not np.array_equal(runs[0][: len(other)], other[: len(runs[0])])
+
+
+@needs_minatar
+@pytest.mark.parametrize("algo", ["drqn", "r2d2"])
+def test_a_pixel_run_resumes_with_its_frame_replay(algo, tmp_path):
+    """A MinAtar run's checkpoint holds its frame replay (frames, frame numbers, windows): resume
+    continues to a longer budget and keeps learning from it."""
+    path = ROOT / "configs" / algo / "minatar_breakout_flicker.yaml"
+    overrides = {**TINY, **TINY_AGENT[algo], "train.checkpoint_every": 120}
+    rlfunc.train(str(path), overrides=overrides, run_dir=tmp_path / "run")
+    tensors, _ = load_checkpoint(tmp_path / "run")
+    steps_before = int(tensors["state", "step"])
+    result = rlfunc.resume(tmp_path / "run", total_steps=360)
+    tensors, meta = load_checkpoint(tmp_path / "run")
+    assert meta["env_step"] == 360 and int(tensors["state", "step"]) > steps_before
+    assert result is not None

@@ -305,10 +305,9 @@ def encode(params: TensorDict, obs: torch.Tensor, lead: int) -> torch.Tensor:
         obs = nets.torso_apply(params["torso"], obs, lead)
     elif obs.dim() != lead + 1:
         raise ValueError(f"expected observations with {lead} batch dim(s) then one feature dim, got shape {tuple(obs.shape)}.")
-    enc = params["encoder"]
-    if nets.num_linear_layers(enc) == 0:
-        return obs
-    return nets.mlp_apply(enc, obs, activate_last=True)
+    if "encoder" not in params.keys() or nets.num_linear_layers(params["encoder"]) == 0:
+        return obs  # no encoder layers (a checkpoint drops the empty TensorDict)
+    return nets.mlp_apply(params["encoder"], obs, activate_last=True)
 
 
 def _network_init(config: Config, obs_shape: tuple[int, ...], num_actions: int, gen: torch.Generator) -> TensorDict:
