@@ -10,9 +10,10 @@ random data (episode lengths, terminations and truncations drawn per member),
 past their capacity; then one ``sample(B, generators)`` of the population and P
 ``sample(B, generator_k)`` calls of the singles (and, for R2D2, writing the
 priorities of a ``[P, B]`` batch back in one call against P calls) are timed in
-interleaved windows (:func:`benchmarks.run.time_interleaved`); medians reported
-(and the best window, less disturbed by other jobs on a shared machine), with the
-storage bytes of each. Shapes are the agents' defaults: R2D2 windows of
+interleaved windows (the rotation of :func:`benchmarks.run.time_interleaved`), each
+call timed on its own: the median call is reported (a window's mean is dominated by
+the few calls another job preempts on a shared 2-core machine), with the 10th and
+90th percentiles and the storage bytes of each. Shapes are the agents' defaults: R2D2 windows of
 40 + 80 steps every 40 with a 512-unit LSTM state, batch 64; DRQN windows of 10
 steps every step, batch 32; DrQ-v2 84x84 RGB frames stacked 3, 3-step returns,
 batch 256 (capacities are small here: sampling cost hardly depends on them).
@@ -25,6 +26,7 @@ import argparse
 import os
 import statistics
 import sys
+import time
 
 import numpy as np
 
@@ -133,6 +135,24 @@ def _pixel_problem(p: int, shape: dict, device: str):
     return pop, singles
 
 
+def _time_calls(runners: dict, repeats: int, calls: int, device, run) -> dict[str, list[float]]:
+    """Seconds of each call: ``repeats`` rounds, each running every runner ``calls`` times
+    from a rotated first runner (so none always runs first)."""
+    names = list(runners)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(repeats):
+        for j in range(len(names)):
+            name = names[(r + j) % len(names)]
+            fn = runners[name]
+            for _ in range(calls):
+                run.sync(device)
+                t0 = time.perf_counter()
+                fn()
+                run.sync(device)
+                times[name].append(time.perf_counter() - t0)
+    return times
+
+
 def _bytes(replay) -> int:
     """Storage bytes; a single sequence replay counted as the population counts its members
     (windows, per-window info and carries, pending rings)."""
@@ -172,8 +192,9 @@ def run_bench(args: argparse.Namespace, run) -> int:
                 ]
             for fn in runners.values():  # warm
                 fn()
-            times = run.time_interleaved(runners, repeats=args.repeats, steps={n: args.steps for n in runners}, device=device)
+            times = _time_calls(runners, args.repeats, args.steps, device, run)
             med = {n: statistics.median(t) for n, t in times.items()}
+            pct = {n: [1e3 * float(q) for q in np.percentile(t, [10, 90])] for n, t in times.items()}
             row = {
                 "replay": name,
                 "members": p,
@@ -181,11 +202,10 @@ def run_bench(args: argparse.Namespace, run) -> int:
                 "population_sample_ms": 1e3 * med["population"],
                 "separate_sample_ms": 1e3 * med["separate"],
                 "sample_speedup": med["separate"] / med["population"],
-                "population_sample_ms_best_window": 1e3 * min(times["population"]),
-                "separate_sample_ms_best_window": 1e3 * min(times["separate"]),
+                "population_sample_ms_p10_p90": pct["population"],
+                "separate_sample_ms_p10_p90": pct["separate"],
                 "population_bytes": _bytes(pop),
                 "separate_bytes": sum(_bytes(s) for s in singles),
-                "seconds_per_call": times,
             }
             if name == "r2d2":
                 row["population_update_priorities_ms"] = 1e3 * med["population_update_priorities"]
@@ -208,8 +228,8 @@ def run_bench(args: argparse.Namespace, run) -> int:
         "rows": rows,
         "notes": (
             "One sample(B, generators) of a population replay ([P, ...] storage, every member's batch in one gather) "
-            "vs P single replays' sample(B, generator_k) one after the other, same data, windows interleaved, medians "
-            "(and the best window). "
+            "vs P single replays' sample(B, generator_k) one after the other, same data, windows interleaved, "
+            "median call (10th and 90th percentiles beside). "
             "Member k's batch is the same in both (tests/test_population_replays.py)."
         ),
     }
