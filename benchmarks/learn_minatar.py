@@ -107,7 +107,9 @@ def collect(out: Path) -> int:
     result = {
         "machine": _machine(),
         "runs": runs,
-        "summary": summary(runs),
+        "summary": summary([r for r in runs if r["complete"]]),  # complete runs only
+        "partial_runs": [{"label": r["algo"], "seed": r["seed"], "env_steps": r["env_steps"]}
+                         for r in runs if not r["complete"]],
         "settings": {
             "budget_env_steps": BUDGET["steps"],
             "frames_note": "MinAtar has no frame skip: env steps are frames; the MinAtar paper's DQN curves go to 5M",
