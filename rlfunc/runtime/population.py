@@ -66,23 +66,24 @@ learner doing what its single run's resume does (sequence learners close open
 episodes and zero their carries).
 
 Numerics. A member computes what the single run with its seed and settings
-computes, up to float rounding, not bit for bit: vmapped Adam is the unfused
-arithmetic, batched matrix products sum in another order, and settings held as
+computes, up to float rounding, not bit for bit: batched matrix products sum in
+another order (eagerly, Adam is the fused kernel per member, bit for bit), and settings held as
 tensors round differently from Python floats (:mod:`rlfunc.core.population`,
 "Numerics"). tests/test_population_runtime.py and tests/test_population_learners.py
 measure it end to end: every evaluation return equal to 1e-6 relative and final
 weights to 1e-5 of each tensor's scale (measured ~1e-6) for REDQ (one env and two),
 SAC, RLPD, DRQN, DQN, R2D2 and DrQ-v2.
 
-Speed. On one CPU thread at REDQ's shape (N=10, G=20, 256x256, batch 256) a
-population is not faster than its members run one after the other in the same
-process: 0.89x (P=1), 0.92x (P=2), 0.96x (P=4) of their total throughput
-(``python benchmarks/run.py population``, benchmarks/results/population_redq.json,
-measured with the earlier one-gather replay).
-Each member's update is already compute-bound there (~480 ms per env step either
-way), so batching the matrix products saves nothing, while the vmapped update
-pays Adam's unfused arithmetic and vmap's overhead. The gain #24 expects is on a
-GPU, where one member's update leaves the card latency-bound and mostly idle.
+Speed. On one CPU thread a population's total throughput over P separate learners in
+the same process (``python benchmarks/run.py population``, CPU time, beside other jobs;
+benchmarks/results/population_<algo>.json) is, at REDQ's shape (N=10, G=20, 256x256,
+batch 256), 0.93x / 0.99x / 1.05x / 1.13x at P = 1 / 2 / 4 / 8, and for SAC 0.73x /
+0.97x / 1.24x / 1.40x. Each REDQ member's update is matrix products that keep the core
+busy, which one batched product does no faster; batching saves per-op overhead (and,
+since :func:`rlfunc.core.optim.fused_adam`, no longer pays Adam's unfused arithmetic),
+which matters more the smaller the update and the larger P. A population of one is
+slower than its single run (nothing to batch). The gain #24 expects is on a GPU, where
+one member's update leaves the card latency-bound and mostly idle.
 
 Scope. Every algorithm of the registry: REDQ, SAC, RLPD (the prior dataset shared
 read-only: each member's learner loads and checks it as its single run does, then
