@@ -1,4 +1,5 @@
-"""Scale-out on Ray, above the runtime: ``rlfunc sweep`` (:mod:`rlfunc.scale.sweep`).
+"""Scale-out on Ray, above the runtime: ``rlfunc sweep`` (:mod:`rlfunc.scale.sweep`) and distributed
+R2D2 on Ray actors (:mod:`rlfunc.scale.distributed`, for configs with a ``distributed`` section).
 
 Ray is imported lazily, inside the functions that need it; importing this package does not
 import Ray, and nothing in ``core``, ``algos``, ``replay``, ``envs`` or ``runtime`` imports

@@ -29,7 +29,10 @@ replay; one learner samples it, updates and publishes parameters. Here:
   ``distributed.param_sync_updates`` updates, and updates only while ``updates + 1 <=
   max_replay_ratio * (env steps inserted since the replay first held train.learning_starts
   windows)``: it never outruns the data, and it never blocks the actors (they run freely; when
-  the learner is slower, the ratio falls below the bound).
+  the learner is slower, the ratio falls below the bound) unless ``distributed.min_replay_ratio``
+  is set: then no actor starts a new chunk while the learner is below that ratio (Acme's rate
+  limiter blocks inserts the same way). ``metrics.csv`` adds ``param_version`` (the update count
+  of the newest published parameters) and ``replay_ratio``.
 * **counters**: ``env_step`` counts the transitions of the chunks inserted; a chunk is counted
   once, when it arrives. An actor that dies loses the chunk it was cutting (never counted) and is
   restarted by Ray (``distributed.max_restarts``) while the learner trains on; its next call
@@ -267,10 +270,6 @@ class DistributedTrainer(Trainer):
             .remote(raw, k, self.env_step)
             for k in range(d.actors)
         ]
-
-    def actor_pids(self) -> list[int]:
-        """Process ids of the running actors (one ``info`` call each)."""
-        return [info["pid"] for info in self.ray.get([a.info.remote() for a in self.actors])]
 
     # -- learning -------------------------------------------------------------------
     def _may_update(self) -> bool:
