@@ -157,3 +157,28 @@ def test_replays_that_fit_once_but_not_p_times_are_refused_before_training(tmp_p
     with pytest.raises(ConfigError, match=r"for each of 3 members needs .* lower train.replay_size or the population's size"):
         pr.PopulationTrainer(config, tmp_path / "b")
     assert not (tmp_path / "b").exists()
+
+
+def test_sequence_and_pixel_members_share_one_batched_replay(tmp_path, monkeypatch):
+    """DRQN/DQN and DrQ-v2 members' replays are rows of one batched replay (member k's learner holds
+    its row), sampled with one call when every member learns; R2D2 and REDQ keep separate replays."""
+    from rlfunc.replay.population_sequence import PopulationSequenceReplay
+    from rlfunc.runtime.config import build_config
+
+    calls = {"n": 0}
+    real = PopulationSequenceReplay.sample
+
+    def counted(self, *args, **kwargs):
+        calls["n"] += 1
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(PopulationSequenceReplay, "sample", counted)
+    config = {**DRQN, "env": {"id": "CartPole-v1", "num_envs": 1}, "train": {**DRQN["train"], "total_steps": 100}}
+    res = pr.train(config, run_dir=tmp_path / "pop", seeds=[0, 1])
+    assert calls["n"] == res.members[0].gradient_steps > 0  # one batched draw per update of both members
+    pt = pr.PopulationTrainer(build_config({**config, "train": {**config["train"], "population": {"seeds": [0, 1]}}}), tmp_path / "x")
+    assert isinstance(pt.replay, PopulationSequenceReplay) and pt.learners[1].replay is pt.replay.member(1)
+    r2d2 = {**config, "algo": "r2d2", "agent": {"lstm_size": 8, "encoder_sizes": [8], "head_sizes": [8], "burn_in": 2,
+                                               "sequence_length": 4, "sequence_period": 3, "batch_size": 4}}
+    pt = pr.PopulationTrainer(build_config({**r2d2, "train": {**r2d2["train"], "learning_starts": 10, "population": {"seeds": [0, 1]}}}), tmp_path / "y")
+    assert pt.replay is None

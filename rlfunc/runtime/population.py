@@ -41,16 +41,22 @@ crossed ``checkpoint_every``, so with ``env.num_envs > 1`` a resumed population
 continues from a slightly different point than a single run would (with one env
 per member, at an episode boundary, it continues exactly).
 
-Replays are the members' own single replays: ``P`` gathers and one ``torch.stack``
-per update, not the one gather of issue #24 §5. The batched replays
-(:mod:`rlfunc.replay.population`, :mod:`rlfunc.replay.population_sequence`,
-:mod:`rlfunc.replay.population_pixels`: storage ``[P, capacity, ...]``, member ``k``
-sampled exactly as its single replay) are not used yet, because three learner paths
-take a single replay: a member that is not ready must not draw at all (the masked
-update), while the batched ``sample`` draws from every member's generator; R2D2's
-``after_update`` writes priorities into its own sum-tree, not ``[P, B]`` into the
-population's; and each learner checkpoints and restores its own replay. Switching
-needs those to accept a member view of a batched replay.
+Replays (issue #24 §5). Where the learner offers one (``population_replay``), every
+member's replay is a row of one batched replay -- DRQN/DQN's windows in a
+:class:`~rlfunc.replay.population_sequence.PopulationSequenceReplay`, DrQ-v2's
+frames in a :class:`~rlfunc.replay.population_pixels.PopulationPixelReplay`
+(storage ``[P, capacity, ...]``) -- and member ``k``'s learner holds its
+``member(k)``, its single replay bound to row ``k``, so it stores, cuts windows and
+flushes with its single run's code. When every member learns at a step, all
+members' rows come from one ``population_sample`` call (member ``k``'s indices from
+its generator, as its single replay draws them, then one gather); when only some do
+(the masked update), each of them samples its own row. The batched replay is
+checkpointed once for the population. R2D2 and REDQ/SAC/RLPD keep one replay per
+member (``P`` gathers and one ``torch.stack`` per update) in this version: a
+prioritized member's row cannot be sampled alone (the masked update needs that) and
+its priorities would go back ``[P, B]`` into the batched sum-tree, not through its
+learner; the uniform :class:`~rlfunc.replay.population.PopulationReplay` has no
+member view yet.
 
 Files. Each member has its own ``member-<k>/`` directory with ``config.yaml`` (its
 resolved settings: its seed and grid values, no ``train.population``),
@@ -368,6 +374,12 @@ class PopulationTrainer:
                 lr.dataset = lr.sampler.dataset = self.dataset
         for lr in self.learners:  # each member's state now lives in the population's
             lr.state = None
+        # Where the learner has one, every member's replay is a row of one batched replay (one gather
+        # per update); each learner keeps its own code over its row (member(k): its single replay).
+        self.replay = self.learners[0].population_replay(p)
+        if self.replay is not None:
+            for k, lr in enumerate(self.learners):
+                lr.replay = self.replay.member(k)
         update = population.vmap_update(self.algo.update)
         self._update = torch.compile(update, fullgraph=True) if cfg.compile else update
         self._act = torch.vmap(self.learners[0].act_fn, randomness="error")
@@ -467,10 +479,13 @@ class PopulationTrainer:
         if not ready:
             return
         args, contexts = {}, {}
+        rows = None
+        if self.replay is not None and len(ready) == p:  # every member's rows in one gather
+            rows = self.learners[0].population_sample(self.replay, [lr.generator for lr in self.learners])
         for k in ready:
             learner = self.learners[k]
             learner.prepare_state(self.member_state(k))  # in place, into the stacked state
-            args[k], contexts[k] = learner.update_inputs()
+            args[k], contexts[k] = learner.update_inputs(None if rows is None else rows[k])
         stacked = _stack([args.get(k, args[ready[0]]) for k in range(p)], self.device)
         new_state, metrics = self._update(self.state, *stacked)
         mask = torch.zeros(p, dtype=torch.bool, device=self.device)
@@ -561,8 +576,10 @@ class PopulationTrainer:
         prune_checkpoints(best, keep=1)
 
     def _member_tensors(self, k: int) -> TensorDict:
-        """What member ``k``'s learner checkpoints besides its state (replay, generator, ...)."""
-        return self._with_state(k, lambda lr: lr.state_tensors().exclude("state"))
+        """What member ``k``'s learner checkpoints besides its state (replay, generator, ...); a batched
+        replay is saved once for all members."""
+        drop = ("state",) if self.replay is None else ("state", "replay")
+        return self._with_state(k, lambda lr: lr.state_tensors().exclude(*drop))
 
     def save(self) -> Path:
         """The population's training checkpoint in ``checkpoints/`` (the stacked state and each
@@ -601,6 +618,8 @@ class PopulationTrainer:
             },
             batch_size=[],
         )
+        if self.replay is not None:
+            tensors["replay"] = self.replay.state_dict()
         name = f"step_{max(self.env_steps):09d}"
         path = save_checkpoint(self.ckpt_dir, name, tensors, meta)
         prune_checkpoints(self.ckpt_dir, keep=self.config.train.keep_checkpoints)
@@ -640,6 +659,8 @@ class PopulationTrainer:
             state = tensors["state"].to(self.device)
             state.set_non_tensor("config", self.state.get_non_tensor("config"))
             self.state = state
+            if self.replay is not None:  # before the learners, whose resume writes into their rows (flush)
+                self.replay.load_state_dict(tensors["replay"])
             for k in range(p):
                 td = tensors["members", str(k)].clone(recurse=False)
                 td["state"] = self.member_state(k).exclude("config")

@@ -206,13 +206,27 @@ class TransitionLearner:
     def prepare_state(self, state: TensorDict) -> None:
         """Write into ``state`` (in place) what the update reads from the runtime (none here)."""
 
-    def update_inputs(self) -> tuple[tuple, Any]:
+    def update_inputs(self, rows: TensorDict | None = None) -> tuple[tuple, Any]:
         """``(arguments of update after the state, context for after_update)``: the batch and the
-        update's noise, drawn from this learner's replay and generator."""
-        batch = self.sample_batch()
+        update's noise, drawn from this learner's replay and generator. ``rows``: this learner's
+        rows already drawn with its generator from a batched replay (:meth:`population_sample`)."""
+        batch = self.sample_batch() if rows is None else rows
         g, b = batch.batch_size
         noise = self.algo.draw_noise(self.config, g, b, self.act_dim, generator=self.generator, device=self.device)
         return (batch, noise), None
+
+    # A population of this learner may keep every member's replay in one batched replay: member k's
+    # learner then holds the batched replay's member(k) (its single replay, bound to row k) and the
+    # population draws every member's rows with one call. None: each member keeps its own replay.
+    def population_replay(self, members: int):
+        """A replay batched over ``members`` whose ``member(k)`` stands in for this learner's replay, or
+        ``None`` (here: the uniform replay's members stay separate)."""
+        return None
+
+    def population_sample(self, replay, generators) -> TensorDict:
+        """Every member's rows ``[P, ...]`` from :meth:`population_replay`'s replay, member ``k``'s drawn
+        with ``generators[k]`` as :meth:`update_inputs` draws them; row ``k`` goes to its ``update_inputs``."""
+        raise NotImplementedError(f"{type(self).__name__} has no batched replay.")
 
     def after_update(self, metrics: TensorDict, context: Any) -> TensorDict:
         """What follows an update (e.g. priorities written back); returns the metrics to log."""
@@ -264,7 +278,8 @@ class TransitionLearner:
         config = self.state.get_non_tensor("config")
         self.state = state
         self.state.set_non_tensor("config", config)
-        self.replay.load_state_dict(td["replay"])
+        if "replay" in td.keys():  # a population restores a batched replay itself
+            self.replay.load_state_dict(td["replay"])
         self.generator.set_state(td["generator"])
 
     def export_meta(self) -> dict[str, Any]:

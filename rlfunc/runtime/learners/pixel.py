@@ -136,12 +136,25 @@ class PixelLearner(TransitionLearner):
         # no host sync): with train.cuda_graph the state's buffers must not move.
         state["agent_step"].fill_(self._env_step)
 
-    def update_inputs(self):
-        batch = self.sample_batch()
+    def update_inputs(self, rows: TensorDict | None = None):
+        batch = self.sample_batch() if rows is None else rows
         noise = self.algo.draw_noise(
             self.config, batch.batch_size[0], self.act_dim, generator=self.generator, device=self.device
         )
         return (batch, noise), None
+
+    def population_replay(self, members: int):
+        """:class:`~rlfunc.replay.population_pixels.PopulationPixelReplay`: every member's frame ring in one storage."""
+        from rlfunc.replay.population_pixels import PopulationPixelReplay
+
+        r = self.replay
+        return PopulationPixelReplay(
+            r.capacity, r.obs_shape, r.action_dim, members=members, frame_stack=r.frame_stack, nstep=r.nstep,
+            gamma=r.gamma, device=self.device,
+        )
+
+    def population_sample(self, replay, generators) -> TensorDict:
+        return replay.sample(self.config.batch_size, generators)
 
     def load_state_tensors(self, td: TensorDict) -> None:
         super().load_state_tensors(td)

@@ -229,8 +229,23 @@ class SequenceLearner(TransitionLearner):
     def sample_batch(self) -> TensorDict:
         return self.replay.sample(self.config.batch_size, generator=self.generator).select(*self._batch_keys)
 
-    def update_inputs(self) -> tuple[tuple, Any]:
-        return (self.sample_batch(),), None
+    def update_inputs(self, rows: TensorDict | None = None) -> tuple[tuple, Any]:
+        return (self.sample_batch() if rows is None else rows.select(*self._batch_keys),), None
+
+    def population_replay(self, members: int):
+        """:class:`~rlfunc.replay.population_sequence.PopulationSequenceReplay` for the uniform window
+        replay (not for frame sequence or prioritized replays: their members stay separate)."""
+        if type(self.replay) is not SequenceReplay:
+            return None
+        from rlfunc.replay.population_sequence import PopulationSequenceReplay
+
+        r = self.replay
+        return PopulationSequenceReplay(
+            r.capacity, r.sequence_length, r.num_envs, members=members, period=r.period, device=self.device
+        )
+
+    def population_sample(self, replay, generators) -> TensorDict:
+        return replay.sample(self.config.batch_size, generators)
 
     def after_update(self, metrics: TensorDict, context: Any) -> TensorDict:
         if self._epsilons is None:  # a fixed ladder is not a training curve
@@ -360,8 +375,8 @@ class R2D2Learner(SequenceLearner):
         allowed = cfg.samples_per_insert * (self.replay.windows_added - start) + cfg.batch_size
         return (self._updates + 1) * cfg.batch_size <= allowed
 
-    def update_inputs(self) -> tuple[tuple, Any]:
-        sample = self.replay.sample(self.config.batch_size, generator=self.generator)
+    def update_inputs(self, rows: TensorDict | None = None) -> tuple[tuple, Any]:
+        sample = self.replay.sample(self.config.batch_size, generator=self.generator) if rows is None else rows
         return (sample.select(*self._batch_keys),), sample["window"][0]
 
     def after_update(self, metrics: TensorDict, context: Any) -> TensorDict:
