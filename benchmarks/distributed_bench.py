@@ -14,7 +14,8 @@ Each run is measured over one window of ``--seconds`` that opens once every acto
 chunk (and, with the learner, once it has updated): actor start-up -- a Python process
 importing torch each -- and the warm-up are left out. The learner's update is eager
 (``train.compile=false``: a compile would take most of a short window). One embedded loopback
-Ray is shared by all runs (``distributed.address`` null, ``num_cpus`` = the machine's cores);
+Ray is shared by all runs (:func:`rlfunc.scale.distributed.connect_for` without an address:
+``num_cpus`` = the machine's cores, actors at the driver's priority);
 the load average is recorded before and after each run, since on a shared machine the actors
 compete with everything else. Writes ``benchmarks/results/distributed_r2d2.json``.
 """
@@ -105,7 +106,7 @@ def run_distributed(args: argparse.Namespace, run) -> int:
     import torch
 
     from rlfunc.runtime.config import apply_overrides, build_config, load_config, parse_overrides, to_dict
-    from rlfunc.scale.sweep import connect
+    from rlfunc.scale.distributed import connect_for
 
     raw = load_config(args.config)
     raw = apply_overrides(raw, parse_overrides(args.overrides))
@@ -121,7 +122,7 @@ def run_distributed(args: argparse.Namespace, run) -> int:
                  f"this machine has {cores}.")
     torch.set_num_threads(1)
     machine = run.machine_info(torch.device("cpu"), allocator_tuned=False)
-    ray, started = connect(None)
+    ray, started = connect_for(build_config(apply_overrides(raw, {"distributed.address": None})))  # a local Ray
     results: dict[tuple[int, bool], list[dict]] = {}
     try:
         machine["ray_version"] = ray.__version__

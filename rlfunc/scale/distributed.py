@@ -441,6 +441,10 @@ def connect_for(config: RunConfig):
     _token_mode_for(d.address)
     if importlib.util.find_spec("ray") is None:
         raise ConfigError(RAY_MISSING)
+    if d.address is None:
+        # Ray starts its worker processes at nice +15 by default (raylet worker_niceness), under the driver
+        # that runs the learner; the actors do the acting, so a local Ray starts them at the driver's priority.
+        os.environ.setdefault("RAY_worker_niceness", "0")
     try:
         ray, started = connect(d.address)
     except ConfigError as exc:
