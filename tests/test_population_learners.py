@@ -159,9 +159,10 @@ def test_replays_that_fit_once_but_not_p_times_are_refused_before_training(tmp_p
     assert not (tmp_path / "b").exists()
 
 
-def test_sequence_and_pixel_members_share_one_batched_replay(tmp_path, monkeypatch):
-    """DRQN/DQN and DrQ-v2 members' replays are rows of one batched replay (member k's learner holds
-    its row), sampled with one call when every member learns; R2D2 and REDQ keep separate replays."""
+def test_members_share_one_batched_replay(tmp_path, monkeypatch):
+    """DRQN/DQN (and DrQ-v2, REDQ/SAC/RLPD) members' replays are rows of one batched replay (member k's
+    learner holds its row), sampled with one call when every member learns; R2D2 keeps separate replays."""
+    from rlfunc.replay.population import PopulationReplay
     from rlfunc.replay.population_sequence import PopulationSequenceReplay
     from rlfunc.runtime.config import build_config
 
@@ -182,3 +183,7 @@ def test_sequence_and_pixel_members_share_one_batched_replay(tmp_path, monkeypat
                                                "sequence_length": 4, "sequence_period": 3, "batch_size": 4}}
     pt = pr.PopulationTrainer(build_config({**r2d2, "train": {**r2d2["train"], "learning_starts": 10, "population": {"seeds": [0, 1]}}}), tmp_path / "y")
     assert pt.replay is None
+    redq = {"algo": "sac", "env": {"id": "Pendulum-v1"},
+            "train": {**TRAIN, "total_steps": 100, "learning_starts": 10, "replay_size": 100, "population": {"seeds": [0, 1]}}}
+    pt = pr.PopulationTrainer(build_config(redq), tmp_path / "z")
+    assert isinstance(pt.replay, PopulationReplay) and len(pt.learners[0].replay) == 0

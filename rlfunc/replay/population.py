@@ -46,6 +46,13 @@ class PopulationReplay:
         """The fewest transitions any member holds."""
         return min(self.sizes)
 
+    def member(self, k: int) -> "_Member":
+        """Member ``k``'s replay with :class:`~rlfunc.replay.uniform.UniformReplay`'s interface (``add``,
+        ``len``, ``sample`` with one generator, ``state_dict``) over row ``k`` of this storage."""
+        if not 0 <= k < self.members:
+            raise IndexError(f"member must be in [0, {self.members}), got {k}.")
+        return _Member(self, k)
+
     @property
     def storage(self) -> TensorDict | None:
         return self._storage
@@ -117,3 +124,37 @@ class PopulationReplay:
             self._storage[:, : rows.batch_size[1]] = rows.to(self.device)
         else:
             self._storage = None
+
+
+class _Member:
+    """Row ``k`` of a :class:`PopulationReplay` as a single uniform replay: what member ``k``'s learner
+    adds and, when it samples alone, draws (``torch.randint(size_k, (n,), generator)``, as
+    :meth:`UniformReplay.sample <rlfunc.replay.uniform.UniformReplay.sample>`)."""
+
+    def __init__(self, population: PopulationReplay, k: int) -> None:
+        self._population, self._k = population, k
+        self.capacity, self.device = population.capacity, population.device
+
+    def __len__(self) -> int:
+        return self._population.sizes[self._k]
+
+    def add(self, rows: TensorDict) -> None:
+        self._population.add(self._k, rows)
+
+    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> TensorDict:
+        pop, size = self._population, len(self)
+        if size == 0 or pop.storage is None:
+            raise RuntimeError("Cannot sample from an empty replay buffer; add transitions first.")
+        idx = torch.randint(size, (batch_size,), generator=generator, device=pop.device)
+        return pop.storage[self._k][idx]
+
+    def state_dict(self) -> TensorDict:
+        """Row ``k`` in :class:`~rlfunc.replay.uniform.UniformReplay`'s checkpoint format."""
+        pop, size = self._population, len(self)
+        td = TensorDict(
+            {"cursor": torch.tensor(pop.cursors[self._k]), "size": torch.tensor(size), "capacity": torch.tensor(self.capacity)},
+            batch_size=[],
+        )
+        if pop.storage is not None:
+            td["storage"] = pop.storage[self._k, :size].clone().to("cpu")
+        return td

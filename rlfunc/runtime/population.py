@@ -41,22 +41,23 @@ crossed ``checkpoint_every``, so with ``env.num_envs > 1`` a resumed population
 continues from a slightly different point than a single run would (with one env
 per member, at an episode boundary, it continues exactly).
 
-Replays (issue #24 §5). Where the learner offers one (``population_replay``), every
-member's replay is a row of one batched replay -- DRQN/DQN's windows in a
-:class:`~rlfunc.replay.population_sequence.PopulationSequenceReplay`, DrQ-v2's
-frames in a :class:`~rlfunc.replay.population_pixels.PopulationPixelReplay`
-(storage ``[P, capacity, ...]``) -- and member ``k``'s learner holds its
-``member(k)``, its single replay bound to row ``k``, so it stores, cuts windows and
-flushes with its single run's code. When every member learns at a step, all
-members' rows come from one ``population_sample`` call (member ``k``'s indices from
-its generator, as its single replay draws them, then one gather); when only some do
-(the masked update), each of them samples its own row. The batched replay is
-checkpointed once for the population. R2D2 and REDQ/SAC/RLPD keep one replay per
-member (``P`` gathers and one ``torch.stack`` per update) in this version: a
-prioritized member's row cannot be sampled alone (the masked update needs that) and
+Replays (issue #24 §5). Every member's replay is a row of one batched replay
+(storage ``[P, capacity, ...]``) where the learner offers one (``population_replay``):
+REDQ/SAC/RLPD's transitions in a :class:`~rlfunc.replay.population.PopulationReplay`,
+DRQN/DQN's windows in a :class:`~rlfunc.replay.population_sequence.PopulationSequenceReplay`,
+DrQ-v2's frames in a :class:`~rlfunc.replay.population_pixels.PopulationPixelReplay`.
+Member ``k``'s learner holds its ``member(k)``, its single replay over row ``k``, so
+it stores, cuts windows and flushes with its single run's code. When every member
+learns at a step, all members' rows come from one ``population_sample`` call
+(member ``k``'s indices from its generator as its single replay draws them --
+RLPD's prior rows first, as :class:`~rlfunc.replay.offline.MixedSampler` -- then one
+gather); when only some do (the masked update), each of them samples its own row.
+The batched replay is checkpointed once for the population. R2D2 keeps one
+prioritized replay per member (``P`` gathers and one ``torch.stack`` per update)
+in this version: a prioritized member's row cannot be sampled alone (the masked
+update needs that, and R2D2's limiter makes members ready at different steps) and
 its priorities would go back ``[P, B]`` into the batched sum-tree, not through its
-learner; the uniform :class:`~rlfunc.replay.population.PopulationReplay` has no
-member view yet.
+learner. DRQN/DQN from pixels (frame sequence replays) keep theirs too.
 
 Files. Each member has its own ``member-<k>/`` directory with ``config.yaml`` (its
 resolved settings: its seed and grid values, no ``train.population``),
@@ -304,6 +305,13 @@ def _index(tree: Any, k: int) -> Any:
     return tree[k]
 
 
+class _SavedWithThePopulation:
+    """Stands in for a member's row of a batched replay while its learner writes its checkpoint tensors."""
+
+    def state_dict(self) -> TensorDict:
+        return TensorDict({}, batch_size=[])
+
+
 class PopulationTrainer:
     """Holds a population run's imperative state; :meth:`run` trains every member to ``total_steps``.
 
@@ -379,7 +387,7 @@ class PopulationTrainer:
         self.replay = self.learners[0].population_replay(p)
         if self.replay is not None:
             for k, lr in enumerate(self.learners):
-                lr.replay = self.replay.member(k)
+                lr.use_replay(self.replay.member(k))
         update = population.vmap_update(self.algo.update)
         self._update = torch.compile(update, fullgraph=True) if cfg.compile else update
         self._act = torch.vmap(self.learners[0].act_fn, randomness="error")
@@ -577,9 +585,15 @@ class PopulationTrainer:
 
     def _member_tensors(self, k: int) -> TensorDict:
         """What member ``k``'s learner checkpoints besides its state (replay, generator, ...); a batched
-        replay is saved once for all members."""
-        drop = ("state",) if self.replay is None else ("state", "replay")
-        return self._with_state(k, lambda lr: lr.state_tensors().exclude(*drop))
+        replay is saved once for all members (its rows are not copied per member here)."""
+        if self.replay is None:
+            return self._with_state(k, lambda lr: lr.state_tensors().exclude("state"))
+        learner, row = self.learners[k], self.learners[k].replay
+        learner.replay = _SavedWithThePopulation()
+        try:
+            return self._with_state(k, lambda lr: lr.state_tensors().exclude("state", "replay"))
+        finally:
+            learner.replay = row
 
     def save(self) -> Path:
         """The population's training checkpoint in ``checkpoints/`` (the stacked state and each

@@ -219,14 +219,23 @@ class TransitionLearner:
     # learner then holds the batched replay's member(k) (its single replay, bound to row k) and the
     # population draws every member's rows with one call. None: each member keeps its own replay.
     def population_replay(self, members: int):
-        """A replay batched over ``members`` whose ``member(k)`` stands in for this learner's replay, or
-        ``None`` (here: the uniform replay's members stay separate)."""
-        return None
+        """A replay batched over ``members`` whose ``member(k)`` stands in for this learner's replay
+        (:meth:`use_replay`), or ``None``: here a :class:`~rlfunc.replay.population.PopulationReplay`."""
+        if type(self.replay) is not UniformReplay:
+            return None
+        from rlfunc.replay.population import PopulationReplay
+
+        return PopulationReplay(members, self.replay.capacity, device=self.device)
+
+    def use_replay(self, replay) -> None:
+        """Store into and sample from ``replay`` (a batched replay's ``member(k)``) from now on."""
+        self.replay = replay
 
     def population_sample(self, replay, generators) -> TensorDict:
         """Every member's rows ``[P, ...]`` from :meth:`population_replay`'s replay, member ``k``'s drawn
         with ``generators[k]`` as :meth:`update_inputs` draws them; row ``k`` goes to its ``update_inputs``."""
-        raise NotImplementedError(f"{type(self).__name__} has no batched replay.")
+        g, b = self.config.updates_per_step, self.config.batch_size
+        return replay.sample(g * b, generators).reshape(len(generators), g, b)
 
     def after_update(self, metrics: TensorDict, context: Any) -> TensorDict:
         """What follows an update (e.g. priorities written back); returns the metrics to log."""

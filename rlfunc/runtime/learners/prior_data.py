@@ -62,6 +62,22 @@ class PriorDataLearner(TransitionLearner):
         g, b = self.config.updates_per_step, self.config.batch_size
         return self.sampler.sample(g, b, generator=self.generator)
 
+    def use_replay(self, replay) -> None:
+        super().use_replay(replay)
+        self.sampler.online = replay
+
+    def population_sample(self, replay, generators) -> TensorDict:
+        """:class:`~rlfunc.replay.offline.MixedSampler`'s order per member: its prior rows first (from
+        the shared dataset), then its online rows (one batched draw and gather for all members)."""
+        g, b, p = self.config.updates_per_step, self.config.batch_size, len(generators)
+        k = self.sampler.offline_rows(b)
+        parts = []
+        if k > 0:
+            parts.append(torch.stack([self.dataset.sample(g * k, generator=gen) for gen in generators]).reshape(p, g, k))
+        if k < b:
+            parts.append(replay.sample(g * (b - k), generators).reshape(p, g, b - k))
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
+
     def pretrain(self) -> TensorDict | None:
         """Run the remaining ``data.pretrain_steps`` prior-only updates (no-op when done)."""
         metrics = None
