@@ -39,7 +39,11 @@ vmapped pure call for all members:
   runtime, written in place: DrQ-v2's agent step), ``update_inputs()`` ->
   ``(update's arguments after the state, context)`` from the learner's replay and
   generator, the pure ``update``, and ``after_update(metrics, context)`` (R2D2's
-  priorities written back) -> the metrics to log.
+  priorities written back) -> the metrics to log;
+* ``population_replay(members)`` -> a replay batched over members (or ``None``),
+  ``use_replay(replay)`` (a member then stores into its row, ``member(k)``) and
+  ``population_sample(replay, generators)`` -> every member's rows ``[P, ...]`` in
+  one draw and gather, row ``k`` handed to member ``k``'s ``update_inputs(rows)``.
 """
 
 from rlfunc.runtime.learners.base import TransitionLearner, compiled_update, learner_update
