@@ -1,11 +1,12 @@
 """Populations of every learner (rlfunc.runtime.population, issue #24): vector envs, DRQN/DQN/R2D2, DrQ-v2.
 
 Each test trains a 2-member population on CPU and the single runs with the members'
-seeds (and settings), and compares every evaluation return. Tolerance: RTOL
-relative, as tests/test_population_runtime.py, for the continuous-action learners
-(REDQ, DrQ-v2): the vmapped update is not bit-exact (Adam's unfused arithmetic,
-batched matrix products; rlfunc.core.population "Numerics") and the returns of a
-continuous policy move with its weights. The discrete learners (DRQN, DQN, R2D2)
+seeds (and settings), and compares every evaluation return and the final weights
+(PARAM_RTOL of each tensor's scale). Tolerance: RTOL relative, as
+tests/test_population_runtime.py, for the continuous-action learners (REDQ, DrQ-v2):
+the vmapped update is not bit-exact (batched matrix products sum in another order,
+settings held as tensors round differently; rlfunc.core.population "Numerics") and
+the returns of a continuous policy move with its weights. The discrete learners (DRQN, DQN, R2D2)
 act by argmax, so differences in the last bits of a Q-value leave the actions, the
 data and the returns unchanged unless two Q-values tie to within them: measured, their
 returns are equal, and the tests assert the same RTOL.

@@ -2,8 +2,8 @@
 
 A 2-member REDQ population on CPU gives each member the evaluation returns of the
 single run with its seed (and its learning rate), to float tolerance: not bit for
-bit, because the vmapped update runs Adam's unfused arithmetic and batched matrix
-products (rlfunc.core.population, "Numerics"); measured, the returns agree to ~1e-8
+bit, because the vmapped update's batched matrix products sum in another order
+(rlfunc.core.population, "Numerics"); measured, the returns agree to ~1e-8
 relative. Member directories are ordinary runs for rlfunc.load / eval / plot; resume
 continues every member; what is not batched yet is refused in one sentence.
 """
