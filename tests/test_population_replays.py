@@ -59,6 +59,10 @@ def test_population_sumtree_rows_are_single_trees(backend):
     want = torch.stack([singles[k].sample(512, torch.Generator().manual_seed(k)) for k in range(P)])
     assert torch.equal(got, want)
     assert torch.equal(tree.probabilities(got), torch.stack([singles[k].probabilities(want[k]) for k in range(P)]))
+    for k in range(P):  # one member alone, through its row (SumTree's interface)
+        row = tree.row(k)
+        assert torch.equal(row.sample(256, torch.Generator().manual_seed(9)), singles[k].sample(256, torch.Generator().manual_seed(9)))
+        assert torch.equal(row.probabilities(want[k]), singles[k].probabilities(want[k])) and row.total() == singles[k].total()
     u = torch.rand(P, 300, generator=g, dtype=torch.float64) * 1.01 * tree.total().unsqueeze(1)  # some past the total
     assert torch.equal(tree.find(u), torch.stack([singles[k].find(u[k]) for k in range(P)]))
     other = PopulationSumTree(P, C, backend="torch" if backend == "numpy" else "numpy")
@@ -197,6 +201,15 @@ def test_prioritized_population_rows_equal_single_replays(initial_priority, tmp_
         for k in range(P):
             singles[k].update_priorities(windows[k], prio[k])
             assert torch.equal(pop.tree.leaves[k], singles[k].tree.leaves)
+        assert torch.equal(pop.max_priority, torch.stack([s.max_priority for s in singles]))
+        # a member alone (a masked update): its row samples and reprioritizes as its single replay
+        k = rnd % P
+        alone = pop.member(k).sample(16, _gens(500 + rnd)[k])
+        _equal_td(alone, singles[k].sample(16, _gens(500 + rnd)[k]))
+        prio_k = ((alone["window"][0] * 31 + rnd) % 17).float()
+        pop.member(k).update_priorities(alone["window"][0], prio_k)
+        singles[k].update_priorities(alone["window"][0], prio_k)
+        assert torch.equal(pop.tree.leaves[k], singles[k].tree.leaves)
         assert torch.equal(pop.max_priority, torch.stack([s.max_priority for s in singles]))
     w = batch["weight"][:, 0]
     assert torch.equal(w.amax(1), torch.ones(P)) and w.dtype == torch.float32

@@ -23,6 +23,9 @@ stored tensor, so row ``k`` of the ``[P, T, B]`` batch is the single buffer's
 priority on insert, priorities ``[P, B]`` written back in one update, member
 ``k``'s indices, probabilities and importance weights those of a single
 :class:`~rlfunc.replay.prioritized.PrioritizedSequenceReplay` fed the same data.
+Its ``member(k)`` is such a replay over row ``k`` of the storage and of the tree
+(:meth:`PopulationSumTree.row`), so a member can also sample and write its
+priorities alone (a step where only some members learn) with the single code.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import torch
 from tensordict import TensorDict
 
 from rlfunc.replay.population_sumtree import PopulationSumTree
-from rlfunc.replay.prioritized import _normalised_weights
+from rlfunc.replay.prioritized import PrioritizedSequenceReplay, _normalised_weights
 from rlfunc.replay.sequence import SequenceReplay
 
 __all__ = ["PopulationSequenceReplay", "PopulationPrioritizedSequenceReplay"]
@@ -53,8 +56,20 @@ class _Member(SequenceReplay):
     def _allocate(self, step: TensorDict, carry: TensorDict | None) -> None:
         self._population._allocate(step, carry)
 
-    def _on_insert(self, rows: torch.Tensor) -> None:
-        self._population._on_insert(self._k, rows)
+
+
+class _PrioritizedMember(PrioritizedSequenceReplay):
+    """Member ``k``'s prioritized replay: storage row ``k``, priorities row ``k`` of the population's
+    sum-tree (bound by :class:`PopulationPrioritizedSequenceReplay`), so it samples and writes
+    priorities alone with the single buffer's code (e.g. a member updating while others wait)."""
+
+    def __init__(self, population: "PopulationSequenceReplay", k: int, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._population = population
+        self._k = k
+
+    def _allocate(self, step: TensorDict, carry: TensorDict | None) -> None:
+        self._population._allocate(step, carry)
 
 
 class PopulationSequenceReplay:
@@ -75,7 +90,7 @@ class PopulationSequenceReplay:
             raise ValueError(f"A population replay needs at least one member, got {members}.")
         self.members = int(members)
         self._members = [
-            _Member(self, k, capacity=capacity, sequence_length=sequence_length, num_envs=num_envs, period=period, device=device)
+            self._new_member(k, dict(capacity=capacity, sequence_length=sequence_length, num_envs=num_envs, period=period, device=device))
             for k in range(self.members)
         ]
         one = self._members[0]
@@ -113,7 +128,9 @@ class PopulationSequenceReplay:
         return self._buffers is not None and self._buffers["carry"] is not None
 
     def member(self, k: int) -> SequenceReplay:
-        """Member ``k``'s replay (its buffers are views of row ``k``; add through :meth:`add`)."""
+        """Member ``k``'s single replay over row ``k`` (a :class:`SequenceReplay`, or a
+        :class:`PrioritizedSequenceReplay` whose priorities are row ``k`` of :attr:`tree`):
+        adding, flushing or sampling through it is the same as through :meth:`add` and row ``k``."""
         return self._members[self._check(k)]
 
     def nbytes(self) -> int:
@@ -139,9 +156,10 @@ class PopulationSequenceReplay:
         self._buffers = buffers
         for k, m in enumerate(self._members):
             m._bind({name: None if b is None else b[k] for name, b in buffers.items()})
+            m._leaves_tag = None  # a prioritized member's cache of storage leaves: rebuild (ids may be reused)
 
-    def _on_insert(self, k: int, rows: torch.Tensor) -> None:
-        """Called with member ``k``'s storage rows just written (prioritized: set their priorities)."""
+    def _new_member(self, k: int, kwargs: dict) -> SequenceReplay:
+        return _Member(self, k, **kwargs)
 
     # ------------------------------------------------------------------ add
     def add(
@@ -303,7 +321,6 @@ class PopulationPrioritizedSequenceReplay(PopulationSequenceReplay):
         fanout: int | None = None,
         device: torch.device | str = "cpu",
     ) -> None:
-        super().__init__(capacity, sequence_length, num_envs, members=members, period=period, device=device)
         if priority_exponent < 0:
             raise ValueError(f"priority_exponent must be >= 0, got {priority_exponent}.")
         if importance_exponent < 0:
@@ -313,8 +330,19 @@ class PopulationPrioritizedSequenceReplay(PopulationSequenceReplay):
         self.priority_exponent = float(priority_exponent)
         self.importance_exponent = float(importance_exponent)
         self.initial_priority = None if initial_priority is None else float(initial_priority)
+        self._prioritized_kwargs = dict(
+            priority_exponent=self.priority_exponent,
+            importance_exponent=self.importance_exponent,
+            initial_priority=self.initial_priority,
+            fanout=1,  # each member's own tree is replaced by its row of the population's below
+        )
+        super().__init__(capacity, sequence_length, num_envs, members=members, period=period, device=device)
         self._tree = PopulationSumTree(self.members, self.capacity, fanout=fanout, device=self.device)
         self._max_priority = torch.ones(self.members, dtype=torch.float64, device=self.device)
+        for k, m in enumerate(self._members):  # member k samples, inserts and reprioritizes through row k
+            m._tree = self._tree.row(k)
+            m._max_priority = self._max_priority[k]  # a view: either path raises the same maximum
+            m._max_np = m._max_priority.numpy() if self.device.type == "cpu" else None
 
     # ------------------------------------------------------------------ info
     @property
@@ -333,10 +361,8 @@ class PopulationPrioritizedSequenceReplay(PopulationSequenceReplay):
         return leaf if self.priority_exponent == 0 else leaf.pow(1.0 / self.priority_exponent)
 
     # --------------------------------------------------------------- hooks
-    def _on_insert(self, k: int, rows: torch.Tensor) -> None:
-        # as PrioritizedSequenceReplay._on_insert: the max so far (or the fixed priority) ** alpha
-        p = self._max_priority[k] if self.initial_priority is None else torch.tensor(self.initial_priority, dtype=torch.float64)
-        self._tree.update([k], rows, p.pow(self.priority_exponent))
+    def _new_member(self, k: int, kwargs: dict) -> SequenceReplay:
+        return _PrioritizedMember(self, k, **kwargs, **self._prioritized_kwargs)
 
     def _sample_indices(self, batch_size: int, generators: Sequence[torch.Generator]) -> torch.Tensor:
         return self._tree.sample(batch_size, generators)

@@ -26,7 +26,7 @@ import torch
 
 from rlfunc.replay.sumtree import _auto_fanout, find_in_blocks
 
-__all__ = ["PopulationSumTree"]
+__all__ = ["PopulationSumTree", "SumTreeRow"]
 
 
 class PopulationSumTree:
@@ -181,21 +181,28 @@ class PopulationSumTree:
         u = torch.as_tensor(u, dtype=torch.float64, device=self.device)
         return find_in_blocks(self._top, self._cum, self._prefix, u)
 
-    def _find_np(self, u: np.ndarray) -> np.ndarray:
-        """:meth:`SumTree._find_np` over members; ``u [P, S]`` is overwritten."""
-        P, nb = self.members, self.num_blocks
-        top = self._top_np
+    def _find_np(self, u: np.ndarray, members: np.ndarray | None = None) -> np.ndarray:
+        """:meth:`SumTree._find_np` over members (all, or rows ``members [R]``); ``u [R, S]`` is overwritten."""
+        nb = self.num_blocks
+        member = np.arange(self.members) if members is None else np.asarray(members, dtype=np.int64)
+        top = self._top_np if members is None else self._top_np[member]
         np.minimum(u, np.nextafter(top[:, -1:], 0.0), out=u)
         block = np.empty(u.shape, dtype=np.int64)
-        for k in range(P):  # numpy's searchsorted takes one sorted row
-            block[k] = np.searchsorted(top[k], u[k], side="right")
+        for r in range(top.shape[0]):  # numpy's searchsorted takes one sorted row
+            block[r] = np.searchsorted(top[r], u[r], side="right")
         np.minimum(block, nb - 1, out=block)
-        member = np.arange(P)[:, None]
+        member = member[:, None]
         u -= self._cum_np.reshape(-1)[member * (nb + 1) + block]  # sum of the blocks before
-        rows = self._prefix_np.reshape(P * nb, self.fanout)[member * nb + block]  # [P, S, F]
+        rows = self._prefix_np.reshape(-1, self.fanout)[member * nb + block]  # [R, S, F]
         np.minimum(u, np.nextafter(rows[..., -1], 0.0), out=u)
         j = (rows <= u[..., None]).sum(axis=-1)
         return block * self.fanout + j
+
+    def row(self, k: int) -> "SumTreeRow":
+        """Member ``k``'s tree with :class:`SumTree`'s interface (sample, update, probabilities...)."""
+        if not 0 <= k < self.members:
+            raise IndexError(f"member must be in [0, {self.members}), got {k}.")
+        return SumTreeRow(self, k)
 
     def sample(self, batch_size: int, generators: Sequence[torch.Generator]) -> torch.Tensor:
         """``batch_size`` leaves per member (``[P, batch_size]``), member ``k``'s uniforms from
@@ -226,3 +233,44 @@ class PopulationSumTree:
         if not bool(torch.isfinite(leaves).all()) or bool((leaves < 0).any()):
             raise ValueError("Corrupt sum-tree checkpoint: priorities must be finite and non-negative.")
         self.set_leaves(leaves)
+
+
+class SumTreeRow:
+    """Row ``k`` of a :class:`PopulationSumTree` behaving as a :class:`SumTree` (what
+    :class:`~rlfunc.replay.prioritized.PrioritizedSequenceReplay` calls): member ``k`` alone
+    samples, reads and writes its priorities with the single tree's arithmetic."""
+
+    def __init__(self, tree: PopulationSumTree, k: int) -> None:
+        self._tree, self._k = tree, k
+        self.capacity, self.fanout, self.device = tree.capacity, tree.fanout, tree.device
+
+    def total(self) -> torch.Tensor:
+        return self._tree.total()[self._k]
+
+    @property
+    def leaves(self) -> torch.Tensor:
+        return self._tree.leaves[self._k]
+
+    def get(self, indices: torch.Tensor) -> torch.Tensor:
+        return self._tree._leaves[self._k].view(-1)[indices]
+
+    def probabilities(self, indices: torch.Tensor) -> torch.Tensor:
+        t, k = self._tree, self._k
+        if t._np:
+            i = indices.numpy() if isinstance(indices, torch.Tensor) else np.asarray(indices)
+            return torch.from_numpy(t._leaves_np[k].reshape(-1)[i] / t._top_np[k, -1])
+        return self.get(indices) / self.total()
+
+    def update(self, indices: torch.Tensor, values: torch.Tensor | float) -> None:
+        self._tree.update([self._k], indices, values)
+
+    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        """As :meth:`SumTree.sample` on member ``k``'s leaves."""
+        t, k = self._tree, self._k
+        u = torch.rand(batch_size, generator=generator, device=self.device, dtype=torch.float64)
+        if t._np:
+            u_np = u.numpy()
+            u_np *= t._top_np[k, -1]
+            return torch.from_numpy(t._find_np(u_np[None], [k])[0])
+        rows = slice(k, k + 1)
+        return find_in_blocks(t._top[rows], t._cum[rows], t._prefix[rows], (u * self.total()).unsqueeze(0))[0]
