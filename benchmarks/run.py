@@ -427,7 +427,9 @@ def run_learn_collect(args: argparse.Namespace) -> int:
         print(f"not run directories (no config.yaml and eval.csv): {', '.join(missing)}.", file=sys.stderr)
         return 2
     runs = [_collected_run(d, args.label) for d in args.run_dirs]
-    result = {"runs": runs, "summary": _summary(runs),
+    machine = machine_info(torch.device("cpu"), allocator_tuned=False)
+    machine["recorded"] = "the machine learn-collect ran on (where the runs were read back, not necessarily trained)"
+    result = {"machine": machine, "runs": runs, "summary": _summary(runs),
               "settings": {"collected_from": [str(d) for d in args.run_dirs],
                            "final_return": "mean greedy return of each run's last evaluation so far"}}
     if args.note:
