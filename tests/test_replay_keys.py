@@ -97,7 +97,11 @@ def _built(name: str):
 
 
 def test_every_shipped_config_is_in_the_table_and_sets_no_old_name():
-    assert SHIPPED == sorted(BEFORE)
+    """Every config of the table still ships; configs added after the keys were unified (MinAtar and
+    Atari, with pixel encoders: tests/test_minatar_atari.py trains each) need no row, and no config
+    sets an old key name."""
+    assert set(BEFORE) <= set(SHIPPED), sorted(set(BEFORE) - set(SHIPPED))
+    assert all("minatar_" in n or "atari_" in n for n in set(SHIPPED) - set(BEFORE)), sorted(set(SHIPPED) - set(BEFORE))
     for name in SHIPPED:
         raw = load_config(str(ROOT / "configs" / f"{name}.yaml"))
         for old in RENAMED_KEYS:
