@@ -138,6 +138,8 @@ def test_the_epsilon_ladder_is_split_over_the_actors():
     ({"env": {"id": "CartPole-v1", "num_envs": 4}}, r"^env\.num_envs=4 is not used by a distributed run; set distributed\.envs_per_actor"),
     ({"distributed": {"actorz": 2}}, r"^Unknown config key 'distributed\.actorz'; did you mean 'actors'\?$"),
     ({"distributed": {"min_replay_ratio": 1.0}}, r"^distributed\.min_replay_ratio must be between 0 \(off\) and distributed\.max_replay_ratio"),
+    ({"agent": {**TINY["agent"], "encoder": "minatar"}},
+     r"^The distributed section does not take agent\.encoder='minatar' yet .*; use agent\.encoder: mlp or train without"),
 ])
 def test_config_refusals_are_one_sentence(change, sentence):
     raw = {**TINY, **change}

@@ -655,13 +655,15 @@ def _build_config(raw: dict[str, Any], *, resolved: bool = False) -> RunConfig:
         check_env_id(env.id)
     except ValueError as exc:
         raise ConfigError(f"env.id: {exc}") from None
-    distributed = _distributed_section(raw.get("distributed"), algo_name, env, train)
+    distributed = _distributed_section(raw.get("distributed"), algo_name, env, train, agent)
     config = RunConfig(algo=algo_name, env=env, train=train, agent=agent, data=data, distributed=distributed)
     entry.learner_cls.check_run_config(config)
     return config
 
 
-def _distributed_section(value: Any, algo_name: str, env: EnvSection, train: TrainSection) -> DistributedSection | None:
+def _distributed_section(
+    value: Any, algo_name: str, env: EnvSection, train: TrainSection, agent: Any
+) -> DistributedSection | None:
     """The ``distributed`` section (null or absent: a single-process run), refused where it cannot run."""
     if value is None:
         return None
@@ -680,6 +682,12 @@ def _distributed_section(value: Any, algo_name: str, env: EnvSection, train: Tra
         )
     if train.population is not None:
         raise ConfigError("train.population and the distributed section cannot be combined; remove one of them.")
+    if getattr(agent, "encoder", "mlp") != "mlp":  # the actors ship copied windows; a conv torso's learner stores frames once
+        raise ConfigError(
+            f"The distributed section does not take agent.encoder={agent.encoder!r} yet (its actors send windows of "
+            "copied observations, and a pixel learner's frame replay stores each frame once); use agent.encoder: mlp "
+            "or train without the distributed section."
+        )
     return section
 
 
