@@ -8,7 +8,9 @@
 #      with the update replayed as a CUDA graph, one process per seed sharing the card;
 #   6. if time is left: the peers training-loop and replay tasks, then REDQ's compiled (+cudagraph) update;
 #   MuJoCo learning stages (#26), only when named in STAGES, each one call of <= 9 minutes that continues
-#   across calls (module text below, "MuJoCo stages"): redq_hopper, redq_population, rlpd_data, rlpd_hopper.
+#   across calls (module text below, "MuJoCo stages"): redq_hopper, redq_population, rlpd_data, rlpd_hopper;
+#   r2d2_actors (when named): distributed R2D2's actors 1 2 4 8 14 on the machine's CPU cores (#25), where
+#   Ray is installed there (the image lacks it, and its ~79 MB wheel does not fit one call's 64 MiB carry).
 # Usage: benchmarks/gpu_checks.sh OUT_DIR [SECONDS]   (SECONDS: the whole budget, default 540)
 #   STAGES="card update peers tests drqv2 extra" (default: all) picks stages, e.g. STAGES="card drqv2" to
 #   give a whole lease to DrQ-v2; DRQV2_SEEDS (default 3) and DRQV2_FIRST_SEED (default 0) split its
@@ -306,6 +308,16 @@ if want rlpd_hopper; then
             echo "rlpd_hopper: no REDQ population JSON in $OUT or $CARRY yet: learn_rlpd_hopper_gpu.json holds RLPD alone"
         fi
         pack rlpd_hopper
+    fi
+fi
+if want r2d2_actors; then  # #25: distributed R2D2's actor scaling on the 16 CPU cores beside the card
+    if $PY -c "import ray" 2>/dev/null; then
+        stage "r2d2_actors: benchmarks/run.py distributed --actors 1 2 4 8 14"
+        OMP_NUM_THREADS=1 timeout -k 30 -s TERM $(( $(left) - 30 )) $PY benchmarks/run.py distributed --actors 1 2 4 8 14 \
+            --seconds 20 --out "$OUT/distributed_r2d2_16core.json" > "$OUT/r2d2_actors.log" 2>&1
+        tail -12 "$OUT/r2d2_actors.log"
+    else  # ray's cp312 wheel (~79 MB) is more than one call can carry (64 MiB with the checkout)
+        echo "r2d2_actors: Ray is not installed on this machine and its wheel does not fit a call's carry; not run"
     fi
 fi
 stage "done"
