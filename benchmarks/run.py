@@ -14,7 +14,8 @@ module; the registrations are at the end of this file):
   baseline of ``benchmarks/baselines``, in the same process, on pre-sampled
   batches (``benchmarks/update_bench.py``; DrQ-v2 in ``benchmarks/drqv2_bench.py``,
   R2D2 in ``benchmarks/r2d2_bench.py``);
-* ``learn``, ``learn-merge``, ``learn-collect`` -- learning curves over seeds (JSON + PNG);
+* ``learn``, ``learn-merge``, ``learn-collect`` -- learning curves over seeds (JSON + PNG):
+  ``benchmarks/learn_bench.py``;
 * ``replay`` (prioritized sequence sampling) and ``stored-state`` (R2D2's
   stored-state diagnostic): ``benchmarks/r2d2_bench.py``;
 * ``drqn-episodes`` -- how a DRQN agent's greedy episodes end, acting from the
