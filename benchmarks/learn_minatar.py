@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -83,12 +82,14 @@ def run(labels: list[str], seeds: list[int], steps: int) -> int:
 
 
 def _machine() -> dict:
+    """The shared harness's machine record (benchmarks/harness.py), plus how these runs shared it."""
     import torch
 
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
-    return {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
-            "threads_per_run": 1, "load_average_at_collect": os.getloadavg(),
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.harness import machine_info
+
+    return {**machine_info(torch.device("cpu"), allocator_tuned=False), "threads_per_run": 1,
+            "load_average_at_collect": os.getloadavg(),
             "note": "a 2-core VM shared with other jobs; one run at a time under nice -n 10"}
 
 
