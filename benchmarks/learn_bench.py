@@ -97,15 +97,9 @@ def run_learn_plan(plan: dict, jobs: int, echo=print) -> tuple[list[dict], dict[
     import importlib.util
 
     from rlfunc.runtime.config import ConfigError
-    from rlfunc.scale.sweep import entry_finished, entry_records, run_entries, train_or_continue
+    from rlfunc.scale.sweep import run_entries, split_finished, train_or_continue
 
-    done: dict[str, list[dict]] = {}
-    todo = []
-    for entry in plan["runs"]:
-        if entry_finished(plan, entry):
-            done[entry["name"]] = entry_records(plan, entry)
-        else:
-            todo.append(entry)
+    done, todo = split_finished(plan)
     failed: dict[str, str] = {}
     if jobs <= 1:
         executor = {"executor": "in-process, one entry after another (no Ray)"}

@@ -394,6 +394,19 @@ def run_entries(
     return done, failed, machine
 
 
+def split_finished(plan: dict) -> tuple[dict[str, list[dict]], list[dict]]:
+    """``(records of the plan's finished entries by name, the entries still to train)``: what a
+    resumed sweep (or ``benchmarks/run.py learn``) keeps and what it trains."""
+    done: dict[str, list[dict]] = {}
+    todo = []
+    for entry in plan["runs"]:
+        if entry_finished(plan, entry):
+            done[entry["name"]] = entry_records(plan, entry)
+        else:
+            todo.append(entry)
+    return done, todo
+
+
 def run_sweep(
     plan: dict,
     address: str | None = None,
@@ -412,13 +425,7 @@ def run_sweep(
     if max_concurrent is not None and max_concurrent < 1:
         raise ConfigError(f"--max-concurrent must be a positive integer, got {max_concurrent}.")
     t0 = time.perf_counter()
-    done: dict[str, list[dict]] = {}
-    todo = []
-    for entry in plan["runs"]:
-        if entry_finished(plan, entry):
-            done[entry["name"]] = entry_records(plan, entry)
-        else:
-            todo.append(entry)
+    done, todo = split_finished(plan)
     echo(f"sweep {sweep_dir}: {len(plan['runs'])} runs ({len(grid_points(plan['grid']))} settings x "
          f"{len(plan['seeds'])} seeds), {len(done)} finished already, {len(todo)} to train")
     trained, failed, machine = run_entries(plan, todo, address, max_concurrent, max_retries, echo, of=len(plan["runs"]))
