@@ -111,9 +111,19 @@ def test_sweep_joins_a_running_cluster(ray_head, tmp_path, scheme):
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump(TINY))
     address = f"127.0.0.1:{gcs}" if scheme == "gcs" else f"ray://127.0.0.1:{client}"
-    result = _sweep(config, address, tmp_path / "sweep")
+    # Ray's client proxy starts a server per client connection, and on this VM that start sometimes
+    # times out ("Initialization failure from server"; seen in 2 of 6 runs, never with the GCS
+    # address): rlfunc then reports it in one sentence and exits 2. A new connection is a new start.
+    for attempt in range(3):
+        try:
+            result = _sweep(config, address, tmp_path / f"sweep{attempt}")
+            break
+        except AssertionError as exc:
+            if scheme != "client" or "Initialization failure from server" not in str(exc) or attempt == 2:
+                raise
+    sweep_dir = tmp_path / f"sweep{attempt}"
     runs = result["runs"]
     assert len(runs) == 1 and runs[0]["env_steps"] == 200
     assert result["machine"]["embedded"] is False and result["machine"]["address"] == address
     # the run directory is an ordinary one, written where the task ran (here: this machine)
-    assert (tmp_path / "sweep" / Path(runs[0]["run_dir"]).name / "eval.csv").exists()
+    assert (sweep_dir / Path(runs[0]["run_dir"]).name / "eval.csv").exists()
