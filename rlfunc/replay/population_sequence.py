@@ -37,7 +37,7 @@ import torch
 from tensordict import TensorDict
 
 from rlfunc.replay.population_sumtree import PopulationSumTree
-from rlfunc.replay.prioritized import PrioritizedSequenceReplay, _normalised_weights
+from rlfunc.replay.prioritized import PrioritizedSequenceReplay, _normalised_weights, check_prioritized_checkpoint
 from rlfunc.replay.sequence import SequenceReplay
 
 __all__ = ["PopulationSequenceReplay", "PopulationPrioritizedSequenceReplay"]
@@ -435,17 +435,7 @@ class PopulationPrioritizedSequenceReplay(PopulationSequenceReplay):
 
     def load_state_dict(self, td: TensorDict) -> None:
         """Restore from :meth:`state_dict`; layout and ``priority_exponent`` must match."""
-        if "priority_leaves" not in td.keys():
-            raise ValueError(
-                "Not a prioritized population replay checkpoint (no 'priority_leaves'); "
-                "it was saved by a uniform PopulationSequenceReplay."
-            )
-        saved_alpha = float(td["priority_exponent"])
-        if abs(saved_alpha - self.priority_exponent) > 1e-12:
-            raise ValueError(
-                f"Checkpointed replay has priority_exponent={saved_alpha} but this buffer has "
-                f"{self.priority_exponent}; create the buffer with priority_exponent={saved_alpha}."
-            )
+        check_prioritized_checkpoint(td, self.priority_exponent, "prioritized population replay", "PopulationSequenceReplay")
         super().load_state_dict(td)
         leaves = td["priority_leaves"].to(torch.float64)
         if leaves.dim() != 2 or leaves.shape[0] != self.members or leaves.shape[1] > self.capacity:

@@ -41,7 +41,7 @@ from tensordict import TensorDict
 from rlfunc.replay.sequence import SequenceReplay
 from rlfunc.replay.sumtree import SumTree
 
-__all__ = ["PrioritizedSequenceReplay", "importance_weights"]
+__all__ = ["PrioritizedSequenceReplay", "check_prioritized_checkpoint", "importance_weights"]
 
 
 def importance_weights(probabilities: torch.Tensor, size: int | torch.Tensor, exponent: float) -> torch.Tensor:
@@ -68,6 +68,19 @@ def _normalised_weights(probabilities: torch.Tensor, size, exponent: float) -> t
     p = probabilities.to(torch.float64).clamp(min=torch.finfo(torch.float64).tiny)
     w = (p * size).pow(-float(exponent))
     return (w / w.amax(dim=-1, keepdim=True)).to(torch.float32)
+
+
+def check_prioritized_checkpoint(td: TensorDict, priority_exponent: float, kind: str, uniform: str) -> None:
+    """Refuse a replay checkpoint without priorities (saved by the ``uniform`` class) or with
+    another ``priority_exponent``: the single and the population prioritized replays both check so."""
+    if "priority_leaves" not in td.keys():
+        raise ValueError(f"Not a {kind} checkpoint (no 'priority_leaves'); it was saved by a uniform {uniform}.")
+    saved_alpha = float(td["priority_exponent"])
+    if abs(saved_alpha - priority_exponent) > 1e-12:
+        raise ValueError(
+            f"Checkpointed replay has priority_exponent={saved_alpha} but this buffer has "
+            f"{priority_exponent}; create the buffer with priority_exponent={saved_alpha}."
+        )
 
 
 class PrioritizedSequenceReplay(SequenceReplay):
@@ -243,17 +256,7 @@ class PrioritizedSequenceReplay(SequenceReplay):
 
     def load_state_dict(self, td: TensorDict) -> None:
         """Restore from :meth:`state_dict`; layout and ``priority_exponent`` must match."""
-        if "priority_leaves" not in td.keys():
-            raise ValueError(
-                "Not a prioritized sequence replay checkpoint (no 'priority_leaves'); "
-                "it was saved by a uniform SequenceReplay."
-            )
-        saved_alpha = float(td["priority_exponent"])
-        if abs(saved_alpha - self.priority_exponent) > 1e-12:
-            raise ValueError(
-                f"Checkpointed replay has priority_exponent={saved_alpha} but this buffer has "
-                f"{self.priority_exponent}; create the buffer with priority_exponent={saved_alpha}."
-            )
+        check_prioritized_checkpoint(td, self.priority_exponent, "prioritized sequence replay", "SequenceReplay")
         super().load_state_dict(td)
         leaves = td["priority_leaves"].to(torch.float64)
         if leaves.numel() > self.capacity or leaves.numel() < self._size:
