@@ -4,11 +4,14 @@ otherwise as separate runs; the learn JSON keeps its schema either way."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from rlfunc.runtime import population as pr
 from rlfunc.runtime.config import build_config
 
+ROOT = Path(__file__).resolve().parents[1]
 BASE = {"algo": "redq", "env": {"id": "Pendulum-v1"}, "train": {"total_steps": 300, "learning_starts": 100}}
 
 
@@ -23,6 +26,15 @@ def test_supports_says_yes_or_gives_the_refusal_sentence():
     assert why is not None and "does not support stopping rules" in why and why.endswith(".")
     why = pr.supports(build_config(_with(max_updates=10)))
     assert why is not None and "train.max_updates" in why
+
+
+def test_a_distributed_config_is_not_run_as_a_population():
+    """benchmarks/run.py learn asks supports() before stacking seeds: a distributed R2D2 config's seeds
+    are separate runs (each with its own actors), not a population the config check then refuses."""
+    from rlfunc.runtime.config import POPULATION_AND_DISTRIBUTED, load_config
+
+    config = build_config(load_config(ROOT / "configs/r2d2/cartpole_novel_distributed.yaml"))
+    assert pr.supports(config) == POPULATION_AND_DISTRIBUTED
 
 
 @pytest.mark.parametrize("train", [{"max_wall_s": 10.0}, {"checkpoint_replay": False}])
@@ -41,9 +53,7 @@ import importlib.util  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--steps", "200", "--set", "agent.hidden_sizes=[16,16]", "--set", "agent.num_critics=2",
         "--set", "agent.updates_per_step=1", "--set", "agent.batch_size=32", "--set", "train.learning_starts=100",
         "--set", "train.eval_every=100", "--set", "train.eval_episodes=1", "--set", "train.checkpoint_every=100",

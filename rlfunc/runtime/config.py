@@ -661,6 +661,9 @@ def _build_config(raw: dict[str, Any], *, resolved: bool = False) -> RunConfig:
     return config
 
 
+POPULATION_AND_DISTRIBUTED = "train.population and the distributed section cannot be combined; remove one of them."
+
+
 def _distributed_section(
     value: Any, algo_name: str, env: EnvSection, train: TrainSection, agent: Any
 ) -> DistributedSection | None:
@@ -681,7 +684,7 @@ def _distributed_section(
             "(each actor steps that many envs)."
         )
     if train.population is not None:
-        raise ConfigError("train.population and the distributed section cannot be combined; remove one of them.")
+        raise ConfigError(POPULATION_AND_DISTRIBUTED)
     if getattr(agent, "encoder", "mlp") != "mlp":  # the actors ship copied windows; a conv torso's learner stores frames once
         raise ConfigError(
             f"The distributed section does not take agent.encoder={agent.encoder!r} yet (its actors send windows of "

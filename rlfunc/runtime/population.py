@@ -122,7 +122,7 @@ import torch
 import yaml
 from tensordict import TensorDict
 
-from rlfunc.runtime.config import MAX_SEED, ConfigError
+from rlfunc.runtime.config import MAX_SEED, POPULATION_AND_DISTRIBUTED, ConfigError
 from rlfunc.runtime.specs import parse_grid, parse_seeds
 
 __all__ = [
@@ -212,6 +212,8 @@ def supports(run_config) -> str | None:
             return f"train.population does not support {what} yet; unset train.{name} for a population."
     if getattr(run_config.data, "pretrain_steps", 0):
         return "train.population does not support data.pretrain_steps yet; set data.pretrain_steps=0 for a population."
+    if run_config.distributed is not None:
+        return POPULATION_AND_DISTRIBUTED
     if train.wandb is not None:
         return "train.population does not support train.wandb yet; remove it for a population (TensorBoard works)."
     if not train.checkpoint_replay:
