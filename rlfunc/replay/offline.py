@@ -486,8 +486,11 @@ class OfflineDataset:
 
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> TensorDict:
         """``batch_size`` rows uniformly with replacement (official ``Dataset.sample``)."""
-        idx = torch.randint(len(self), (batch_size,), generator=generator, device=self.rows.device)
-        return self.rows[idx]
+        return self.rows[self.draw_indices(batch_size, generator)]
+
+    def draw_indices(self, batch_size: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        """The row indices :meth:`sample` gathers (``batch_size``, uniform with replacement)."""
+        return torch.randint(len(self), (batch_size,), generator=generator, device=self.rows.device)
 
     @classmethod
     def from_arrays(

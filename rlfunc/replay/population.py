@@ -18,7 +18,7 @@ from typing import Sequence
 import torch
 from tensordict import TensorDict
 
-__all__ = ["PopulationReplay"]
+__all__ = ["PopulationReplay", "gather_rows"]
 
 
 class PopulationReplay:
@@ -83,15 +83,27 @@ class PopulationReplay:
     def sample(self, batch_size: int, generators: Sequence[torch.Generator]) -> TensorDict:
         """``batch_size`` rows per member (batch ``[P, batch_size]``): member ``k``'s indices drawn
         uniformly with replacement from its own ``generators[k]``, then one gather for all members."""
+        return self.gather(self.draw_indices(batch_size, generators))
+
+    def draw_indices(self, batch_size: int, generators: Sequence[torch.Generator]) -> torch.Tensor:
+        """Member ``k``'s ``batch_size`` row indices (``[P, batch_size]``, int64) from ``generators[k]``,
+        drawn as :meth:`UniformReplay.sample <rlfunc.replay.uniform.UniformReplay.sample>` draws them."""
         if len(generators) != self.members:
             raise ValueError(f"sample needs one generator per member ({self.members}), got {len(generators)}.")
         if self._storage is None or min(self.sizes) == 0:
             raise RuntimeError("Cannot sample from an empty replay buffer; add transitions to every member first.")
-        idx = torch.stack(
-            [torch.randint(size, (batch_size,), generator=g, device=self.device) for size, g in zip(self.sizes, generators)]
-        )
-        members = torch.arange(self.members, device=self.device).unsqueeze(1)
-        return self._storage[members, idx]
+        draws = [torch.randint(size, (batch_size,), generator=g, device=self.device) for size, g in zip(self.sizes, generators)]
+        return draws[0].unsqueeze(0) if self.members == 1 else torch.stack(draws)
+
+    def gather(self, idx: torch.Tensor) -> TensorDict:
+        """Rows ``idx[k, i]`` of member ``k``'s buffer (batch ``idx.shape``, ``[P, n]``): one
+        ``index_select`` per stored key over the flattened ``[P * capacity]`` storage (cheaper on a
+        CPU than advanced indexing with a member and a row index)."""
+        flat = idx if self.members == 1 else idx + self._offsets(idx)
+        return gather_rows(self._storage, flat.reshape(-1), idx.shape, lead=2)
+
+    def _offsets(self, idx: torch.Tensor) -> torch.Tensor:
+        return (torch.arange(self.members, device=self.device) * self.capacity).reshape(-1, *([1] * (idx.dim() - 1)))
 
     def state_dict(self) -> TensorDict:
         """Tensors that restore the buffers exactly (the filled part, ``[P, max size]``)."""
@@ -158,3 +170,16 @@ class _Member:
         if pop.storage is not None:
             td["storage"] = pop.storage[self._k, :size].clone().to("cpu")
         return td
+
+
+def gather_rows(storage: TensorDict, flat: torch.Tensor, shape: torch.Size, lead: int = 1) -> TensorDict:
+    """Rows ``flat`` (1-D int64) of ``storage`` (a TensorDict whose first ``lead`` batch dimensions,
+    flattened, are the rows), as a TensorDict of batch ``shape``: one ``index_select`` per leaf,
+    exact (a gather). Used by the population replays and RLPD's shared prior data."""
+    out = {}
+    for key, t in storage.items(include_nested=True, leaves_only=True):
+        rows = t.reshape(-1, *t.shape[lead:]).index_select(0, flat)
+        out[key] = rows.reshape(*shape, *t.shape[lead:])
+    if all(isinstance(k, str) for k in out) and type(storage) is TensorDict:
+        return TensorDict._new_unsafe(out, batch_size=torch.Size(shape), device=storage.device)
+    return TensorDict(out, batch_size=shape, device=storage.device)

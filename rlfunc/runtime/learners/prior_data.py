@@ -68,15 +68,26 @@ class PriorDataLearner(TransitionLearner):
 
     def population_sample(self, replay, generators) -> TensorDict:
         """:class:`~rlfunc.replay.offline.MixedSampler`'s order per member: its prior rows first (from
-        the shared dataset), then its online rows (one batched draw and gather for all members)."""
+        the shared dataset), then its online rows; each part one gather for all members."""
+        from rlfunc.replay.population import gather_rows
+
         g, b, p = self.config.updates_per_step, self.config.batch_size, len(generators)
         k = self.sampler.offline_rows(b)
         parts = []
         if k > 0:
-            parts.append(torch.stack([self.dataset.sample(g * k, generator=gen) for gen in generators]).reshape(p, g, k))
+            idx = torch.cat([self.dataset.draw_indices(g * k, generator=gen) for gen in generators])
+            parts.append(gather_rows(self.dataset.rows, idx, torch.Size([p, g, k])))
         if k < b:
-            parts.append(replay.sample(g * (b - k), generators).reshape(p, g, b - k))
-        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
+            online = replay.sample(g * (b - k), generators)  # [P, G * (B - k)]
+            if not parts:
+                return online.reshape(p, g, b)
+            prior = parts[0]
+            out = {
+                key: torch.cat([prior.get(key), t.reshape(p, g, b - k, *t.shape[2:])], dim=2)
+                for key, t in online.items(include_nested=True, leaves_only=True)
+            }
+            return TensorDict(out, batch_size=[p, g, b], device=online.device)
+        return parts[0]
 
     def pretrain(self) -> TensorDict | None:
         """Run the remaining ``data.pretrain_steps`` prior-only updates (no-op when done)."""
