@@ -441,6 +441,49 @@ def test_every_algorithm_names_its_settings_as_data():
         assert set(module.HPARAMS) <= fields
 
 
+# --------------------------------------------------------------------------- a population of one
+@pytest.mark.parametrize("algo", ALGOS)
+def test_a_population_of_one_runs_the_single_update_directly_and_equals_it_exactly(algo, monkeypatch):
+    """P=1: ``vmap_update`` calls the single update on the unstacked member (no ``torch.vmap``:
+    patched to fail here) and the result is the single update's, bit for bit, over 5 updates;
+    ``population.vmap`` (the runtime's act) likewise."""
+    problem = PROBLEMS[algo]()
+    single = problem.init(problem.config, 3)
+    pop = population.stack([single])
+    step = population.vmap_update(problem.module.update)
+
+    def no_vmap(*args, **kwargs):
+        raise AssertionError("a population of one must not go through torch.vmap")
+
+    monkeypatch.setattr(torch, "vmap", no_vmap)
+    data, noise_gen = torch.Generator().manual_seed(7), torch.Generator().manual_seed(8)
+    for i in range(5):
+        batch = problem.batch(problem.config, data)
+        noise = problem.noise(problem.config, noise_gen) if problem.noise else None
+        if problem.prepare:
+            single, pop = problem.prepare(single, i), problem.prepare(pop, i)
+        single, metrics = problem.module.update(single, batch, *((noise,) if noise is not None else ()))
+        pop, pop_metrics = step(pop, batch.unsqueeze(0), *((noise.unsqueeze(0),) if noise is not None else ()))
+        assert pop.batch_size == torch.Size([1]) and pop.get_non_tensor("config") == single.get_non_tensor("config")
+        for key, value in metrics.items(True, True):
+            assert pop_metrics[key].shape == (1, *value.shape) and torch.equal(pop_metrics[key][0], value), (i, key)
+    member = population.member(pop, 0).exclude("config")
+    assert set(member.keys(True, True)) == set(single.exclude("config").keys(True, True))
+    for key, value in single.exclude("config").items(True, True):
+        assert torch.equal(member[key], value), key
+    # the acting call: population.vmap runs the function itself for one member
+    act = population.vmap(lambda params, x: (params, x * 2))
+    params, doubled = act(pop["params"], torch.ones(1, 3))
+    assert torch.equal(doubled, torch.full((1, 3), 2.0)) and params.batch_size == torch.Size([1])
+    assert (params == pop["params"]).all()
+
+
+def test_population_vmap_batches_more_than_one_member():
+    params = TensorDict({"w": torch.arange(6.0).reshape(2, 3)}, batch_size=[2])
+    out = population.vmap(lambda p, x: p["w"] * x)(params, torch.tensor([[1.0], [2.0]]))
+    assert torch.equal(out, torch.tensor([[0.0, 1.0, 2.0], [6.0, 8.0, 10.0]]))
+
+
 # --------------------------------------------------------------------------- randomness
 def test_a_vmapped_update_that_would_draw_is_refused():
     """Without noise REDQ draws from the global generator; under randomness='error' that fails

@@ -118,6 +118,9 @@ __all__ = [
     "hparam_names",
     "with_hparams",
     "vmap_update",
+    "vmap",
+    "squeeze0",
+    "unsqueeze0",
     "draw_per_member",
 ]
 
@@ -318,22 +321,99 @@ def vmap_update(
                     f"size), got {list(lead)}; stack one per member."
                 )
         config = _config(state, "population update")
-
-        def member_update(tensors: TensorDict, *args: Any) -> tuple[TensorDict, TensorDict]:
-            member_state = tensors.clone(recurse=False)
+        args = tuple(n for n in noise if n is not None)
+        if p == 1:  # one member: its own update on its own tensors, no vmap (module doc, "One member")
+            member_state = squeeze0(state.exclude("config"))
             member_state.set_non_tensor("config", config)
-            new_state, metrics = update(member_state, *args)
-            return new_state.exclude("config"), metrics
+            new_member, metrics = update(member_state, squeeze0(batch), *(squeeze0(a) for a in args))
+            new_state, metrics = unsqueeze0(new_member.exclude("config")), unsqueeze0(metrics)
+        else:
 
-        vmapped = torch.vmap(member_update, randomness=randomness, chunk_size=chunk_size)
-        new_state, metrics = vmapped(state.exclude("config"), batch, *(n for n in noise if n is not None))
-        if state.device is not None:  # vmap's result has none; keep the state's (no copy: same device)
-            new_state = new_state.to(state.device)
+            def member_update(tensors: TensorDict, *args: Any) -> tuple[TensorDict, TensorDict]:
+                member_state = tensors.clone(recurse=False)
+                member_state.set_non_tensor("config", config)
+                new_state, metrics = update(member_state, *args)
+                return new_state.exclude("config"), metrics
+
+            vmapped = torch.vmap(member_update, randomness=randomness, chunk_size=chunk_size)
+            new_state, metrics = vmapped(state.exclude("config"), batch, *args)
+            if state.device is not None:  # vmap's result has none; keep the state's (no copy: same device)
+                new_state = new_state.to(state.device)
         new_state.set_non_tensor("config", config)
         return new_state, metrics
 
     population_update.__doc__ = f"``torch.vmap`` of {getattr(update, '__qualname__', update)!s} over members."
     return population_update
+
+
+def _map_leaves(tree: Any, fn: Callable[[torch.Tensor], torch.Tensor], batch: Callable[[torch.Size], torch.Size]) -> Any:
+    """``fn`` on every tensor of ``tree`` (a tensor, a TensorDict, a tuple or named tuple of them,
+    or ``None``), TensorDicts rebuilt with batch size ``batch(old)``. Eagerly, plain TensorDicts are
+    rebuilt directly from their leaves (a few microseconds a leaf; TensorDict's own shape methods
+    cost several times that, which a small update notices); anything else, and everything while
+    compiling, through TensorDict's public methods."""
+    if tree is None:
+        return None
+    if isinstance(tree, tuple):
+        parts = [_map_leaves(t, fn, batch) for t in tree]
+        return type(tree)(*parts) if hasattr(tree, "_fields") else tuple(parts)
+    if isinstance(tree, torch.Tensor):
+        return fn(tree)
+    if isinstance(tree, TensorDict):
+        if not torch.compiler.is_compiling() and type(tree) is TensorDict:
+            return _rebuild(tree, fn, batch(tree.batch_size))
+        return tree._fast_apply(fn, batch_size=batch(tree.batch_size), propagate_lock=False)
+    raise TypeError(f"population: cannot split or stack a {type(tree).__name__} by member; pass tensors or TensorDicts.")
+
+
+def _rebuild(td: TensorDict, fn: Callable[[torch.Tensor], torch.Tensor], batch_size: torch.Size) -> TensorDict:
+    out = {}
+    for key, value in td._tensordict.items():
+        if type(value) is TensorDict:
+            out[key] = _rebuild(value, fn, batch_size + value.batch_size[td.batch_dims:])
+        elif isinstance(value, torch.Tensor):
+            out[key] = fn(value)
+        else:  # a non-tensor leaf or another TensorDict class: TensorDict's own method for the whole
+            return td._fast_apply(fn, batch_size=batch_size, propagate_lock=False)
+    return TensorDict._new_unsafe(out, batch_size=batch_size, device=td.device)
+
+
+def squeeze0(tree: Any) -> Any:
+    """A population of one's only member: every tensor's leading ``[1]`` dimension dropped (views),
+    TensorDicts' batch sizes with it. Inverse of :func:`unsqueeze0`."""
+    return _map_leaves(tree, lambda t: t[0], lambda b: b[1:])
+
+
+def unsqueeze0(tree: Any) -> Any:
+    """A single member's tensors (or TensorDicts, tuples of them) as a population of one: a leading
+    ``[1]`` dimension on each (views). Inverse of :func:`squeeze0`."""
+    return _map_leaves(tree, lambda t: t.unsqueeze(0), lambda b: torch.Size([1]) + b)
+
+
+def vmap(fn: Callable[..., Any], *, randomness: str = "error", chunk_size: int | None = None) -> Callable[..., Any]:
+    """``torch.vmap(fn, randomness=randomness, chunk_size=chunk_size)`` over a leading member
+    dimension of every argument and result (tensors, TensorDicts, tuples of them), except that
+    for a population of one (every argument's leading size 1) ``fn`` runs directly on the only
+    member's tensors and its results get the leading ``[1]`` back (:func:`squeeze0`,
+    :func:`unsqueeze0`): the single member's own call, with no batching overhead, and exactly
+    the numbers its single run computes. The population runtime acts through it."""
+
+    def population_fn(*args: Any) -> Any:
+        lead = {(a.batch_size[:1] if isinstance(a, TensorDict) else a.shape[:1]) for a in _leading(args)}
+        if lead == {torch.Size([1])}:
+            return unsqueeze0(fn(*squeeze0(args)))
+        return torch.vmap(fn, randomness=randomness, chunk_size=chunk_size)(*args)
+
+    population_fn.__doc__ = f"``torch.vmap`` of {getattr(fn, '__qualname__', fn)!s} over members (direct for one)."
+    return population_fn
+
+
+def _leading(tree: Any) -> list:
+    if tree is None:
+        return []
+    if isinstance(tree, tuple):
+        return [x for t in tree for x in _leading(t)]
+    return [tree]
 
 
 def draw_per_member(draw: Callable[[torch.Generator], Any], generators: Sequence[torch.Generator]) -> Any:

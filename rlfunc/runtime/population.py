@@ -294,6 +294,10 @@ def _stack(items: list, device: torch.device) -> Any:
     if isinstance(first, tuple):
         parts = [_stack([it[i] for it in items], device) for i in range(len(first))]
         return type(first)(*parts) if hasattr(first, "_fields") else tuple(parts)
+    if len(items) == 1:  # a population of one: a view with a leading [1], no copy
+        from rlfunc.core.population import unsqueeze0
+
+        return unsqueeze0(first.to(device))
     return torch.stack([x.to(device) for x in items])
 
 
@@ -392,8 +396,12 @@ class PopulationTrainer:
                 lr.use_replay(self.replay.member(k))
         update = population.vmap_update(self.algo.update)
         self._update = torch.compile(update, fullgraph=True) if cfg.compile else update
-        self._act = torch.vmap(self.learners[0].act_fn, randomness="error")
+        self._act = population.vmap(self.learners[0].act_fn, randomness="error")
         self.learns_before_env_step = bool(getattr(self.learners[0], "learns_before_env_step", False))
+        from rlfunc.runtime.learners.base import TransitionLearner
+
+        # A learner whose prepare_state writes nothing (TransitionLearner's) is not handed each member's view.
+        self._prepares = type(self.learners[0]).prepare_state is not TransitionLearner.prepare_state
         self.collectors = [Collector(env, seed=m.seed) for env, m in zip(self.envs, self.members)]
         self.gradient_steps_per_call = int(getattr(config.agent, "updates_per_step", 1))
         self.env_steps = [0] * p
@@ -489,14 +497,20 @@ class PopulationTrainer:
         if not ready:
             return
         args, contexts = {}, {}
-        rows = None
+        rows = batched = None
         if self.replay is not None and len(ready) == p:  # every member's rows in one gather
             rows = self.learners[0].population_sample(self.replay, [lr.generator for lr in self.learners])
-        for k in ready:
-            learner = self.learners[k]
-            learner.prepare_state(self.member_state(k))  # in place, into the stacked state
-            args[k], contexts[k] = learner.update_inputs(None if rows is None else rows[k])
-        stacked = _stack([args.get(k, args[ready[0]]) for k in range(p)], self.device)
+            batched = self.learners[0].population_update_inputs(self.learners, rows)
+        if self._prepares:
+            for k in ready:
+                self.learners[k].prepare_state(self.member_state(k))  # in place, into the stacked state
+        if batched is not None:  # the batch as sampled, [P, ...], and each member's noise stacked
+            stacked, members_contexts = batched
+            contexts = dict(enumerate(members_contexts))
+        else:
+            for k in ready:
+                args[k], contexts[k] = self.learners[k].update_inputs(None if rows is None else rows[k])
+            stacked = _stack([args.get(k, args[ready[0]]) for k in range(p)], self.device)
         new_state, metrics = self._update(self.state, *stacked)
         mask = torch.zeros(p, dtype=torch.bool, device=self.device)
         mask[ready] = True
@@ -509,7 +523,9 @@ class PopulationTrainer:
             new_state.set_non_tensor("config", config)
         self.state = new_state
         keys = [key for key, v in metrics.items(True, True) if v.is_floating_point()]
-        finite = torch.stack([torch.isfinite(metrics[key]).reshape(p, -1).all(1) for key in keys], 1) | ~mask[:, None]
+        finite = torch.stack([torch.isfinite(metrics[key]).reshape(p, -1).all(1) for key in keys], 1)
+        if len(ready) < p:
+            finite = finite | ~mask[:, None]
         self._unchecked.append((list(self.env_steps), keys, finite))
         for k in ready:
             self._last_metrics[k] = self.learners[k].after_update(metrics[k], contexts[k])

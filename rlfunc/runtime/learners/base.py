@@ -212,8 +212,25 @@ class TransitionLearner:
         rows already drawn with its generator from a batched replay (:meth:`population_sample`)."""
         batch = self.sample_batch() if rows is None else rows
         g, b = batch.batch_size
-        noise = self.algo.draw_noise(self.config, g, b, self.act_dim, generator=self.generator, device=self.device)
-        return (batch, noise), None
+        return (batch, self.update_noise(g, b)), None
+
+    def update_noise(self, g: int, b: int) -> TensorDict:
+        """The update's noise for a ``[g, b]`` batch, from this learner's generator."""
+        return self.algo.draw_noise(self.config, g, b, self.act_dim, generator=self.generator, device=self.device)
+
+    def population_update_inputs(self, learners: list, rows: TensorDict) -> tuple[tuple, list] | None:
+        """Every member's :meth:`update_inputs` at once, when all of them learn from ``rows`` (``[P, ...]``,
+        :meth:`population_sample`'s, row ``k`` member ``k``'s; ``learners[k]`` is member ``k``'s learner):
+        ``(arguments stacked [P, ...], contexts)``, what stacking ``learners[k].update_inputs(rows[k])``
+        gives without splitting and restacking the batch; ``None`` where this learner's
+        ``update_inputs`` has no such form (the population then calls each member's)."""
+        if type(self).update_inputs is not TransitionLearner.update_inputs:
+            return None
+        from rlfunc.core.population import unsqueeze0
+
+        g, b = rows.batch_size[1:3]
+        noise = [lr.update_noise(g, b) for lr in learners]
+        return (rows, unsqueeze0(noise[0]) if len(noise) == 1 else torch.stack(noise)), [None] * len(learners)
 
     # A population of this learner may keep every member's replay in one batched replay: member k's
     # learner then holds the batched replay's member(k) (its single replay, bound to row k) and the
