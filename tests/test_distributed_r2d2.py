@@ -292,3 +292,22 @@ def test_rlfunc_train_of_the_shipped_config_then_resume(ray_local, bounded, tmp_
     last = json.loads((run_dir / "checkpoints" / (run_dir / "checkpoints" / "latest").read_text().strip() / "meta.json").read_text())
     assert last["env_step"] >= 2400 and last["updates"] > first["updates"]
     assert [int(line.split(",")[0]) for line in (run_dir / "eval.csv").read_text().splitlines()[1:]][-1] == last["env_step"]
+
+
+def test_a_learner_held_below_min_replay_ratio_catches_up_without_piling_requests(ray_local, bounded, tmp_path):
+    """With distributed.min_replay_ratio close to max_replay_ratio the learner is often behind and the
+    actors are held; each held actor is asked again once, when the learner has caught up. (Each held
+    actor used to be appended twice per loop turn, so the list of held actors doubled every update
+    until the driver spent all its time rebuilding it: a 150k-step run stalled at its first log.)"""
+    import rlfunc
+
+    runs = []
+    result = rlfunc.train(_tiny(**{"train.total_steps": 1000, "distributed.max_replay_ratio": 0.5,
+                                   "distributed.min_replay_ratio": 0.45, "distributed.param_sync_steps": 32}),
+                          run_dir=tmp_path / "run",
+                          callbacks=[type("Keep", (), {"on_end": lambda self, run, reason: runs.append(run)})()])
+    run = runs[0]
+    assert result.env_steps == run.env_step >= 1000
+    steps = run.env_step - run.ratio_from
+    # the learner kept within the bounds: at most max, and at least min short of one actor request
+    assert 0.45 * (steps - 2 * 2 * 32) <= run.learner_calls <= 0.5 * steps

@@ -309,7 +309,8 @@ class DistributedTrainer(Trainer):
             if asked <= 0:
                 return
             if self._behind(self.env_step + queued + asked):
-                held.append(k)
+                if k not in held:  # once: a held actor is asked again when the learner has caught up
+                    held.append(k)
                 return
             inflight[self.actors[k].collect.remote(self._published, asked)] = (k, asked)
 
@@ -327,6 +328,8 @@ class DistributedTrainer(Trainer):
                     retry.pop(k, None)
                     for _ in range(2 - sum(1 for j, _ in inflight.values() if j == k)):
                         submit(k)
+                        if k in held:  # still behind: asked again once the learner has caught up
+                            break
                 may = self._may_update()
                 if not inflight and not may:
                     if retry:
