@@ -1,7 +1,7 @@
 """Populations (rlfunc.core.population; issue #24, the pure part): member k of a vmapped
 population update computes what a single update of member k computes.
 
-* every algorithm in scope (REDQ, SAC, RLPD, DrQ-v2, DRQN, R2D2; tiny sizes): a 3-member
+* every algorithm in scope (REDQ, SAC, RLPD, DrQ-v2, DRQN, DQN, R2D2; tiny sizes): a 3-member
   population of different seeds, updated 50 times by ``torch.vmap(update,
   randomness="error")`` on per-member batches and per-member noise, equals 3 single-member
   runs: parameters, target networks, optimizer moments and step counts, and every metric
@@ -16,8 +16,10 @@ population update computes what a single update of member k computes.
   name the algorithm does not read; each in one sentence naming the field;
 * randomness is explicit: a vmapped update that would draw (no noise given) is refused;
   ``draw_per_member`` gives each member what its own generator gives, whatever ``P``;
-* no host syncs in a vmapped update with settings as data;
-* ``torch.compile(fullgraph=True)`` of the vmapped REDQ update matches eager (``compile``).
+* no host syncs in a vmapped update with settings as data (every algorithm, learning-rate
+  schedule on);
+* ``torch.compile(fullgraph=True)`` of the vmapped REDQ update matches eager (``compile``;
+  the other algorithms' in tests/test_population_compile.py).
 """
 
 from __future__ import annotations
@@ -160,6 +162,8 @@ PROBLEMS = {
         lambda c, seed: r2d2.init(c, VEC4, DISCRETE2, seed=seed),
         _r2d2_batch,
     ),
+    # DQN (registry "dqn"): DRQN's module with core="mlp" and one-step windows
+    "dqn": lambda **kw: PROBLEMS["drqn"](**{"core": "mlp", "sequence_length": 1, **kw}),
 }
 ALGOS = sorted(PROBLEMS)
 
@@ -249,6 +253,7 @@ SETTINGS = {
     "drqv2": ({}, {"lr": 1e-4, "tau": 0.01}, {"lr": 1e-3, "tau": 0.05}),
     "drqn": ({}, {"lr": 1e-3, "gamma": 0.99}, {"lr": 3e-3, "gamma": 0.9}),
     "r2d2": ({}, {"lr": 1e-4, "gamma": 0.997}, {"lr": 1e-3, "gamma": 0.95}),
+    "dqn": ({}, {"lr": 1e-3, "gamma": 0.99}, {"lr": 3e-3, "gamma": 0.9}),
 }
 SCHEDULE = LRSchedule(kind="cosine", warmup_updates=5, decay_updates=30, end_factor=0.1, warmup_start_factor=0.1)
 
@@ -528,12 +533,13 @@ class _Syncs(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-@pytest.mark.parametrize("algo", ["redq", "drqv2", "r2d2"])
+@pytest.mark.parametrize("algo", ALGOS)
 def test_a_vmapped_update_with_settings_as_data_makes_no_host_sync(algo):
     shared, s0, s1 = SETTINGS[algo]
     problem = PROBLEMS[algo](**shared, lr_schedule=SCHEDULE)
     states = [problem.init(dataclasses.replace(problem.config, **s), k) for k, s in enumerate((s0, s1))]
     pop = population.stack(states)
+    assert "hparams" in pop.keys() and population.size(pop) == 2  # the vmapped path with settings as data
     g = [torch.Generator().manual_seed(k) for k in (0, 1)]
     batch = torch.stack([problem.batch(problem.config, gk) for gk in g])
     args = (batch,) + ((population.draw_per_member(lambda gk: problem.noise(problem.config, gk), g),) if problem.noise else ())
