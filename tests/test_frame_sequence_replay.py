@@ -101,6 +101,34 @@ def test_a_too_small_frame_ring_is_refused():
         _feed([frames], steps=200)
 
 
+def _short_episodes(replay, steps: int, length: int) -> None:
+    """One env, episodes of exactly ``length`` steps; step ``t`` holds frames ``t % 251`` and ``(t + 1) % 251``
+    and its own number as the action."""
+    for t in range(steps):
+        replay.add(TensorDict({"obs": torch.full((1, 2), t % 251, dtype=torch.uint8),
+                               "next_obs": torch.full((1, 2), (t + 1) % 251, dtype=torch.uint8),
+                               "action": torch.tensor([t]), "terminated": torch.tensor([t % length == length - 1]),
+                               "truncated": torch.tensor([False])}, [1]))
+
+
+def test_short_episodes_evict_prioritized_windows_and_refuse_uniform_ones():
+    """Episodes of exactly sequence_length steps write sequence_length + 1 frames per window, more than the
+    default ring counts (period + 1): the prioritized replay stops sampling the windows whose frames it
+    is about to overwrite; the uniform one says in one sentence how large a ring would do."""
+    prioritized = PrioritizedFrameSequenceReplay(50, 6, 1, period=2)
+    _short_episodes(prioritized, 600, 6)
+    assert prioritized.windows_evicted > 0 and len(prioritized) == 50
+    batch = prioritized.sample(256, torch.Generator().manual_seed(0))
+    valid = batch["mask"]
+    assert torch.equal(batch["obs"][..., 0][valid], (batch["action"][valid] % 251).to(torch.uint8))  # intact frames
+    assert torch.equal(batch["next_obs"][..., 0][valid], ((batch["action"][valid] + 1) % 251).to(torch.uint8))
+    uniform = FrameSequenceReplay(50, 6, 1, period=2)
+    with pytest.raises(RuntimeError, match=r"^The frame ring of 172 frames would overwrite a frame a stored window reads; "
+                                           r"episodes shorter than .* hold up to 7 frames per window, so use a "
+                                           r"frame_capacity of at least 376\.$"):
+        _short_episodes(uniform, 600, 6)
+
+
 def test_bytes_per_stored_frame_atari():
     """An 84x84 uint8 frame is 7,056 bytes; R2D2's windows (burn-in 40 + 80, period 40, 8 actors) add the
     frame numbers and step entries of each window (2.2 windows per 80 steps), and the ring's slack."""

@@ -28,8 +28,21 @@ ago (each env writes a window at least every ``period`` steps once
 before that; each env step writes one frame plus one per episode start, and
 each episode writes at least one window, so
 ``capacity * (period + 1) + num_envs * (3 * sequence_length + period + 2)``
-frames suffice. A smaller ring is refused in one sentence by :meth:`add` when it would
-overwrite a frame a stored window reads.
+frames suffice -- where episodes last at least ``sequence_length + period`` steps: an
+episode of exactly ``sequence_length`` steps writes one window of ``sequence_length + 1``
+frames. When the ring would overwrite a frame a stored window reads (a smaller ring, or
+many short episodes), :class:`PrioritizedFrameSequenceReplay` evicts those windows (priority
+0: never sampled again) and :class:`FrameSequenceReplay` refuses in one sentence.
+
+Distributed actors (:mod:`rlfunc.scale.distributed`) cut windows in a small replay of this
+kind of their own (the *outbox*, ring :func:`outbox_frame_capacity`) with the same :meth:`add`,
+and send each chunk as the frames written since the previous chunk
+(:meth:`~_FrameStore.drain_frames`, each frame once) plus the windows
+(:meth:`~rlfunc.replay.sequence.SequenceReplay.drain`), which hold the outbox's frame numbers.
+The learner's replay takes a chunk with :meth:`~_FrameStore.add_chunk`: it appends the frames to
+its ring and renumbers the windows' frames into it (a window may read frames of an earlier
+chunk of the same actor; the frames of different actors interleave in the ring). Its ring
+counts every actor's envs (``frame_envs``) in :func:`default_frame_capacity`.
 """
 
 from __future__ import annotations
@@ -43,7 +56,13 @@ from tensordict import TensorDict
 from rlfunc.replay.prioritized import PrioritizedSequenceReplay
 from rlfunc.replay.sequence import SequenceReplay
 
-__all__ = ["FrameSequenceReplay", "PrioritizedFrameSequenceReplay", "default_frame_capacity", "frame_replay_bytes"]
+__all__ = [
+    "FrameSequenceReplay",
+    "PrioritizedFrameSequenceReplay",
+    "default_frame_capacity",
+    "frame_replay_bytes",
+    "outbox_frame_capacity",
+]
 
 _STEP_BYTES = 8 + 4 + 1 + 1 + 1 + 2 * 8  # action int64, reward f32, terminated, truncated, mask, two frame numbers
 """Bytes per step of a window besides the frames (the learners' step keys and the storage's mask)."""
@@ -52,6 +71,14 @@ _STEP_BYTES = 8 + 4 + 1 + 1 + 1 + 2 * 8  # action int64, reward f32, terminated,
 def default_frame_capacity(capacity: int, sequence_length: int, num_envs: int, period: int) -> int:
     """Frames the ring needs so that no stored or pending window reads an overwritten frame (module doc)."""
     return int(capacity) * (int(period) + 1) + int(num_envs) * (3 * int(sequence_length) + int(period) + 2)
+
+
+def outbox_frame_capacity(chunk_steps: int, sequence_length: int, num_envs: int) -> int:
+    """Frames a distributed actor's outbox ring needs between two drains of at most ``chunk_steps``
+    env steps: at most two per env step (a step's next frame, and its first frame at an episode
+    start), plus the frames the windows finished in the chunk read from before it (each starts at
+    most ``sequence_length`` steps of its env before it is written)."""
+    return 2 * (int(chunk_steps) + int(num_envs) * (int(sequence_length) + 1))
 
 
 def frame_replay_bytes(
@@ -78,8 +105,12 @@ def frame_replay_bytes(
 class _FrameStore:
     """The frame ring and the ``obs``/``next_obs`` <-> frame-number translation (mixed into the replays)."""
 
-    def _init_frames(self, frame_capacity: int | None) -> None:
-        cap = default_frame_capacity(self.capacity, self.sequence_length, self.num_envs, self.period)
+    def _init_frames(self, frame_capacity: int | None, frame_envs: int | None = None) -> None:
+        # Envs whose frames share the ring: num_envs, or every actor's envs for a distributed learner.
+        self.frame_envs = self.num_envs if frame_envs is None else int(frame_envs)
+        if self.frame_envs < 1:
+            raise ValueError(f"frame_envs must be at least 1, got {self.frame_envs}.")
+        cap = default_frame_capacity(self.capacity, self.sequence_length, self.frame_envs, self.period)
         self.frame_capacity = cap if frame_capacity is None else int(frame_capacity)
         if self.frame_capacity < self.sequence_length + 1:
             raise ValueError(
@@ -90,6 +121,8 @@ class _FrameStore:
         self._frames_written = 0  # absolute number of the next frame
         self._last_frame = np.zeros(self.num_envs, dtype=np.int64)  # each env's latest observation frame
         self._first_frame = np.full(self.capacity, -1, dtype=np.int64)  # each stored window's first frame (host)
+        self._frames_drained = 0  # number of the first frame drain_frames has not handed out
+        self._sources: dict = {}  # add_chunk: source -> (its first frames, ours, its ends) per chunk
 
     @property
     def frames(self) -> torch.Tensor | None:
@@ -135,44 +168,154 @@ class _FrameStore:
             super().add(step.exclude("obs", "next_obs"), carry, env_ids)  # raises its sentence
             return
         obs, next_obs = step["obs"], step["next_obs"]
-        if self._frames is None:
-            self._frames = torch.empty(  # pages are committed as frames are written
-                (self.frame_capacity, *obs.shape[1:]), dtype=obs.dtype, device=self.device
-            )
-        if tuple(obs.shape[1:]) != tuple(self._frames.shape[1:]) or obs.dtype != self._frames.dtype:
-            raise ValueError(
-                f"Observations of shape {tuple(obs.shape[1:])} and dtype {obs.dtype} do not match the stored frames "
-                f"({tuple(self._frames.shape[1:])}, {self._frames.dtype})."
-            )
         starts = self._ep_len[envs] == 0  # these envs' obs is an episode's first frame: write it too
         new = torch.cat([obs[torch.as_tensor(starts)], next_obs], dim=0)
-        k = new.shape[0]
-        first = self._frames_written
-        self._check_overwrite(first + k)
-        numbers = first + np.arange(k, dtype=np.int64)
-        slots = torch.as_tensor(numbers % self.frame_capacity, device=self.device)
-        self._frames.index_copy_(0, slots, new.to(self.device))
+        first = self._write_frames(new)
+        numbers = first + np.arange(new.shape[0], dtype=np.int64)
         obs_frame = self._last_frame[envs].copy()
         obs_frame[starts] = numbers[: int(starts.sum())]
         next_frame = numbers[int(starts.sum()):]
         self._last_frame[envs] = next_frame
-        self._frames_written += k
         rows = step.exclude("obs", "next_obs")
         rows["obs_frame"] = torch.as_tensor(obs_frame, device=rows.device)
         rows["next_frame"] = torch.as_tensor(next_frame, device=rows.device)
         super().add(rows, carry, env_ids)
 
+    def _write_frames(self, new: torch.Tensor) -> int:
+        """Append frames ``[k, *frame shape]`` to the ring (allocated at the first call); returns the
+        absolute number of the first. Refuses, before writing, to overwrite a frame a stored window reads."""
+        if self._frames is None:
+            self._frames = torch.empty(  # pages are committed as frames are written
+                (self.frame_capacity, *new.shape[1:]), dtype=new.dtype, device=self.device
+            )
+        if tuple(new.shape[1:]) != tuple(self._frames.shape[1:]) or new.dtype != self._frames.dtype:
+            raise ValueError(
+                f"Observations of shape {tuple(new.shape[1:])} and dtype {new.dtype} do not match the stored frames "
+                f"({tuple(self._frames.shape[1:])}, {self._frames.dtype})."
+            )
+        k = new.shape[0]
+        first = self._frames_written
+        self._check_overwrite(first + k)
+        slots = torch.arange(first, first + k, device=self.device) % self.frame_capacity
+        self._frames.index_copy_(0, slots, new.to(self.device))
+        self._frames_written += k
+        return first
+
+    def _too_small(self) -> str:
+        T, P, N = self.sequence_length, self.period, self.frame_envs
+        need = default_frame_capacity(self.capacity, T, N, P)
+        if self.frame_capacity < need:
+            return f"use a frame_capacity of at least {need}."
+        # the default assumes period + 1 frames per window; an episode of exactly T steps writes T + 1
+        return (f"episodes shorter than sequence_length + period = {T + P} steps hold up to {T + 1} frames per window, "
+                f"so use a frame_capacity of at least {default_frame_capacity(self.capacity, T, N, T)}.")
+
     def _check_overwrite(self, end: int) -> None:
-        """Refuse to write frames up to ``end`` (absolute) if a stored window still reads one of them."""
+        """Before writing frames up to ``end`` (absolute): stored windows that read a frame it would
+        overwrite are evicted where the replay can (:meth:`_evict`), else refused in one sentence."""
         oldest_kept = end - self.frame_capacity
         if oldest_kept <= 0 or self._size == 0:
             return
-        live = self._first_frame[: self._size]
-        if live.min() < oldest_kept:
+        # the stored rows: the last ``size`` before the cursor (a drained outbox holds fewer than capacity)
+        ff, C, start = self._first_frame, self.capacity, (self._cursor - self._size) % self.capacity
+        if self._size == C:
+            live_min = ff.min()
+        elif start + self._size <= C:
+            live_min = ff[start : start + self._size].min()
+        else:
+            live_min = min(ff[start:].min(), ff[: start + self._size - C].min())
+        if live_min >= oldest_kept:
+            return
+        rows = (start + np.arange(self._size)) % C
+        stale = rows[ff[rows] < oldest_kept]
+        if stale.size == self._size or not self._evict(stale):
             raise RuntimeError(
                 f"The frame ring of {self.frame_capacity} frames would overwrite a frame a stored window reads; "
-                f"use a frame_capacity of at least {default_frame_capacity(self.capacity, self.sequence_length, self.num_envs, self.period)}."
+                + self._too_small()
             )
+        ff[stale] = np.iinfo(np.int64).max  # evicted: no frame of theirs is needed any more
+
+    def _evict(self, rows: np.ndarray) -> bool:
+        """Never sample storage ``rows`` again (their frames are about to be overwritten); False where the
+        replay cannot (uniform sampling draws from every stored row), which refuses the write."""
+        return False
+
+    # ------------------------------------------------ chunks of a distributed actor
+    def drain_frames(self) -> tuple[int, torch.Tensor]:
+        """``(number of the first, frames [m, ...])``: the frames written since the last call, oldest
+        first, each once (an actor's outbox; :meth:`add_chunk` takes them with the windows of
+        :meth:`drain`). The ring must still hold them (:func:`outbox_frame_capacity`)."""
+        first, end = self._frames_drained, self._frames_written
+        if end - first > self.frame_capacity:
+            raise RuntimeError(
+                f"{end - first} frames were written since the last drain_frames into a ring of {self.frame_capacity}; "
+                "drain more often or raise the frame_capacity."
+            )
+        self._frames_drained = end
+        if self._frames is None or end == first:
+            shape = () if self._frames is None else tuple(self._frames.shape[1:])
+            dtype = torch.uint8 if self._frames is None else self._frames.dtype
+            return first, torch.zeros((0, *shape), dtype=dtype)
+        slots = torch.arange(first, end, device=self.device) % self.frame_capacity
+        return first, self._frames.index_select(0, slots).cpu()
+
+    def with_frames(self, td: TensorDict) -> TensorDict:
+        """``td`` (any batch shape, with ``obs_frame``, ``next_frame`` and ``mask``) with ``obs`` and
+        ``next_obs`` gathered from the ring (zeros where ``mask`` is False) instead of the numbers."""
+        out = td.clone(False)
+        mask = td["mask"].to(self.device)
+        out["obs"] = self._frames_at(td["obs_frame"].to(self.device), mask)
+        out["next_obs"] = self._frames_at(td["next_frame"].to(self.device), mask)
+        return out.exclude("obs_frame", "next_frame")
+
+    def add_chunk(self, source, frames_from: int, frames: torch.Tensor, windows: TensorDict,
+                  priorities: torch.Tensor | None = None) -> torch.Tensor:
+        """Store one chunk of another frame replay (a distributed actor's outbox): its new ``frames``
+        (:meth:`drain_frames`: ``frames_from`` is the outbox's number of the first) and ``windows``
+        (:meth:`drain`; with ``priorities [k]`` for a prioritized replay). ``source`` names the outbox
+        (e.g. ``(actor, pid)``); its frame numbers are renumbered into this ring, where a window may read
+        frames an earlier chunk of the same source brought. A source whose numbers start again at 0 is
+        a new outbox. Windows that read a frame this replay never got (a lost chunk) are left out;
+        a window that reads a frame the ring has overwritten is refused in one sentence. Returns the
+        storage rows of the windows stored."""
+        frames_from, m = int(frames_from), int(frames.shape[0])
+        none = np.zeros(0, dtype=np.int64)
+        if m:
+            ours = self._write_frames(frames)
+            src, dst, ends = self._sources.get(source, (none, none, none))
+            if frames_from == 0:  # a new outbox (a restarted actor) numbers from 0 again
+                src, dst, ends = none, none, none
+            self._sources[source] = (np.append(src, frames_from), np.append(dst, ours), np.append(ends, frames_from + m))
+        k = windows.batch_size[0]
+        if k == 0:
+            return torch.zeros(0, dtype=torch.int64, device=self.device)
+        src, dst, ends = self._sources.get(source, (none, none, none))
+        steps = windows["steps"].clone(False)
+        mask = steps["mask"].cpu().numpy()
+        keep = np.ones(k, dtype=bool)
+        for key in ("obs_frame", "next_frame"):
+            numbers = steps[key].cpu().numpy()
+            # the chunk (segment) each number came in: the last whose first number is at most it
+            seg = np.maximum(np.searchsorted(src, numbers, side="right") - 1, 0)
+            found = mask & (numbers >= src[seg]) & (numbers < ends[seg]) if src.size else np.zeros_like(mask)
+            keep &= (found | ~mask).all(axis=1)
+            mapped = dst[seg] + numbers - src[seg] if src.size else numbers
+            steps[key] = torch.as_tensor(np.where(found, mapped, 0), dtype=torch.int64)  # 0 on padding, as add
+        oldest = self._frames_written - self.frame_capacity
+        if keep.any() and steps["obs_frame"][torch.as_tensor(keep), 0].min() < oldest:
+            raise RuntimeError(
+                f"A window reads a frame the ring of {self.frame_capacity} frames has already overwritten; "
+                + self._too_small()
+            )
+        windows = windows.clone(False)
+        windows["steps"] = steps
+        if not keep.all():
+            sel = torch.as_tensor(keep)
+            windows = windows[sel]
+            priorities = None if priorities is None else torch.as_tensor(priorities).reshape(-1)[sel]
+        if priorities is None:
+            return self.add_windows(windows)
+        return self.add_windows(windows, priorities)
 
     def _on_insert(self, rows: torch.Tensor) -> None:
         self._first_frame[rows.cpu().numpy()] = self._storage["obs_frame"][0, rows].cpu().numpy()
@@ -186,11 +329,7 @@ class _FrameStore:
 
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> TensorDict:
         """The parent replay's sample, with ``obs`` and ``next_obs`` gathered from the frame ring (frame dtype)."""
-        out = super().sample(batch_size, generator)
-        mask = out["mask"]
-        out["obs"] = self._frames_at(out["obs_frame"], mask)
-        out["next_obs"] = self._frames_at(out["next_frame"], mask)
-        return out.exclude("obs_frame", "next_frame")
+        return self.with_frames(super().sample(batch_size, generator))
 
     def state_dict(self) -> TensorDict:
         """The parent's tensors plus the frames still referenced and the frame counters."""
@@ -228,23 +367,39 @@ class _FrameStore:
 class FrameSequenceReplay(_FrameStore, SequenceReplay):
     """:class:`SequenceReplay` (uniform windows; DRQN) storing each frame once (module doc).
 
-    Args: those of :class:`SequenceReplay`, and ``frame_capacity`` (frames in the ring;
-    default :func:`default_frame_capacity`).
+    Args: those of :class:`SequenceReplay`, ``frame_capacity`` (frames in the ring;
+    default :func:`default_frame_capacity`) and ``frame_envs`` (the envs whose frames the ring
+    holds for that default: ``num_envs``, or every actor's envs for a distributed learner).
     """
 
     def __init__(self, capacity: int, sequence_length: int, num_envs: int = 1, *, period: int | None = None,
-                 frame_capacity: int | None = None, device: torch.device | str = "cpu") -> None:
+                 frame_capacity: int | None = None, frame_envs: int | None = None,
+                 device: torch.device | str = "cpu") -> None:
         super().__init__(capacity, sequence_length, num_envs, period=period, device=device)
-        self._init_frames(frame_capacity)
+        self._init_frames(frame_capacity, frame_envs)
 
 
 class PrioritizedFrameSequenceReplay(_FrameStore, PrioritizedSequenceReplay):
     """:class:`PrioritizedSequenceReplay` (R2D2) storing each frame once (module doc).
 
-    Args: those of :class:`PrioritizedSequenceReplay`, and ``frame_capacity``.
+    Args: those of :class:`PrioritizedSequenceReplay`, ``frame_capacity`` and ``frame_envs``.
+
+    Where episodes are shorter than ``sequence_length + period`` steps, windows hold more than
+    ``period + 1`` frames each (up to ``sequence_length + 1``, an episode of exactly one window) and
+    the default ring can come round to frames the oldest stored windows read: those windows get
+    priority 0 (never sampled again; ``windows_evicted`` counts them) before their frames are
+    overwritten, instead of stopping the run. The uniform :class:`FrameSequenceReplay` refuses then.
     """
 
+    windows_evicted = 0
+
+    def _evict(self, rows: np.ndarray) -> bool:
+        self._tree.update(torch.as_tensor(rows, device=self.device),
+                          torch.zeros(rows.shape[0], dtype=torch.float64, device=self.device))
+        self.windows_evicted += int(rows.shape[0])
+        return True
+
     def __init__(self, capacity: int, sequence_length: int, num_envs: int = 1, *, period: int | None = None,
-                 frame_capacity: int | None = None, **kwargs) -> None:
+                 frame_capacity: int | None = None, frame_envs: int | None = None, **kwargs) -> None:
         super().__init__(capacity, sequence_length, num_envs, period=period, **kwargs)
-        self._init_frames(frame_capacity)
+        self._init_frames(frame_capacity, frame_envs)
