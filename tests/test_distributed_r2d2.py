@@ -3,11 +3,13 @@
 Without Ray: windows moved from an actor's outbox equal the single-process replay's; an actor (in
 this process) produces the single-process collector's windows, stored states and priorities for
 the same seed and epsilons; the epsilon ladder is split over actors; the config and Ray-missing
-sentences. With Ray (loopback, dashboard off, each test bounded, shut down after the module): a
+sentences. Pixel agents (MinAtar): two actors' chunks, interleaved in the learner's frame replay,
+hold the single-process pixel collector's windows (frames gathered by sample, stored states,
+priorities), and each chunk carries each frame once plus small per-window metadata. With Ray (loopback, dashboard off, each test bounded, shut down after the module): a
 Ray actor returns the in-process actor's chunk; a run whose actor is killed by pid goes on, the
 actor is restarted and the counters are exact; parameter versions reach the actors; an
-unreachable address and too many CPUs are one sentence; `rlfunc train` of the shipped config,
-then `rlfunc resume`.
+unreachable address and too many CPUs are one sentence; `rlfunc train` of the shipped configs
+(CartPole and MinAtar), then `rlfunc resume`.
 """
 
 import importlib.util
@@ -125,6 +127,134 @@ def test_an_actor_produces_the_single_process_collectors_windows_states_and_prio
     assert chunk["version"] == 0 and chunk["returns"]
 
 
+PIXEL = {
+    "algo": "r2d2",
+    "env": {"id": "MinAtar/Breakout-v0"},
+    "distributed": {"actors": 2, "envs_per_actor": 3, "param_sync_steps": 60, "param_sync_updates": 2,
+                    "max_replay_ratio": 0.5},
+    "train": {"total_steps": 2400, "learning_starts": 4, "replay_size": 500, "eval_every": 100000,
+              "eval_episodes": 1, "checkpoint_every": 100000, "log_every": 200, "threads": 1,
+              "tensorboard": False, "progress": False, "seed": 3},
+    "agent": {"encoder": "minatar", "encoder_sizes": [], "lstm_size": 16, "head_sizes": [16], "burn_in": 2,
+              "sequence_length": 4, "sequence_period": 2, "batch_size": 8, "target_period": 50},
+}
+needs_minatar = pytest.mark.skipif(importlib.util.find_spec("minatar") is None,
+                                   reason="needs the minatar extra: pip install -e '.[minatar]'")
+
+
+@pytest.fixture(scope="module")
+def pixel_chunks():
+    """Two in-process MinAtar actors (3 envs each), 4 chunks each, and a distributed learner whose frame
+    replay took them interleaved (actor 0, actor 1, actor 0, ...). Each chunk keeps, besides what the actor
+    sent, its windows with the frames gathered from the actor's own outbox (``gathered``)."""
+    cfg = build_config(PIXEL)
+    env = make_vector_env("MinAtar/Breakout-v0", 3)
+    entry = get_algo("r2d2")
+    learner = entry.make_learner(cfg, env.single_observation_space, env.single_action_space)
+    published = TensorDict({"params": learner.state["params"], "target": learner.state["target"],
+                            "version": torch.tensor(0)}, [])
+    actors = [ActorProcess(to_dict(cfg), k) for k in range(2)]
+    chunks = []
+    for _ in range(4):
+        for actor in actors:
+            chunk = actor.collect(published, 60)
+            chunk["gathered"] = actor.outbox.with_frames(chunk["windows"]["steps"])
+            chunk["rows"] = learner.replay.add_chunk((chunk["actor"], chunk["pid"]), chunk["frames_from"],
+                                                     chunk["frames"], chunk["windows"], chunk["priorities"])
+            chunks.append(chunk)
+    return cfg, env, learner, actors, chunks
+
+
+@needs_minatar
+def test_pixel_actors_fill_the_learner_frame_replay_with_the_single_process_windows(pixel_chunks):
+    """Actor 0's windows in the distributed learner's frame replay (frames gathered by sample, stored
+    states, starts, priorities) are the single-process pixel collector's for the same seed and epsilons,
+    although actor 1's frames interleave with its frames in the learner's ring."""
+    cfg, env, learner, actors, chunks = pixel_chunks
+    replay = learner.replay
+    assert type(replay).__name__ == "PrioritizedFrameSequenceReplay" and replay.frame_envs == 6
+    assert replay.frames_written == sum(c["frames"].shape[0] for c in chunks)  # every frame sent came in once
+    single_raw = apply_overrides({k: v for k, v in PIXEL.items() if k != "distributed"},
+                                 {"env.num_envs": 3, "train.learning_starts": 400})
+    single = build_config(single_raw)
+    ref = get_algo("r2d2").make_learner(single, env.single_observation_space, env.single_action_space)
+    ref._epsilons = actors[0].epsilons.clone()  # the same epsilons (actor 0's slice of the ladder over 6 envs)
+    ref.state = learner.state.clone()
+    mine = [c for c in chunks if c["actor"] == 0]
+    collector = Collector(env, seed=single.train.seed)
+    collector.reset(seed=single.train.seed)
+    steps = 0
+    while steps < sum(c["env_steps"] for c in mine):
+        actions = ref.explore(collector.obs, steps, episode_start=collector.episode_start)
+        rows, _ = collector.step(actions)
+        ref.observe(rows)
+        steps += rows.batch_size[0]
+    assert steps == sum(c["env_steps"] for c in mine)
+    assert ref.replay.frames_written == sum(c["frames"].shape[0] for c in mine)  # frames once, as one process
+    k = len(ref.replay)
+    rows = torch.cat([c["rows"] for c in mine])
+    assert rows.numel() == k > 30 and len(replay) == sum(c["rows"].numel() for c in chunks)
+    expected = ref.replay.with_frames(ref.replay.storage[:, :k])
+    got = replay.with_frames(replay.storage[:, rows])
+    assert expected["obs"].dtype == torch.uint8 and expected["obs"].float().sum() > 0
+    for key in expected.keys():
+        assert torch.equal(got[key], expected[key]), key
+    for key in ("h", "c", "prev_action", "prev_reward"):
+        assert torch.equal(replay._carry[key][rows], ref.replay._carry[key][:k]), key
+    assert torch.equal(replay._info["start"][rows], ref.replay._info["start"][:k])
+    # priorities: the R2D2 loss's on the single-process windows, stored as the actor sent them
+    batch = expected.clone()
+    batch["init_carry"] = ref.replay._carry[:k].expand(batch.batch_size[0], k)
+    with torch.no_grad():
+        _, aux = get_algo("r2d2").algo.loss(learner.state["params"], learner.state["target"], single.agent, batch)
+    sent = torch.cat([c["priorities"] for c in mine])
+    assert torch.equal(sent, aux["priorities"]) and (sent > 0).all()
+    assert torch.allclose(replay.priorities(rows), sent.double(), rtol=1e-5)
+    # sample gathers, through the renumbering, the frames each actor's outbox held (both actors)
+    at = {int(r): (c, i) for c in chunks for i, r in enumerate(c["rows"].tolist())}
+    sample = replay.sample(64, generator=torch.Generator().manual_seed(0))
+    for j, r in enumerate(sample["window"][0].tolist()):
+        c, i = at[r]
+        for key in ("obs", "next_obs", "action", "mask"):
+            assert torch.equal(sample[key][:, j], c["gathered"][key][i]), key
+    assert {at[r][0]["actor"] for r in sample["window"][0].tolist()} == {0, 1}
+
+
+@needs_minatar
+def test_pixel_chunks_send_each_frame_once(pixel_chunks):
+    """A chunk's bytes are its new frames, each once, plus small per-window metadata (frame numbers,
+    action, reward, flags, the stored state, start, priority), not a copy of every window's frames."""
+    cfg, env, learner, actors, chunks = pixel_chunks
+    T = cfg.agent.burn_in + cfg.agent.sequence_length
+    frame_bytes = 10 * 10 * 4  # MinAtar Breakout: 4 uint8 planes of 10 x 10
+    copied = 0
+    for c in chunks:
+        k, m = c["windows"].batch_size[0], c["frames"].shape[0]
+        carry = sum(v[0].numel() * v.element_size() for v in c["windows"]["init_carry"].values(True, True))
+        per_window = T * (8 + 8 + 8 + 4 + 1 + 1 + 1) + carry + 8 + 8 + 4  # frame numbers, action, reward, flags, mask
+        assert distributed.chunk_bytes(c) == m * frame_bytes + k * per_window
+        assert c["frames"].dtype == torch.uint8 and m <= c["env_steps"] + 3 + len(c["returns"])  # + episode firsts
+        copied += k * T * 2 * frame_bytes  # windows of copied frames: obs and next_obs of every step
+    for actor in (0, 1):  # each frame number in exactly one chunk; windows read only frames already sent
+        mine = [c for c in chunks if c["actor"] == actor]
+        assert [c["frames_from"] for c in mine] == [sum(c["frames"].shape[0] for c in mine[:i]) for i in range(len(mine))]
+        for c in mine:
+            steps = c["windows"]["steps"]
+            read = torch.cat([steps["obs_frame"][steps["mask"]], steps["next_frame"][steps["mask"]]])
+            assert read.max() < c["frames_from"] + c["frames"].shape[0]
+        read = torch.cat([torch.cat([c["windows"]["steps", k][c["windows"]["steps", "mask"]] for c in mine])
+                          for k in ("obs_frame", "next_frame")]).unique()
+        sent = sum(c["frames"].shape[0] for c in mine)
+        assert sent - 3 * (T + 1) <= read.numel() <= sent  # all but the open episodes' frames are read
+    # short random-policy Breakout episodes (about 8 steps) hold few overlapping windows, and still:
+    assert sum(c["frames"].numel() for c in chunks) < copied / 1.5
+    import pickle
+
+    c = chunks[-1]
+    wire = {key: v for key, v in c.items() if key not in ("gathered", "rows")}
+    assert len(pickle.dumps(wire, protocol=5)) < distributed.chunk_bytes(c) + 16_000  # what Ray serializes
+
+
 def test_the_epsilon_ladder_is_split_over_the_actors():
     slices = [actor_epsilon_slice(4, 3, k) for k in range(4)]
     assert torch.equal(torch.cat(slices), actor_epsilons(12))
@@ -138,8 +268,6 @@ def test_the_epsilon_ladder_is_split_over_the_actors():
     ({"env": {"id": "CartPole-v1", "num_envs": 4}}, r"^env\.num_envs=4 is not used by a distributed run; set distributed\.envs_per_actor"),
     ({"distributed": {"actorz": 2}}, r"^Unknown config key 'distributed\.actorz'; did you mean 'actors'\?$"),
     ({"distributed": {"min_replay_ratio": 1.0}}, r"^distributed\.min_replay_ratio must be between 0 \(off\) and distributed\.max_replay_ratio"),
-    ({"agent": {**TINY["agent"], "encoder": "minatar"}},
-     r"^The distributed section does not take agent\.encoder='minatar' yet .*; use agent\.encoder: mlp or train without"),
 ])
 def test_config_refusals_are_one_sentence(change, sentence):
     raw = {**TINY, **change}
@@ -292,6 +420,33 @@ def test_rlfunc_train_of_the_shipped_config_then_resume(ray_local, bounded, tmp_
     last = json.loads((run_dir / "checkpoints" / (run_dir / "checkpoints" / "latest").read_text().strip() / "meta.json").read_text())
     assert last["env_step"] >= 2400 and last["updates"] > first["updates"]
     assert [int(line.split(",")[0]) for line in (run_dir / "eval.csv").read_text().splitlines()[1:]][-1] == last["env_step"]
+
+
+@needs_minatar
+def test_rlfunc_train_of_the_shipped_minatar_config_then_resume(ray_local, bounded, tmp_path, capsys):
+    """The shipped pixel config on 2 Ray actors: frames arrive once per chunk into the learner's frame
+    replay, it trains, checkpoints (frames included) and resumes with fresh actors."""
+    from rlfunc.runtime.checkpoint import load_checkpoint
+    from rlfunc.runtime.cli import main
+
+    sets = ["distributed.actors=2", "distributed.envs_per_actor=2", "distributed.param_sync_steps=100",
+            "distributed.max_replay_ratio=0.05", "distributed.min_replay_ratio=0", "train.total_steps=400",
+            "train.learning_starts=8", "train.replay_size=300", "train.eval_every=200", "train.eval_episodes=1",
+            "train.checkpoint_every=200", "train.compile=false", "train.progress=false", "train.tensorboard=false",
+            "agent.batch_size=8", "agent.lstm_size=16", "agent.head_sizes=[16]", "agent.burn_in=2",
+            "agent.sequence_length=4", "agent.sequence_period=2"]
+    run_dir = tmp_path / "run"
+    args = ["train", str(ROOT / "configs" / "r2d2" / "minatar_breakout_distributed.yaml"), "--run-dir", str(run_dir)]
+    assert main(args + [a for s in sets for a in ("--set", s)]) == 0
+    tensors, first = load_checkpoint(run_dir)
+    assert first["env_step"] >= 400 and first["updates"] > 0 and first["config"]["distributed"]["actors"] == 2
+    written = int(tensors["replay", "frames_written"])
+    assert first["env_step"] <= written <= first["env_step"] + 4 * (first["env_step"] // 20)  # + one per episode
+    assert main(["resume", str(run_dir), "--total-steps", "600"]) == 0
+    assert "fresh actors" in capsys.readouterr().err
+    tensors, last = load_checkpoint(run_dir)
+    assert last["env_step"] >= 600 and last["updates"] > first["updates"]
+    assert int(tensors["replay", "frames_written"]) > written
 
 
 def test_a_learner_held_below_min_replay_ratio_catches_up_without_piling_requests(ray_local, bounded, tmp_path):

@@ -2,7 +2,8 @@
 
 * every ``configs/*/minatar_*.yaml`` and ``configs/*/atari_*.yaml`` holds the settings its header
   names and trains a few hundred env steps with tiny overrides (sizes and budgets only; skipped
-  with the install command when the minatar or atari extra is missing);
+  with the install command when the minatar or atari extra is missing; a ``*_distributed`` config
+  trains its agent in one process here, on Ray actors in ``tests/test_distributed_r2d2.py``);
 * the Atari pipeline the configs build (``ale_py:ALE/<Game>-v5``, ``gymnasium.wrappers.
   AtariPreprocessing`` and ``FrameStackObservation`` by name, through rlfunc's env factory) gives
   the observations of gymnasium's reference wrappers for the same seed and actions, and the
@@ -47,9 +48,13 @@ TINY_AGENT = {
 def _paper_settings(cfg, path: Path) -> None:
     """The settings the config's header promises (what the overrides below do not touch)."""
     a, env = cfg.agent, cfg.env
+    d = cfg.distributed
+    assert (d is not None) == ("distributed" in path.name)
+    if d is not None:  # Ray actors on the 16-core GPU machine: one core per actor, two for the learner and Ray
+        assert env.num_envs == 1 and d.actors == 14 and d.actor_cpus == 1
     if "minatar" in path.name:
         assert env.id.startswith("MinAtar/") and a.encoder == "minatar" and tuple(a.encoder_sizes) == ()
-        assert cfg.train.total_steps == 5_000_000 and env.num_envs == 8
+        assert cfg.train.total_steps == 5_000_000 and (env.num_envs == 8 if d is None else d.envs_per_actor == 4)
     else:
         assert env.id.startswith("ale_py:ALE/") and a.encoder == "nature"
         assert env.kwargs == {"frameskip": 1, "repeat_action_probability": 0.0}
@@ -76,6 +81,8 @@ def _smoke(path: Path, tmp_path: Path) -> None:
     cfg = build_config(load_config(str(path)))
     _paper_settings(cfg, path)
     overrides = {**TINY, **TINY_AGENT[cfg.algo]}
+    if cfg.distributed is not None:  # its agent here, in one process; tests/test_distributed_r2d2.py runs it on Ray actors
+        overrides["distributed"] = None
     if "atari" in path.name:  # a short evaluation game: 2,000 frames (500 agent steps) at most
         overrides["env.kwargs"] = {**cfg.env.kwargs, "max_num_frames_per_episode": 2000}
     rlfunc.train(str(path), overrides=overrides, run_dir=tmp_path / "run")

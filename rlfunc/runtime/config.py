@@ -685,12 +685,6 @@ def _distributed_section(
         )
     if train.population is not None:
         raise ConfigError(POPULATION_AND_DISTRIBUTED)
-    if getattr(agent, "encoder", "mlp") != "mlp":  # the actors ship copied windows; a conv torso's learner stores frames once
-        raise ConfigError(
-            f"The distributed section does not take agent.encoder={agent.encoder!r} yet (its actors send windows of "
-            "copied observations, and a pixel learner's frame replay stores each frame once); use agent.encoder: mlp "
-            "or train without the distributed section."
-        )
     return section
 
 

@@ -20,6 +20,17 @@ replay; one learner samples it, updates and publishes parameters. Here:
   networks) -- one chunk. Env ``i`` of the whole set is seeded ``train.seed + i`` and actor 0
   draws its acting noise from ``train.seed + 1``, as the single-process learner, so one actor
   produces the single-process run's windows for the same parameters (tested).
+* **pixel agents** (``agent.encoder`` ``minatar`` or ``nature``): the outbox is the learner's kind of
+  frame replay (:class:`~rlfunc.replay.frame_sequence.FrameSequenceReplay`, a ring of
+  :func:`~rlfunc.replay.frame_sequence.outbox_frame_capacity` frames), filled by the same
+  :meth:`observe`; a chunk carries the frames written since the actor's previous chunk, each once
+  (``frames``, ``frames_from``: the outbox's number of the first), and windows that hold the outbox's
+  frame numbers instead of observations (priorities are computed on the frames gathered from the
+  outbox). The learner's :class:`~rlfunc.replay.frame_sequence.PrioritizedFrameSequenceReplay`
+  takes it with :meth:`~rlfunc.replay.frame_sequence.PrioritizedFrameSequenceReplay.add_chunk`,
+  renumbering each actor's frames into its one ring (sized by
+  :func:`~rlfunc.replay.frame_sequence.default_frame_capacity` over all ``actors * envs_per_actor``
+  envs). :func:`chunk_bytes` counts what a chunk carries.
 * **learner** (:class:`DistributedTrainer`, in the driver, on ``train.device``): the
   single-process :class:`~rlfunc.runtime.learners.R2D2Learner` -- the same pure
   ``r2d2.update`` and prioritized sequence replay -- fed by
@@ -75,6 +86,7 @@ __all__ = [
     "actor_epsilon_slice",
     "actor_seeds",
     "window_priorities",
+    "chunk_bytes",
     "ActorProcess",
     "DistributedTrainer",
     "connect_for",
@@ -116,6 +128,19 @@ def window_priorities(algo, published: TensorDict, agent_config, windows: Tensor
     with torch.no_grad():
         _, aux = algo.loss(published["params"], published["target"], agent_config, batch)
     return aux["priorities"]
+
+
+def chunk_bytes(chunk: dict[str, Any]) -> int:
+    """Bytes of the tensors an actor sends in one chunk: its windows, their priorities and, for a pixel
+    agent, the frames written since its previous chunk (each once)."""
+    total = 0
+    for key in ("windows", "priorities", "frames"):
+        value = chunk.get(key)
+        if isinstance(value, TensorDict):
+            total += sum(v.numel() * v.element_size() for v in value.values(True, True))
+        elif isinstance(value, torch.Tensor):
+            total += value.numel() * value.element_size()
+    return total
 
 
 def _actor_env(config: RunConfig, n: int):
@@ -162,7 +187,15 @@ class ActorProcess:
             env_seed, noise_seed = env_seed + 7_919 * os.getpid(), noise_seed + 7_919 * os.getpid()
         cut = self.entry.algo.replay_kwargs(config.agent, 1)
         # At most one window per transition, and a call collects < param_sync_steps + n transitions.
-        self.outbox = SequenceReplay(d.param_sync_steps + n, cut["sequence_length"], n, period=cut["period"])
+        chunk = d.param_sync_steps + n
+        self.pixels = getattr(config.agent, "encoder", "mlp") != "mlp"
+        if self.pixels:  # the learner's frame replay, small: each frame goes to the learner once
+            from rlfunc.replay.frame_sequence import FrameSequenceReplay, outbox_frame_capacity
+
+            self.outbox = FrameSequenceReplay(chunk, cut["sequence_length"], n, period=cut["period"],
+                                              frame_capacity=outbox_frame_capacity(chunk, cut["sequence_length"], n))
+        else:
+            self.outbox = SequenceReplay(chunk, cut["sequence_length"], n, period=cut["period"])
         self.epsilons = actor_epsilon_slice(d.actors, n, self.index, config.agent.epsilon_base, config.agent.epsilon_alpha)
         self.acting = self.entry.learner_cls.for_acting(
             self.entry, config, obs_space, act_space, replay=self.outbox, epsilons=self.epsilons, seed=noise_seed
@@ -191,9 +224,19 @@ class ActorProcess:
             self.env_steps += rows.batch_size[0]
             returns.extend(r for _, r, _ in finished)
         windows = self.outbox.drain()
-        priorities = window_priorities(self.entry.algo, published, self.config.agent, windows)
+        frames = {}
+        if self.pixels:  # the frames written since the last chunk, once; the windows hold their numbers
+            frames_from, new = self.outbox.drain_frames()
+            frames = {"frames": new, "frames_from": frames_from}
+            scored = windows if windows.batch_size[0] == 0 else windows.clone(False)
+            if windows.batch_size[0]:
+                scored["steps"] = self.outbox.with_frames(windows["steps"])
+        else:
+            scored = windows
+        priorities = window_priorities(self.entry.algo, published, self.config.agent, scored)
         return {
             "windows": windows,
+            **frames,
             "priorities": priorities,
             "cpu_s": time.process_time() - cpu0,  # this process's CPU time for the chunk
             "wall_s": time.monotonic() - wall0,
@@ -399,7 +442,12 @@ class DistributedTrainer(Trainer):
         """Store one chunk's windows with their priorities, count its env steps and episodes, then log,
         evaluate and checkpoint at the thresholds it crossed (as the single-run loop does per env step)."""
         cfg = self.config.train
-        self.learner.replay.add_windows(chunk["windows"], chunk["priorities"])
+        replay = self.learner.replay
+        if "frames" in chunk:  # a pixel actor's chunk: its new frames once, windows with its frame numbers
+            rows = replay.add_chunk((chunk["actor"], chunk["pid"]), chunk["frames_from"], chunk["frames"],
+                                    chunk["windows"], chunk["priorities"])
+        else:
+            rows = replay.add_windows(chunk["windows"], chunk["priorities"])
         prev = self.env_step
         self.env_step += int(chunk["env_steps"])
         self.collector.episodes += len(chunk["returns"])
@@ -409,7 +457,7 @@ class DistributedTrainer(Trainer):
         if pid is not None and pid != chunk["pid"]:
             self.actor_restarts += 1
         self._pids[chunk["actor"]] = chunk["pid"]
-        self.chunks.append((chunk["actor"], chunk["version"], int(chunk["env_steps"]), chunk["windows"].batch_size[0],
+        self.chunks.append((chunk["actor"], chunk["version"], int(chunk["env_steps"]), int(rows.numel()),
                             chunk["pid"], float(chunk["cpu_s"]), float(chunk["wall_s"])))
         reason = self._ask("on_step")
         if self.env_step // cfg.log_every > prev // cfg.log_every or reason:

@@ -80,10 +80,12 @@ class SequenceLearner(TransitionLearner):
             carry_bytes = sum(v.numel() * v.element_size() for v in carry.values(True, True))
             extra += carry_bytes
         if self.pixels:  # each uint8 frame once (rlfunc.replay.frame_sequence)
-            from rlfunc.replay.frame_sequence import frame_replay_bytes
+            from rlfunc.replay.frame_sequence import default_frame_capacity, frame_replay_bytes
 
-            nbytes = frame_replay_bytes(capacity, steps, self.num_envs, self.config.sequence_period,
-                                        _numel(self.obs_space), window_extra=extra, pending_extra=carry_bytes)
+            period = self.config.sequence_period
+            nbytes = frame_replay_bytes(capacity, steps, self.num_envs, period, _numel(self.obs_space),
+                                        frame_capacity=default_frame_capacity(capacity, steps, self.frame_envs, period),
+                                        window_extra=extra, pending_extra=carry_bytes)
             return Need(
                 f"{key}={capacity}", nbytes,
                 f"the replay of {self.env_id} windows of {steps} steps, each frame stored once", f"lower {key}",
@@ -99,6 +101,9 @@ class SequenceLearner(TransitionLearner):
     def __init__(self, entry, run_config, obs_space: gym.Space, act_space: gym.Space) -> None:
         self._bind(entry, run_config, obs_space, act_space)
         self.num_envs = int(run_config.env.num_envs)
+        # Envs whose frames a pixel replay's ring holds: a distributed learner's replay takes every actor's.
+        d = getattr(run_config, "distributed", None)
+        self.frame_envs = self.num_envs if d is None else d.actors * d.envs_per_actor
         self._check_memory()
         seed = self.train_cfg.seed
         self.state = self.algo.init(self.config, obs_space, act_space, seed=seed, device=self.device)
@@ -133,7 +138,7 @@ class SequenceLearner(TransitionLearner):
         as ``acting.state = TensorDict({"params": params}, [])``."""
         self = cls.__new__(cls)
         self._bind(entry, run_config, obs_space, act_space)
-        self.num_envs = replay.num_envs
+        self.num_envs = self.frame_envs = replay.num_envs
         self.replay = replay
         self._init_acting(_generator(self.device, seed))
         self._epsilons = torch.as_tensor(epsilons, dtype=torch.float32, device=self.device).reshape(self.num_envs)
@@ -151,6 +156,7 @@ class SequenceLearner(TransitionLearner):
             self.num_envs,
             period=self.config.sequence_period,
             device=self.device,
+            **({"frame_envs": self.frame_envs} if self.pixels else {}),
         )
 
     # -- acting -------------------------------------------------------------
@@ -339,15 +345,15 @@ class R2D2Learner(SequenceLearner):
         self._updates = 0  # = int(state["step"]), kept on the host (no device sync per env step)
 
     def _make_replay(self) -> SequenceReplay:
+        kwargs = self.algo.replay_kwargs(self.config, self.train_cfg.replay_size)
         if self.pixels:
             from rlfunc.replay.frame_sequence import PrioritizedFrameSequenceReplay as cls
+
+            kwargs["frame_envs"] = self.frame_envs
         else:
             from rlfunc.replay.prioritized import PrioritizedSequenceReplay as cls
 
-        return cls(
-            num_envs=self.num_envs, device=self.device,
-            **self.algo.replay_kwargs(self.config, self.train_cfg.replay_size),
-        )
+        return cls(num_envs=self.num_envs, device=self.device, **kwargs)
 
     # -- acting -------------------------------------------------------------
     def _carry_before_step(self, start: torch.Tensor | None):
