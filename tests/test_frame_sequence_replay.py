@@ -11,6 +11,7 @@ from rlfunc.replay.frame_sequence import (
     PrioritizedFrameSequenceReplay,
     default_frame_capacity,
     frame_replay_bytes,
+    outbox_frame_capacity,
 )
 from rlfunc.replay.prioritized import PrioritizedSequenceReplay
 from rlfunc.replay.sequence import SequenceReplay
@@ -179,3 +180,55 @@ def test_learner_memory_need_is_the_replays_real_bytes(algo):
     assert isinstance(replay, FrameSequenceReplay | PrioritizedFrameSequenceReplay)
     assert replay.frames.dtype == torch.uint8 and replay.frames[0].numel() == 400  # a MinAtar frame: 400 bytes
     assert learner._replay_need().nbytes == replay.nbytes()
+
+
+def test_chunks_of_two_outboxes_are_renumbered_into_one_ring():
+    """Distributed actors' outboxes (rlfunc.scale.distributed) send their new frames once plus windows of
+    frame numbers; the learner's ring interleaves them, and its samples gather what each outbox held. A
+    window reading a frame of a chunk that never arrived is left out; a new outbox (a restarted actor)
+    numbers from 0 again."""
+    learner = PrioritizedFrameSequenceReplay(300, 6, 1, period=2, frame_envs=4)
+    ring = outbox_frame_capacity(40, 6, 2)
+    outboxes = {"a": FrameSequenceReplay(40, 6, 2, period=2, frame_capacity=ring),
+                "b": FrameSequenceReplay(40, 6, 2, period=2, frame_capacity=ring)}
+    expected, dropped, seed = {}, 0, 0
+
+    def ship(name, source, lose=False):
+        nonlocal dropped, seed
+        seed += 1
+        outbox = outboxes[name]
+        _feed([outbox], steps=12, num_envs=2, seed=seed)
+        windows = outbox.drain()
+        first, frames = outbox.drain_frames()
+        assert frames.shape[0] <= 2 * 24  # one frame per step, one more per episode start, each once
+        if lose:
+            return first, first + frames.shape[0]
+        gathered = outbox.with_frames(windows["steps"])
+        rows = learner.add_chunk(source, first, frames, windows, torch.rand(windows.batch_size[0]) + 0.5)
+        steps = windows["steps"]
+        lo, hi = lost if source == ("a", 1) and lost else (0, 0)
+        numbers = torch.cat([steps["obs_frame"], steps["next_frame"]], 1)
+        valid = torch.cat([steps["mask"], steps["mask"]], 1)
+        keep = ~(valid & (numbers >= lo) & (numbers < hi)).any(1)  # reads no frame of the lost chunk
+        assert rows.numel() == int(keep.sum())
+        dropped += len(keep) - rows.numel()
+        for r, i in zip(rows.tolist(), torch.nonzero(keep).flatten().tolist()):
+            expected[r] = gathered[i]
+
+    lost = None
+    for _ in range(3):
+        ship("a", ("a", 1))
+        ship("b", ("b", 1))
+    lost = ship("a", ("a", 1), lose=True)  # this chunk never reaches the learner
+    for _ in range(2):
+        ship("a", ("a", 1))
+        ship("b", ("b", 1))
+    outboxes["a"] = FrameSequenceReplay(40, 6, 2, period=2, frame_capacity=ring)  # the actor restarted
+    ship("a", ("a", 2))
+    ship("b", ("b", 1))
+    assert dropped > 0 and len(learner) == len(expected) > 60
+    assert learner.frames_written < learner.frame_capacity  # nothing evicted: every stored window is intact
+    sample = learner.sample(128, torch.Generator().manual_seed(0))
+    for j, r in enumerate(sample["window"][0].tolist()):
+        for key in ("obs", "next_obs", "action", "reward", "mask"):
+            assert torch.equal(sample[key][:, j], expected[r][key]), key
