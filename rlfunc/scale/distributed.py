@@ -265,8 +265,8 @@ def _restarted() -> bool:
 class DistributedTrainer(Trainer):
     """The single-run :class:`~rlfunc.runtime.trainer.Trainer` (logs, evaluation, checkpoints, crash saves,
     callbacks) with its collect-and-learn loop replaced by Ray actors and a learner fed by their chunks
-    (module docstring). ``chunks`` records ``(actor, version, env_steps, windows, pid, actor CPU s, actor wall s)`` of every chunk
-    inserted; ``actor_failures`` counts calls that failed on a dead or restarting actor (their steps are
+    (module docstring). ``chunks`` records ``(actor, version, env_steps, windows stored, pid, actor CPU s, actor wall s,
+    bytes)`` of every chunk inserted (:func:`chunk_bytes`); ``actor_failures`` counts calls that failed on a dead or restarting actor (their steps are
     not counted) and ``actor_restarts`` the actors whose chunks came from a new process."""
 
     def __init__(self, config: RunConfig, run_dir: Path, callbacks: list | None, ray) -> None:
@@ -274,7 +274,7 @@ class DistributedTrainer(Trainer):
         self.ray = ray
         self.version = 0  # learner updates behind the newest published parameters
         self.ratio_from: int | None = None  # env step at which the replay first held train.learning_starts windows
-        self.chunks: list[tuple[int, int, int, int, int, float, float]] = []
+        self.chunks: list[tuple[int, int, int, int, int, float, float, int]] = []
         self.actor_failures = 0  # calls that failed because their actor was dead or restarting
         self.actor_restarts = 0  # chunks that came from a new process of the same actor
         self._pids: dict[int, int] = {}
@@ -423,6 +423,7 @@ class DistributedTrainer(Trainer):
                 "updates": self.learner_calls,
                 "updating_wall_s": end - self._first_update_t if self._first_update_t is not None else 0.0,
                 "replay_ratio": self.replay_ratio(),
+                "chunk_bytes": sum(c[7] for c in self.chunks),  # what the actors sent (tensors), all chunks
             }
             for actor in self.actors:
                 ray.kill(actor, no_restart=True)
@@ -458,7 +459,7 @@ class DistributedTrainer(Trainer):
             self.actor_restarts += 1
         self._pids[chunk["actor"]] = chunk["pid"]
         self.chunks.append((chunk["actor"], chunk["version"], int(chunk["env_steps"]), int(rows.numel()),
-                            chunk["pid"], float(chunk["cpu_s"]), float(chunk["wall_s"])))
+                            chunk["pid"], float(chunk["cpu_s"]), float(chunk["wall_s"]), chunk_bytes(chunk)))
         reason = self._ask("on_step")
         if self.env_step // cfg.log_every > prev // cfg.log_every or reason:
             self._check_finite()
