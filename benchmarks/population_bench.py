@@ -138,11 +138,22 @@ def _singles(algo: str, members: int, quick: bool, compile: bool):
 
     def learn_only() -> None:
         for learner, _ in runs:
-            learner.learn()
+            _single_learn(learner)
 
     while step["n"] < starts:
         env_step(learn=False)
     return env_step, learn_only
+
+
+def _single_learn(learner) -> None:
+    """What a single run's trainer does per learner call (:meth:`rlfunc.runtime.trainer.Trainer._learn`):
+    the learner's ``learn`` and its metrics' finiteness queued as one reduced tensor, as the
+    population's ``learn`` queues its members' (both read later, once per log window)."""
+    import torch
+
+    metrics = learner.learn()
+    keys = [k for k, v in metrics.items(True, True) if v.is_floating_point()]
+    torch.stack([torch.isfinite(metrics[k]).all() for k in keys])
 
 
 def _timed(runners: dict, args: argparse.Namespace, run) -> tuple[dict, dict]:
@@ -178,7 +189,7 @@ def _state_mb(pt) -> float:
     return sum(t.numel() * t.element_size() for t in state.values(True, True)) / 2**20
 
 
-def _env_rows(algo: str, args: argparse.Namespace, run) -> list[dict]:
+def _env_rows(algo: str, args: argparse.Namespace, run, emit=lambda rows: None) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for p in args.members:
@@ -239,6 +250,7 @@ def _env_rows(algo: str, args: argparse.Namespace, run) -> list[dict]:
                 loadavg_end=os.getloadavg(),
             )
             rows.append(row)
+            emit(rows)
     return rows
 
 
@@ -312,7 +324,13 @@ def _update_problem(algo: str, quick: bool):
     return module, config, lambda s: module.init(config, vec4, two, seed=s), batch, None
 
 
-def _update_rows(algo: str, args: argparse.Namespace, run) -> tuple[list[dict], dict]:
+def _update_shape(config) -> dict:
+    return {f: getattr(config, f) for f in ("num_critics", "subset_size", "updates_per_step", "hidden_sizes", "batch_size",
+                                           "feature_dim", "hidden_dim", "frame_stack", "encoder_sizes", "lstm_size",
+                                           "sequence_length", "burn_in") if hasattr(config, f)}
+
+
+def _update_rows(algo: str, args: argparse.Namespace, run, emit=lambda rows: None) -> tuple[list[dict], dict]:
     import torch
 
     from rlfunc.core import population
@@ -380,13 +398,31 @@ def _update_rows(algo: str, args: argparse.Namespace, run) -> tuple[list[dict], 
                    peak_rss_mb_so_far=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                    loadavg_start=load_start, loadavg_end=os.getloadavg())
         rows.append(row)
-    shape = {f: getattr(config, f) for f in ("num_critics", "subset_size", "updates_per_step", "hidden_sizes", "batch_size",
-                                            "feature_dim", "hidden_dim", "frame_stack", "encoder_sizes", "lstm_size",
-                                            "sequence_length", "burn_in") if hasattr(config, f)}
-    return rows, shape
+        emit(rows)
+    return rows, _update_shape(config)
 
 
 # ----------------------------------------------------------------------------- command
+
+
+NOTES = (
+    "P members as one population vs P separate learners stepped one after the other in the same "
+    "process; windows of every variant interleaved, medians; total_throughput_ratio = separate time / "
+    "population time (> 1: the population is faster). A row's top-level numbers are eager; "
+    "'compiled' (train.compile / torch.compile fullgraph), where present, was timed in the same "
+    "interleaved windows. Each set of numbers is given twice: by wall time (top level) and by this "
+    "process's CPU time ('cpu_time'); on a shared machine whose other jobs take most of the cores, "
+    "the CPU-time ratio is the steadier measure of the work, the wall-time ratio what an idle machine "
+    "would show (one thread: the two agree when the process is not descheduled). Both sides queue "
+    "their metrics' finiteness per learner call, as their trainers do. 'complete': false marks a run "
+    "stopped before its last P (the file is rewritten after every P)."
+)
+
+
+def default_name(algo: str, update_only: bool) -> str:
+    """``population_<algo>.json`` for env steps, ``population_<algo>_update_only.json`` for the pure
+    update (REDQ, SAC and RLPD have both; one name each, so neither run overwrites the other)."""
+    return f"population_{algo}{'_update_only' if update_only else ''}.json"
 
 
 def run_population(args: argparse.Namespace, run) -> int:
@@ -407,40 +443,43 @@ def run_population(args: argparse.Namespace, run) -> int:
     device = torch.device("cpu")
     for algo in args.algo:
         machine = run.machine_info(device, allocator_tuned=False)
+        out = None
+        if args.out or not args.quick:
+            out = Path(args.out) if args.out else run.RESULTS_DIR / default_name(algo, args.update_only)
         if args.update_only:
-            rows, shape = _update_rows(algo, args, run)
             kind, unit = "update_only", "update ms per learner call, all P members (no env, no replay)"
-            agent = shape
+            agent = _update_shape(_update_problem(algo, args.quick)[1])
         else:
-            rows = _env_rows(algo, args, run)
             kind, unit = "env_steps", "env steps per second (act, env step, store, learn), per member and total"
             agent = _raw(algo, 1, args.quick, False)["agent"] or f"{algo} defaults of rlfunc.runtime.registry"
-        result = {
-            "benchmark": "population",
-            "kind": kind,
-            "unit": unit,
-            "algo": algo,
-            "env": None if args.update_only else "Pendulum-v1",
-            "agent": agent,
-            "threads": args.threads,
-            "repeats": args.repeats,
-            "steps_per_window": args.steps,
-            "machine": machine,
-            "rows": rows,
-            "notes": (
-                "P members as one population vs P separate learners stepped one after the other in the same "
-                "process; windows of every variant interleaved, medians; total_throughput_ratio = separate time / "
-                "population time (> 1: the population is faster). A row's top-level numbers are eager; "
-                "'compiled' (train.compile / torch.compile fullgraph), where present, was timed in the same "
-                "interleaved windows. Each set of numbers is given twice: by wall time (top level) and by this "
-                "process's CPU time ('cpu_time'); on a shared machine whose other jobs take most of the cores, "
-                "the CPU-time ratio is the steadier measure of the work, the wall-time ratio what an idle machine "
-                "would show (one thread: the two agree when the process is not descheduled)."
-            ),
-        }
-        if args.out or not args.quick:
-            out = Path(args.out) if args.out else run.RESULTS_DIR / f"population_{algo}.json"
-            run.write_json(out, result)
+
+        def result(rows: list[dict], complete: bool) -> dict:
+            return {
+                "benchmark": "population",
+                "kind": kind,
+                "unit": unit,
+                "algo": algo,
+                "env": None if args.update_only else "Pendulum-v1",
+                "agent": agent,
+                "threads": args.threads,
+                "repeats": args.repeats,
+                "steps_per_window": args.steps,
+                "machine": machine,
+                "complete": complete,
+                "rows": rows,
+                "notes": NOTES,
+            }
+
+        def emit(rows: list[dict]) -> None:  # after every P: a run stopped part-way keeps the rows it measured
+            if out is not None and len(rows) < len(args.members):
+                run.write_json(out, result(rows, complete=False))
+
+        if args.update_only:
+            rows, _ = _update_rows(algo, args, run, emit)
+        else:
+            rows = _env_rows(algo, args, run, emit)
+        if out is not None:
+            run.write_json(out, result(rows, complete=True))
             print(f"wrote {out}")
     return 0
 
