@@ -16,6 +16,7 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 import rlfunc
@@ -242,3 +243,19 @@ def test_a_non_finite_member_stops_the_population_and_names_it(tmp_path):
     }
     with pytest.raises(NonFiniteLossError, match=r"member \d \(seed \d\) has a non-finite"):
         rlfunc.train(cfg, run_dir=tmp_path / "r")
+
+
+@pytest.mark.parametrize("algo", ["redq", "rlpd"])
+def test_a_population_of_one_trains_its_single_run_bit_for_bit(tmp_path, algo):
+    """One member: the runtime acts and updates on the unstacked member with the single run's own
+    calls (no torch.vmap, rlfunc.core.population "One member"), so every evaluation return and the
+    final weights are the single run's exactly, not to a tolerance; resume continues it."""
+    config = {**BASE, "algo": algo, **({"data": {"path": str(DATA)}} if algo == "rlpd" else {})}
+    res = pr.train(config, run_dir=tmp_path / "pop", seeds=[3])
+    single = rlfunc.train(config, overrides={"train.seed": 3}, run_dir=tmp_path / "single")
+    assert res.members[0].evals == single.evals and len(single.evals) == 2
+    a, b = rlfunc.load(tmp_path / "pop" / "member-0"), rlfunc.load(single.run_dir)
+    for key, value in b.params.items(True, True):
+        assert torch.equal(a.params[key], value), key
+    more = pr.resume(tmp_path / "pop", total_steps=350)
+    assert more.members[0].evals[:2] == single.evals and more.members[0].env_steps == 350

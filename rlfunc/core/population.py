@@ -23,7 +23,8 @@ Pure functions, no I/O:
   ``Config`` stays static; :func:`stack` does this by itself for members whose
   configs differ only in such fields;
 * :func:`vmap_update`: the population update ``(states [P], batches [P, ...],
-  noise [P, ...]) -> (states [P], metrics [P, ...])``;
+  noise [P, ...]) -> (states [P], metrics [P, ...])``; :func:`vmap`, the same for
+  any function (the runtime's vmapped ``act``), both direct for one member;
 * :func:`draw_per_member`: each member's noise from its own generator.
 
 Randomness. ``torch.vmap`` cannot split a ``torch.Generator``, and drawing
@@ -54,6 +55,15 @@ largest difference is ~2e-6 of a tensor's scale.
 Settings held as tensors (``hparams``) also round differently from the Python
 floats of a ``Config`` (e.g. ``gamma`` times a float32 tensor); a state
 without ``hparams`` runs exactly the float code a single run always ran.
+
+One member. A population of one runs no ``torch.vmap``: :func:`vmap_update` (and
+:func:`vmap`, which the runtime acts through) drops the leading ``[1]`` of every
+argument (:func:`squeeze0`, views), calls the single-member function on them and
+puts the ``[1]`` back on its results (:func:`unsqueeze0`). So its member computes
+exactly -- bit for bit -- what its single run computes (vmapped, a population of one
+differed from it at ~1e-8: batched products sum in another order), at the single
+run's cost plus two TensorDict rebuilds. ``randomness="error"`` is not enforced on
+that path (nothing is batched there, so no stream can be shared or split).
 
 Schedules. A learning-rate schedule (:class:`rlfunc.core.optim.LRSchedule`)
 is relative to its rate: a member whose rate is a tensor in ``hparams``

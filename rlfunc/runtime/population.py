@@ -73,7 +73,9 @@ learner doing what its single run's resume does (sequence learners close open
 episodes and zero their carries).
 
 Numerics. A member computes what the single run with its seed and settings
-computes, up to float rounding, not bit for bit: batched matrix products sum in
+computes (bit for bit in a population of one, which runs its member's ``act`` and
+``update`` without ``torch.vmap``: :func:`rlfunc.core.population.vmap`), otherwise
+up to float rounding, not bit for bit: batched matrix products sum in
 another order (eagerly, Adam is the fused kernel per member, bit for bit), and settings held as
 tensors round differently from Python floats (:mod:`rlfunc.core.population`,
 "Numerics"). tests/test_population_runtime.py and tests/test_population_learners.py
@@ -396,6 +398,12 @@ class PopulationTrainer:
                 lr.use_replay(self.replay.member(k))
         update = population.vmap_update(self.algo.update)
         self._update = torch.compile(update, fullgraph=True) if cfg.compile else update
+        # A population of one runs its member's single-run update and act on the unstacked member,
+        # kept between calls (no vmap, no restacking to read it back): the single run's cost.
+        from rlfunc.runtime.learners.base import compiled_update
+
+        self._update_one = compiled_update(self.algo, cfg) if p == 1 else None
+        self._member0: tuple[TensorDict, TensorDict] | None = None
         self._act = population.vmap(self.learners[0].act_fn, randomness="error")
         self.learns_before_env_step = bool(getattr(self.learners[0], "learns_before_env_step", False))
         from rlfunc.runtime.learners.base import TransitionLearner
@@ -427,6 +435,17 @@ class PopulationTrainer:
         from rlfunc.core import population
 
         return population.member(self.state, k)
+
+    def _one(self) -> TensorDict:
+        """A population of one: its member's single-member state (views of ``self.state``'s tensors),
+        the one the last update returned while ``self.state`` is still the state made from it."""
+        from rlfunc.core import population
+
+        if self._member0 is None or self._member0[0] is not self.state:
+            member = population.squeeze0(self.state.exclude("config"))
+            member.set_non_tensor("config", self.state.get_non_tensor("config"))
+            self._member0 = (self.state, member)
+        return self._member0[1]
 
     def _with_state(self, k: int, fn):
         """``fn(learner k)`` with the learner holding its member's state (a view) for the call."""
@@ -472,7 +491,9 @@ class PopulationTrainer:
                 actions[k] = got
             else:
                 inputs[k] = got
-        if len(inputs) == p:
+        if len(inputs) == p == 1:  # one member: its single run's call
+            actions[0] = self.learners[0].act_outputs(self.learners[0].act_fn(self._one()["params"], *inputs[0]))
+        elif len(inputs) == p:
             out = self._act(self.state["params"], *_stack([inputs[k] for k in range(p)], self.device))
             for k in range(p):
                 actions[k] = self.learners[k].act_outputs(_index(out, k))
@@ -511,7 +532,17 @@ class PopulationTrainer:
             for k in ready:
                 args[k], contexts[k] = self.learners[k].update_inputs(None if rows is None else rows[k])
             stacked = _stack([args.get(k, args[ready[0]]) for k in range(p)], self.device)
-        new_state, metrics = self._update(self.state, *stacked)
+        member_metrics = None
+        if p == 1:  # its single run's update on the unstacked member, the result stacked as a view
+            from rlfunc.core import population
+
+            new_member, member_metrics = self._update_one(self._one(), *population.squeeze0(tuple(stacked)))
+            new_state = population.unsqueeze0(new_member.exclude("config"))
+            new_state.set_non_tensor("config", self.state.get_non_tensor("config"))
+            metrics = population.unsqueeze0(member_metrics)
+            self._member0 = (new_state, new_member)
+        else:
+            new_state, metrics = self._update(self.state, *stacked)
         mask = torch.zeros(p, dtype=torch.bool, device=self.device)
         mask[ready] = True
         if len(ready) < p:
@@ -528,7 +559,9 @@ class PopulationTrainer:
             finite = finite | ~mask[:, None]
         self._unchecked.append((list(self.env_steps), keys, finite))
         for k in ready:
-            self._last_metrics[k] = self.learners[k].after_update(metrics[k], contexts[k])
+            self._last_metrics[k] = self.learners[k].after_update(
+                member_metrics if member_metrics is not None else metrics[k], contexts[k]
+            )
             self.learner_calls[k] += 1
         if not self._learning:
             self._learning = True
