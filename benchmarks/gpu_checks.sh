@@ -9,8 +9,14 @@
 #   6. if time is left: the peers training-loop and replay tasks, then REDQ's compiled (+cudagraph) update;
 #   MuJoCo learning stages (#26), only when named in STAGES, each one call of <= 9 minutes that continues
 #   across calls (module text below, "MuJoCo stages"): redq_hopper, redq_population, rlpd_data, rlpd_hopper;
-#   r2d2_actors (when named): distributed R2D2's actors 1 2 4 8 14 on the machine's CPU cores (#25), where
-#   Ray is installed there (the image lacks it, and its ~79 MB wheel does not fit one call's 64 MiB carry).
+#   r2d2_actors (when named): distributed R2D2's actors 1 2 4 8 14 on the machine's CPU cores (#25); the
+#   image lacks Ray and its official wheel (79 MB) does not fit a call's 64 MiB carry: carry the `ray`
+#   wheel set (`bash benchmarks/gpu_wheels.sh ray`: a slimmed Ray, 40 MB; 42 MB with its needs).
+#   r2d2_atari (when named): distributed R2D2 on Atari Pong (configs/r2d2/atari_pong_distributed.yaml, 14 actors,
+#   learner on cuda) until the budget, resumed by the next call while the machine stays warm (wheel sets ray atari).
+# Wheel sets (benchmarks/gpu_wheels.sh, into .whl/, carried as .whl): the default set (no argument) serves
+# every stage but r2d2_actors and r2d2_atari; `ray` serves r2d2_actors, `ray atari` r2d2_atari (and r2d2_actors);
+# a call carries one of them (the default set and ray together exceed the 64 MiB).
 # Usage: benchmarks/gpu_checks.sh OUT_DIR [SECONDS]   (SECONDS: the whole budget, default 540)
 #   STAGES="card update peers tests drqv2 extra" (default: all) picks stages, e.g. STAGES="card drqv2" to
 #   give a whole lease to DrQ-v2; DRQV2_SEEDS (default 3) and DRQV2_FIRST_SEED (default 0) split its
@@ -169,12 +175,12 @@ fi
 #                    (CARRY/learn_redq_hopper_population.json, or this call's) at the same online steps
 # TINY=1 is a CPU dry run of these stages (tiny agents, TINY_STEPS env steps, no compile; MIN_STAGE_S=10
 # lets a short budget start them) to check the shell logic: pack, carry, resume, JSON.
-# The device machine lacks tensordict, gymnasium and mujoco: `bash benchmarks/gpu_wheels.sh` here puts
-# their wheels in .whl/, carried with the call and installed at the top into /tmp/site.
+# The device machine lacks tensordict, gymnasium, mujoco, dm-control and minari: `bash benchmarks/gpu_wheels.sh`
+# (the default set) here puts their wheels in .whl/, carried with the call and installed at the top into /tmp/site.
 CARRY=${CARRY:-.gpu_carry}
 WORK=${GPU_WORK:-/tmp/gpu_checks_work}
 RLFUNC=($PY -m rlfunc.runtime.cli)  # the `rlfunc` command, from this checkout
-PACK_MB=${PACK_MB:-24}  # 64 MiB carry - ~6 MB checkout - ~31 MB wheels - ~3 MB data
+PACK_MB=${PACK_MB:-23}  # 64 MiB carry - 6.4 MiB checkout - 31.6 MiB wheels (default set) - 2.7 MiB data
 POP_SEEDS=${POP_SEEDS:-0-9}
 RLPD_SEEDS=${RLPD_SEEDS:-0-2}
 DATA=${RLPD_DATA:-$CARRY/hopper-medium.npz}
@@ -311,13 +317,110 @@ if want rlpd_hopper; then
     fi
 fi
 if want r2d2_actors; then  # #25: distributed R2D2's actor scaling on the 16 CPU cores beside the card
-    if $PY -c "import ray" 2>/dev/null; then
-        stage "r2d2_actors: benchmarks/run.py distributed --actors 1 2 4 8 14"
-        OMP_NUM_THREADS=1 timeout -k 30 -s TERM $(( $(left) - 30 )) $PY benchmarks/run.py distributed --actors 1 2 4 8 14 \
-            --seconds 20 --out "$OUT/distributed_r2d2_16core.json" > "$OUT/r2d2_actors.log" 2>&1
+    # One JSON at the end of the command (benchmarks/run.py distributed): 2 runs per actor count (learner
+    # paused, with learner), each a window of R2D2_SECONDS (default: what is left over 2 x 5 runs, at most
+    # 20 s) after its actors started (~15-25 s on 16 cores), so the whole stage fits the budget left.
+    if [ "${TINY:-0}" = 1 ]; then R2D2_ACTORS=${R2D2_ACTORS:-1 2}; else R2D2_ACTORS=${R2D2_ACTORS:-1 2 4 8 14}; fi
+    NRUNS=$((2 * $(echo $R2D2_ACTORS | wc -w)))
+    SECONDS_PER_RUN=${R2D2_SECONDS:-$(( ($(left) - 60) / NRUNS - 25 ))}
+    [ "$SECONDS_PER_RUN" -gt 20 ] && [ -z "${R2D2_SECONDS:-}" ] && SECONDS_PER_RUN=20
+    if ! $PY -c "import ray" 2>/dev/null; then
+        echo "r2d2_actors: Ray is not installed here: carry the ray wheel set (bash benchmarks/gpu_wheels.sh ray, .whl in carry); not run"
+    elif [ "$SECONDS_PER_RUN" -lt 3 ]; then
+        echo "r2d2_actors: $(left) s left, too little for $NRUNS runs; not run"
+    else
+        CMD=($PY benchmarks/run.py distributed --actors $R2D2_ACTORS --seconds $SECONDS_PER_RUN
+             --out "$OUT/distributed_r2d2_16core.json")
+        stage "r2d2_actors: ${CMD[*]} (ray from $($PY -c 'import ray, os; print(os.path.dirname(ray.__file__))'))"
+        OMP_NUM_THREADS=1 timeout -k 30 -s TERM $(( $(left) - 20 )) "${CMD[@]}" > "$OUT/r2d2_actors.log" 2>&1
+        RC=$?
         tail -12 "$OUT/r2d2_actors.log"
-    else  # ray's cp312 wheel (~79 MB) is more than one call can carry (64 MiB with the checkout)
-        echo "r2d2_actors: Ray is not installed on this machine and its wheel does not fit a call's carry; not run"
+        $PY - "$OUT/distributed_r2d2_16core.json" "$RC" "${CMD[@]}" <<'PYEOF'
+import datetime, json, os, shlex, sys, torch, ray
+path, rc, cmd = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+call = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "card": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none (cpu)",
+        "torch": torch.__version__, "ray": ray.__version__, "ray_path": os.path.dirname(ray.__file__),
+        "cpu_cores": os.cpu_count(), "command": shlex.join(cmd), "exit_code": rc}
+if not os.path.exists(path):
+    print(f"r2d2_actors: no {path} (exit code {rc}): the log has each finished run's line")
+    sys.exit(0)
+result = json.load(open(path))
+result = {"calls": [call], **result}
+json.dump(result, open(path, "w"), indent=2)
+print(f"{path}: card {call['card']}, torch {call['torch']}, ray {call['ray']}")
+PYEOF
+    fi
+fi
+if want r2d2_atari; then  # #26 3.3: distributed R2D2 on Atari Pong, 14 actors on the CPU cores, learner on cuda
+    # configs/r2d2/atari_pong_distributed.yaml (the paper's agent; 14 Ray actors x 2 envs) trains until the
+    # budget (SIGTERM: it saves), and `rlfunc resume` continues it in the next call while the machine is
+    # still warm: the run directory (WORK, on the device) holds a ~7.3 GB frame replay and never travels
+    # through the carry, so on a fresh machine a call starts a new run. Needs the `ray atari` wheel sets
+    # (slim Ray + ale-py; cv2 is in the image). Overrides (the config keeps the paper's settings): the
+    # learner on cuda, eager (a compile of the 120-step unroll costs minutes per process), a 6250-window
+    # replay (~7.3 GB, so the SIGTERM checkpoint fits the disk and the time), learning from 3125 windows,
+    # evaluation (3 greedy games) every 200k agent steps, checkpoints only at SIGTERM.
+    #   -> learn_r2d2_atari_gpu.json: frames/s, learner calls, replay ratio, the actors' return curve,
+    #      the evaluations, and `calls` (date, card, torch, exact command, exit code of every call).
+    ATARI_CONFIG=configs/r2d2/atari_pong_distributed.yaml
+    if [ "${TINY:-0}" = 1 ]; then
+        ATARI_SETS=(--set train.threads=1 --set distributed.actors=2 --set distributed.envs_per_actor=1
+                    --set distributed.param_sync_steps=100 --set distributed.max_replay_ratio=0.05
+                    --set distributed.min_replay_ratio=0 --set train.total_steps=${TINY_STEPS:-400}
+                    --set train.learning_starts=8 --set train.replay_size=300 --set train.eval_every=100000000
+                    --set train.checkpoint_every=100000000 --set train.compile=false --set agent.batch_size=8
+                    --set agent.lstm_size=16 --set agent.head_sizes=[16] --set agent.burn_in=2
+                    --set agent.sequence_length=4 --set agent.sequence_period=2 --set train.log_every=100)
+    else
+        ATARI_SETS=(--set train.device=cuda --set train.compile=false --set train.replay_size=6250
+                    --set train.learning_starts=3125 --set train.eval_every=200000 --set train.eval_episodes=3
+                    --set train.checkpoint_every=100000000 --set train.log_every=20000)
+    fi
+    if ! $PY -c "import ray, ale_py, cv2" 2>/dev/null; then
+        echo "r2d2_atari: needs ray, ale_py and cv2 (bash benchmarks/gpu_wheels.sh ray atari, .whl in carry); not run"
+    elif [ ! -f "$ATARI_CONFIG" ]; then
+        echo "r2d2_atari: $ATARI_CONFIG is not in this checkout; not run"
+    else
+        [ -d "$WORK/r2d2_atari/run" ] && echo "r2d2_atari: continuing $WORK/r2d2_atari/run (this machine stayed warm)"
+        RAY_USAGE_STATS_ENABLED=0 train_or_resume r2d2_atari "$ATARI_CONFIG" - "${ATARI_SETS[@]}" "${COMMON[@]}" && {
+            cp "$WORK/r2d2_atari/run/metrics.csv" "$OUT/r2d2_atari_metrics.csv" 2>/dev/null
+            cp "$WORK/r2d2_atari/run/eval.csv" "$OUT/r2d2_atari_eval.csv" 2>/dev/null
+            $PY - "$WORK/r2d2_atari/run" "$OUT/learn_r2d2_atari_gpu.json" "$WORK/r2d2_atari/calls.jsonl" "$ATARI_CONFIG" <<'PYEOF'
+import csv, json, os, sys
+from pathlib import Path
+run, out, calls, config = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
+def num(row, key, default=float("nan")):
+    try:
+        return float(row.get(key) or default)
+    except ValueError:
+        return default
+rows = list(csv.DictReader((run / "metrics.csv").open())) if (run / "metrics.csv").exists() else []
+evals = list(csv.DictReader((run / "eval.csv").open())) if (run / "eval.csv").exists() else []
+last = rows[-1] if rows else {}
+steps, wall = int(num(last, "step", 0)), num(last, "time_s", 0)
+curve = [[int(num(r, "step", 0)), num(r, "episode_return")] for r in rows if r.get("episode_return") not in (None, "", "nan")]
+result = {
+    "benchmark": "r2d2_atari_distributed",
+    "config": config, "cpus": os.cpu_count(),
+    "calls": [json.loads(line) for line in calls.open()],  # card, torch, exact command, exit code per call
+    "agent_steps": steps, "frames": 4 * steps,  # AtariPreprocessing's frame skip 4
+    "wall_s": wall, "frames_per_s": 4 * steps / wall if wall else None,
+    "frames_per_s_last_window": 4 * num(last, "steps_per_s"),
+    "learner_calls": int(num(last, "learner_calls", 0)), "replay_ratio": num(last, "replay_ratio"),
+    "param_version": num(last, "param_version"),
+    "episode_return_last": curve[-1][1] if curve else None,  # the actors' recent episodes (epsilon ladder)
+    "episode_return_curve": curve,
+    "eval": [[int(num(r, "step", 0)), num(r, "mean_return"), int(num(r, "episodes", 0))] for r in evals],
+}
+json.dump(result, out.open("w"), indent=1)
+c = result["calls"][-1]
+print(f"{out}: {steps} agent steps ({result['frames']} frames) in {wall:.0f} s over {len(result['calls'])} call(s), "
+      f"{result['frames_per_s_last_window']:.0f} frames/s in the last window, {result['learner_calls']} learner calls, "
+      f"last return {result['episode_return_last']}; card {c['card']}, torch {c['torch']}")
+PYEOF
+            echo "r2d2_atari: not packed (the frame replay is GBs); the next call resumes it only on this warm machine"
+        }
     fi
 fi
 stage "done"
