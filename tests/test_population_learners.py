@@ -188,3 +188,23 @@ def test_members_share_one_batched_replay(tmp_path, monkeypatch):
             "train": {**TRAIN, "total_steps": 100, "learning_starts": 10, "replay_size": 100, "population": {"seeds": [0, 1]}}}
     pt = pr.PopulationTrainer(build_config(redq), tmp_path / "z")
     assert isinstance(pt.replay, PopulationReplay) and len(pt.learners[0].replay) == 0
+
+
+R2D2_SMALL = {
+    "algo": "r2d2",
+    "env": {"id": "CartPole-v1", "num_envs": 2},
+    "train": {**TRAIN, "total_steps": 120, "learning_starts": 10, "replay_size": 200, "eval_every": 60, "checkpoint_every": 120},
+    "agent": {"lstm_size": 8, "encoder_sizes": [8], "head_sizes": [8], "burn_in": 2, "sequence_length": 4,
+              "sequence_period": 3, "batch_size": 4, "samples_per_insert": 8, "target_period": 20},
+}
+
+
+@pytest.mark.parametrize("name", ["drqn", "r2d2"])
+def test_a_population_of_one_is_its_single_run_bit_for_bit(tmp_path, name):
+    """One member of the sequence learners (per-member replays, R2D2's priorities and limiter): the
+    runtime runs the single run's act and update on the unstacked member (no torch.vmap), so the
+    evaluation returns are the single run's exactly."""
+    config = DRQN if name == "drqn" else R2D2_SMALL
+    res = pr.train(config, run_dir=tmp_path / "pop", seeds=[1])
+    single = rlfunc.train(config, overrides={"train.seed": 1}, run_dir=tmp_path / "single")
+    assert res.members[0].evals == single.evals and res.members[0].gradient_steps == single.gradient_steps

@@ -403,7 +403,6 @@ class PopulationTrainer:
         from rlfunc.runtime.learners.base import compiled_update
 
         self._update_one = compiled_update(self.algo, cfg) if p == 1 else None
-        self._member0: tuple[TensorDict, TensorDict] | None = None
         self._act = population.vmap(self.learners[0].act_fn, randomness="error")
         self.learns_before_env_step = bool(getattr(self.learners[0], "learns_before_env_step", False))
         from rlfunc.runtime.learners.base import TransitionLearner
@@ -436,16 +435,32 @@ class PopulationTrainer:
 
         return population.member(self.state, k)
 
-    def _one(self) -> TensorDict:
-        """A population of one: its member's single-member state (views of ``self.state``'s tensors),
-        the one the last update returned while ``self.state`` is still the state made from it."""
-        from rlfunc.core import population
+    @property
+    def state(self) -> TensorDict:
+        """The population's state, every leaf ``[P, ...]`` (``config`` kept once). A population of one
+        keeps its member's state as its update returned it and stacks it here, on demand, as views."""
+        if self._stacked is None:
+            from rlfunc.core import population
 
-        if self._member0 is None or self._member0[0] is not self.state:
-            member = population.squeeze0(self.state.exclude("config"))
-            member.set_non_tensor("config", self.state.get_non_tensor("config"))
-            self._member0 = (self.state, member)
-        return self._member0[1]
+            member = self._member0
+            self._stacked = population.unsqueeze0(member.exclude("config"))
+            self._stacked.set_non_tensor("config", member.get_non_tensor("config"))
+        return self._stacked
+
+    @state.setter
+    def state(self, value: TensorDict) -> None:
+        self._stacked, self._member0 = value, None
+
+    def _one(self) -> TensorDict:
+        """A population of one: its member's single-member state (the last update's result, or views
+        of ``self.state``'s tensors after the state was set)."""
+        if self._member0 is None:
+            from rlfunc.core import population
+
+            member = population.squeeze0(self._stacked.exclude("config"))
+            member.set_non_tensor("config", self._stacked.get_non_tensor("config"))
+            self._member0 = member
+        return self._member0
 
     def _with_state(self, k: int, fn):
         """``fn(learner k)`` with the learner holding its member's state (a view) for the call."""
@@ -533,26 +548,26 @@ class PopulationTrainer:
                 args[k], contexts[k] = self.learners[k].update_inputs(None if rows is None else rows[k])
             stacked = _stack([args.get(k, args[ready[0]]) for k in range(p)], self.device)
         member_metrics = None
-        if p == 1:  # its single run's update on the unstacked member, the result stacked as a view
+        if p == 1:  # its single run's update on the unstacked member, kept as it is (self.state stacks it on demand)
             from rlfunc.core import population
 
             new_member, member_metrics = self._update_one(self._one(), *population.squeeze0(tuple(stacked)))
-            new_state = population.unsqueeze0(new_member.exclude("config"))
-            new_state.set_non_tensor("config", self.state.get_non_tensor("config"))
+            self._stacked, self._member0 = None, new_member
             metrics = population.unsqueeze0(member_metrics)
-            self._member0 = (new_state, new_member)
         else:
             new_state, metrics = self._update(self.state, *stacked)
-        mask = torch.zeros(p, dtype=torch.bool, device=self.device)
-        mask[ready] = True
+        mask = torch.ones(p, dtype=torch.bool, device=self.device)
         if len(ready) < p:
+            mask = torch.zeros(p, dtype=torch.bool, device=self.device)
+            mask[ready] = True
             config = self.state.get_non_tensor("config")
             new_state = new_state.exclude("config").apply(
                 lambda new, old: torch.where(mask.reshape(-1, *([1] * (new.dim() - 1))), new, old),
                 self.state.exclude("config"),
             )
             new_state.set_non_tensor("config", config)
-        self.state = new_state
+        if p > 1:
+            self.state = new_state
         keys = [key for key, v in metrics.items(True, True) if v.is_floating_point()]
         finite = torch.stack([torch.isfinite(metrics[key]).reshape(p, -1).all(1) for key in keys], 1)
         if len(ready) < p:
