@@ -466,3 +466,59 @@ def test_a_learner_held_below_min_replay_ratio_catches_up_without_piling_request
     steps = run.env_step - run.ratio_from
     # the learner kept within the bounds: at most max, and at least min short of one actor request
     assert 0.45 * (steps - 2 * 2 * 32) <= run.learner_calls <= 0.5 * steps
+
+
+needs_atari = pytest.mark.skipif(importlib.util.find_spec("ale_py") is None,
+                                 reason="needs the atari extra: pip install -e '.[atari]'")
+
+
+@needs_atari
+def test_stacked_atari_chunks_carry_planes_and_the_learner_rebuilds_the_actors_stacks():
+    """configs/r2d2/atari_pong_distributed.yaml's observations are FrameStackObservation stacks of 4: the
+    actors' outboxes and the learner's replay store each observation's newest 84x84 plane once, a chunk
+    carries those planes (with the number of each one's previous frame), and the learner's stacks, rebuilt
+    across chunks and interleaved actors, are the ones each actor's outbox holds (short games: episode
+    starts inside the chunks)."""
+    from rlfunc.runtime.config import load_config
+
+    raw = apply_overrides(load_config(str(ROOT / "configs/r2d2/atari_pong_distributed.yaml")), {
+        "distributed.actors": 2, "distributed.envs_per_actor": 1, "distributed.param_sync_steps": 30,
+        "env.kwargs": {"frameskip": 1, "repeat_action_probability": 0.0, "max_num_frames_per_episode": 160},
+        "train.replay_size": 200, "train.learning_starts": 4, "train.compile": False, "train.threads": 1,
+        "agent.lstm_size": 16, "agent.head_sizes": [16], "agent.burn_in": 2, "agent.sequence_length": 4,
+        "agent.sequence_period": 2, "agent.batch_size": 4})
+    cfg = build_config(raw)
+    env = make_vector_env(cfg.env.id, 1, kwargs=cfg.env.kwargs, wrappers=build_wrappers(cfg.env.wrappers))
+    learner = get_algo("r2d2").make_learner(cfg, env.single_observation_space, env.single_action_space)
+    env.close()
+    replay = learner.replay
+    assert replay.frame_stack == 4 and replay.frame_envs == 2
+    need = learner._replay_need().nbytes
+    assert need < 200 * 41 * 7_100 + 2 * 400 * 7_100 + 200 * 1_000  # a plane per frame, not a stack of 4
+    published = TensorDict({"params": learner.state["params"], "target": learner.state["target"],
+                            "version": torch.tensor(0)}, [])
+    actors = [ActorProcess(to_dict(cfg), k) for k in range(2)]
+    assert all(a.outbox.frame_stack == 4 for a in actors)
+    chunks = []
+    for _ in range(3):
+        for actor in actors:
+            chunk = actor.collect(published, 30)
+            frames = chunk["frames"]
+            assert isinstance(frames, TensorDict) and tuple(frames["frames"].shape[1:]) == (84, 84)
+            assert distributed.chunk_bytes(chunk) >= frames.shape[0] * (7056 + 8)
+            chunk["gathered"] = actor.outbox.with_frames(chunk["windows"]["steps"])
+            chunk["rows"] = replay.add_chunk((chunk["actor"], chunk["pid"]), chunk["frames_from"], frames,
+                                             chunk["windows"], chunk["priorities"])
+            chunks.append(chunk)
+    assert sum(len(c["returns"]) for c in chunks) >= 2  # episodes ended (and new ones started) inside chunks
+    assert replay.frames_written == sum(c["frames"].shape[0] for c in chunks)
+    for c in chunks:
+        assert c["rows"].numel() == c["windows"].batch_size[0] > 0
+        got = replay.with_frames(replay.storage[:, c["rows"]])
+        want = c["gathered"].transpose(0, 1)  # the outbox's windows are [k, T], the storage [T, k]
+        assert got["obs"].shape[-3:] == (4, 84, 84) and got["obs"].float().sum() > 0
+        for key in ("obs", "next_obs", "mask"):
+            assert torch.equal(got[key], want[key]), key
+        # the rebuilt stacks are stacks: each next_obs's older planes are its obs's newer ones
+        m = want["mask"]
+        assert torch.equal(want["next_obs"][:, :, :3][m], want["obs"][:, :, 1:][m])

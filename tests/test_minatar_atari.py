@@ -90,6 +90,9 @@ def _smoke(path: Path, tmp_path: Path) -> None:
     assert meta["env_step"] == 240
     assert "torso" in tensors["state", "params"].keys()
     assert int(tensors["state", "step"]) > 0, "no update ran"
+    if cfg.algo == "r2d2" and "atari" in path.name:  # FrameStackObservation's stacks: one 84x84 plane per frame stored
+        replay = tensors["replay"]
+        assert int(replay["frame_stack"]) == 4 and tuple(replay["frames"].shape[1:]) == (84, 84)
 
 
 @needs_minatar

@@ -43,6 +43,24 @@ The learner's replay takes a chunk with :meth:`~_FrameStore.add_chunk`: it appen
 its ring and renumbers the windows' frames into it (a window may read frames of an earlier
 chunk of the same actor; the frames of different actors interleave in the ring). Its ring
 counts every actor's envs (``frame_envs``) in :func:`default_frame_capacity`.
+
+Frame-stacked observations (``frame_stack = k > 1``: gymnasium's ``FrameStackObservation``, e.g.
+R2D2's 4 x 84 x 84 Atari stacks, whose consecutive observations share ``k - 1`` planes) are stored as
+DrQ-v2's :class:`~rlfunc.replay.pixels.PixelReplay` stores its stacks: only the newest plane of
+each observation (``obs[-1]``, 7,056 bytes for Atari instead of 28,224), and the stack is rebuilt
+when frames are gathered, oldest plane first, the episode's first frame repeated at its start as
+``FrameStackObservation``'s default ``padding_type="reset"`` pads. PixelReplay's ring holds one env's
+episodes in consecutive slots (a stack is the slots ``max(t - j, episode start)``); here the envs'
+frames interleave in the ring, so each frame keeps the number of the frame before it in its episode
+(``prev``, itself at an episode start; 8 bytes per frame) and a stack is that chain followed
+``k - 1`` times. :meth:`add` checks once per step that each new observation's older planes are the
+stored stack of the env's previous observation (and that an episode's first observation is its
+newest plane repeated), and refuses in one sentence where they are not (not a plain frame stack,
+another padding): store whole observations with ``frame_stack=1`` there. A stored window's oldest
+frame is the oldest plane of its first observation's stack, which the ring's overwrite check and
+:func:`default_frame_capacity` (``k - 1`` more steps per env) count. A distributed outbox's
+:meth:`~_FrameStore.drain_frames` then sends the new planes with their ``prev`` numbers, which
+:meth:`~_FrameStore.add_chunk` renumbers like the windows' frame numbers.
 """
 
 from __future__ import annotations
@@ -68,17 +86,24 @@ _STEP_BYTES = 8 + 4 + 1 + 1 + 1 + 2 * 8  # action int64, reward f32, terminated,
 """Bytes per step of a window besides the frames (the learners' step keys and the storage's mask)."""
 
 
-def default_frame_capacity(capacity: int, sequence_length: int, num_envs: int, period: int) -> int:
-    """Frames the ring needs so that no stored or pending window reads an overwritten frame (module doc)."""
-    return int(capacity) * (int(period) + 1) + int(num_envs) * (3 * int(sequence_length) + int(period) + 2)
+_LINK_BYTES = 8
+"""Bytes per stored frame of a frame-stacked replay besides the plane: the number of the frame before it."""
 
 
-def outbox_frame_capacity(chunk_steps: int, sequence_length: int, num_envs: int) -> int:
+def default_frame_capacity(capacity: int, sequence_length: int, num_envs: int, period: int, frame_stack: int = 1) -> int:
+    """Frames the ring needs so that no stored or pending window reads an overwritten frame (module doc);
+    a stack of ``frame_stack`` planes reaches ``frame_stack - 1`` steps (up to two frames each) further back."""
+    reach = 3 * int(sequence_length) + int(period) + 2 + 2 * (int(frame_stack) - 1)
+    return int(capacity) * (int(period) + 1) + int(num_envs) * reach
+
+
+def outbox_frame_capacity(chunk_steps: int, sequence_length: int, num_envs: int, frame_stack: int = 1) -> int:
     """Frames a distributed actor's outbox ring needs between two drains of at most ``chunk_steps``
     env steps: at most two per env step (a step's next frame, and its first frame at an episode
     start), plus the frames the windows finished in the chunk read from before it (each starts at
-    most ``sequence_length`` steps of its env before it is written)."""
-    return 2 * (int(chunk_steps) + int(num_envs) * (int(sequence_length) + 1))
+    most ``sequence_length`` steps of its env before it is written, its first stack ``frame_stack - 1``
+    steps before that)."""
+    return 2 * (int(chunk_steps) + int(num_envs) * (int(sequence_length) + int(frame_stack)))
 
 
 def frame_replay_bytes(
@@ -89,35 +114,44 @@ def frame_replay_bytes(
     frame_bytes: int,
     *,
     frame_capacity: int | None = None,
+    frame_stack: int = 1,
     window_extra: int = 0,
     pending_extra: int = 0,
 ) -> int:
-    """Bytes a frame sequence replay allocates: the frame ring, the windows' per-step entries
-    (:data:`_STEP_BYTES`, frame numbers included), each window's env and start (16), each
-    pending step, ``window_extra`` per window (a stored carry, the sum-tree's 16) and
+    """Bytes a frame sequence replay allocates: the frame ring (``frame_bytes`` per stored frame: a
+    whole observation, or one plane of a ``frame_stack`` > 1 stack plus its :data:`_LINK_BYTES`), the
+    windows' per-step entries (:data:`_STEP_BYTES`, frame numbers included), each window's env and start
+    (16), each pending step, ``window_extra`` per window (a stored carry, the sum-tree's 16) and
     ``pending_extra`` per pending step (the carry before it, when carries are stored)."""
-    frames = default_frame_capacity(capacity, sequence_length, num_envs, period) if frame_capacity is None else frame_capacity
+    if frame_capacity is None:
+        frame_capacity = default_frame_capacity(capacity, sequence_length, num_envs, period, frame_stack)
+    per_frame = int(frame_bytes) + (_LINK_BYTES if int(frame_stack) > 1 else 0)
     windows = capacity * (sequence_length * _STEP_BYTES + 16 + window_extra)
     pending = num_envs * sequence_length * (_STEP_BYTES - 1 + pending_extra)  # no mask there
-    return int(frames) * int(frame_bytes) + windows + pending
+    return int(frame_capacity) * per_frame + windows + pending
 
 
 class _FrameStore:
     """The frame ring and the ``obs``/``next_obs`` <-> frame-number translation (mixed into the replays)."""
 
-    def _init_frames(self, frame_capacity: int | None, frame_envs: int | None = None) -> None:
+    def _init_frames(self, frame_capacity: int | None, frame_envs: int | None = None, frame_stack: int = 1) -> None:
         # Envs whose frames share the ring: num_envs, or every actor's envs for a distributed learner.
         self.frame_envs = self.num_envs if frame_envs is None else int(frame_envs)
         if self.frame_envs < 1:
             raise ValueError(f"frame_envs must be at least 1, got {self.frame_envs}.")
-        cap = default_frame_capacity(self.capacity, self.sequence_length, self.frame_envs, self.period)
+        self.frame_stack = int(frame_stack)
+        if self.frame_stack < 1:
+            raise ValueError(f"frame_stack must be at least 1, got {self.frame_stack}.")
+        cap = default_frame_capacity(self.capacity, self.sequence_length, self.frame_envs, self.period, self.frame_stack)
         self.frame_capacity = cap if frame_capacity is None else int(frame_capacity)
         if self.frame_capacity < self.sequence_length + 1:
             raise ValueError(
                 f"frame_capacity must hold at least one window's sequence_length + 1 = {self.sequence_length + 1} "
                 f"frames, got {self.frame_capacity}."
             )
-        self._frames: torch.Tensor | None = None  # [frame_capacity, *frame shape]
+        self._frames: torch.Tensor | None = None  # [frame_capacity, *frame shape] (one plane each when stacked)
+        # frame_stack > 1: each frame's previous frame in its episode (itself at an episode start)
+        self._prev: torch.Tensor | None = None  # [frame_capacity] int64, absolute numbers
         self._frames_written = 0  # absolute number of the next frame
         self._last_frame = np.zeros(self.num_envs, dtype=np.int64)  # each env's latest observation frame
         self._first_frame = np.full(self.capacity, -1, dtype=np.int64)  # each stored window's first frame (host)
@@ -136,6 +170,8 @@ class _FrameStore:
     def nbytes(self) -> int:
         """Bytes of every tensor this replay holds (frames, windows, pending steps, carries, priorities)."""
         total = 0 if self._frames is None else self._frames.numel() * self._frames.element_size()
+        if self._prev is not None:
+            total += self._prev.numel() * self._prev.element_size()
         for td in (self._storage, self._pending, self._info, self._carry, self._pending_carry):
             if td is not None:
                 total += sum(v.numel() * v.element_size() for v in td.values(True, True))
@@ -169,25 +205,63 @@ class _FrameStore:
             return
         obs, next_obs = step["obs"], step["next_obs"]
         starts = self._ep_len[envs] == 0  # these envs' obs is an episode's first frame: write it too
+        k = int(starts.sum())
+        if self.frame_stack > 1:
+            obs, next_obs = self._check_stacks(obs, next_obs, starts, envs)
         new = torch.cat([obs[torch.as_tensor(starts)], next_obs], dim=0)
-        first = self._write_frames(new)
+        first = self._frames_written
         numbers = first + np.arange(new.shape[0], dtype=np.int64)
         obs_frame = self._last_frame[envs].copy()
-        obs_frame[starts] = numbers[: int(starts.sum())]
-        next_frame = numbers[int(starts.sum()):]
+        obs_frame[starts] = numbers[:k]
+        next_frame = numbers[k:]
+        # each frame's previous one in its episode: an episode's first frame is its own (the padding)
+        self._write_frames(new, np.concatenate([numbers[:k], obs_frame]) if self.frame_stack > 1 else None)
         self._last_frame[envs] = next_frame
         rows = step.exclude("obs", "next_obs")
         rows["obs_frame"] = torch.as_tensor(obs_frame, device=rows.device)
         rows["next_frame"] = torch.as_tensor(next_frame, device=rows.device)
         super().add(rows, carry, env_ids)
 
-    def _write_frames(self, new: torch.Tensor) -> int:
-        """Append frames ``[k, *frame shape]`` to the ring (allocated at the first call); returns the
-        absolute number of the first. Refuses, before writing, to overwrite a frame a stored window reads."""
+    def _check_stacks(self, obs: torch.Tensor, next_obs: torch.Tensor, starts: np.ndarray, envs: np.ndarray):
+        """The newest planes ``obs[:, -1]`` and ``next_obs[:, -1]`` of frame-stacked observations, after
+        checking that they are a plain frame stack of ``frame_stack`` padded by the reset frame: an
+        episode's first observation is its newest plane repeated, and each ``next_obs``'s older planes are
+        the stored stack of the env's observation before it (one comparison per step)."""
+        S = self.frame_stack
+        if obs.dim() < 2 or obs.shape[1] != S or next_obs.shape != obs.shape:
+            raise ValueError(
+                f"A replay of frame stacks of {S} takes observations [n, {S}, ...]; got obs {tuple(obs.shape)} and "
+                f"next_obs {tuple(next_obs.shape)}."
+            )
+        obs, next_obs = obs.to(self.device), next_obs.to(self.device)
+        start_t = torch.as_tensor(starts, device=self.device)
+        before = obs  # the observation each next_obs follows: its own at an episode start, else the stored one
+        if not starts.all():
+            if self._frames is None:
+                raise RuntimeError("add got a step that continues an episode before any episode started.")
+            stored = self._frames_at(torch.as_tensor(self._last_frame[envs], device=self.device),
+                                     torch.ones(envs.shape[0], dtype=torch.bool, device=self.device))
+            before = torch.where(start_t.reshape(-1, *([1] * (obs.dim() - 1))), obs, stored)
+        padded = (obs[:, :-1] == obs[:, -1:]).flatten(1).all(1) | ~start_t
+        if not (bool(padded.all()) and torch.equal(next_obs[:, :-1], before[:, 1:])):
+            raise ValueError(
+                f"These observations are not a plain stack of {S} frames padded with the reset frame (gymnasium's "
+                "FrameStackObservation with padding_type='reset'): an observation's older planes differ from the "
+                "newer planes of the env's previous observation, or an episode's first observation is not its "
+                "reset frame repeated, so store whole observations with frame_stack=1."
+            )
+        return obs[:, -1], next_obs[:, -1]
+
+    def _write_frames(self, new: torch.Tensor, prev: np.ndarray | torch.Tensor | None = None) -> int:
+        """Append frames ``[k, *frame shape]`` to the ring (allocated at the first call), with each one's
+        previous frame ``prev [k]`` (absolute numbers; frame-stacked replays); returns the absolute number
+        of the first. Refuses, before writing, to overwrite a frame a stored window reads."""
         if self._frames is None:
             self._frames = torch.empty(  # pages are committed as frames are written
                 (self.frame_capacity, *new.shape[1:]), dtype=new.dtype, device=self.device
             )
+            if self.frame_stack > 1:
+                self._prev = torch.zeros(self.frame_capacity, dtype=torch.int64, device=self.device)
         if tuple(new.shape[1:]) != tuple(self._frames.shape[1:]) or new.dtype != self._frames.dtype:
             raise ValueError(
                 f"Observations of shape {tuple(new.shape[1:])} and dtype {new.dtype} do not match the stored frames "
@@ -198,17 +272,19 @@ class _FrameStore:
         self._check_overwrite(first + k)
         slots = torch.arange(first, first + k, device=self.device) % self.frame_capacity
         self._frames.index_copy_(0, slots, new.to(self.device))
+        if self._prev is not None:
+            self._prev.index_copy_(0, slots, torch.as_tensor(prev, dtype=torch.int64).to(self.device))
         self._frames_written += k
         return first
 
     def _too_small(self) -> str:
-        T, P, N = self.sequence_length, self.period, self.frame_envs
-        need = default_frame_capacity(self.capacity, T, N, P)
+        T, P, N, S = self.sequence_length, self.period, self.frame_envs, self.frame_stack
+        need = default_frame_capacity(self.capacity, T, N, P, S)
         if self.frame_capacity < need:
             return f"use a frame_capacity of at least {need}."
         # the default assumes period + 1 frames per window; an episode of exactly T steps writes T + 1
         return (f"episodes shorter than sequence_length + period = {T + P} steps hold up to {T + 1} frames per window, "
-                f"so use a frame_capacity of at least {default_frame_capacity(self.capacity, T, N, T)}.")
+                f"so use a frame_capacity of at least {default_frame_capacity(self.capacity, T, N, T, S)}.")
 
     def _check_overwrite(self, end: int) -> None:
         """Before writing frames up to ``end`` (absolute): stored windows that read a frame it would
@@ -241,10 +317,12 @@ class _FrameStore:
         return False
 
     # ------------------------------------------------ chunks of a distributed actor
-    def drain_frames(self) -> tuple[int, torch.Tensor]:
+    def drain_frames(self) -> tuple[int, torch.Tensor | TensorDict]:
         """``(number of the first, frames [m, ...])``: the frames written since the last call, oldest
         first, each once (an actor's outbox; :meth:`add_chunk` takes them with the windows of
-        :meth:`drain`). The ring must still hold them (:func:`outbox_frame_capacity`)."""
+        :meth:`drain`). The ring must still hold them (:func:`outbox_frame_capacity`). A frame-stacked
+        replay's frames are a TensorDict ``[m]`` of the planes (``frames``) and the number of each one's
+        previous frame (``prev``, this replay's numbers)."""
         first, end = self._frames_drained, self._frames_written
         if end - first > self.frame_capacity:
             raise RuntimeError(
@@ -255,9 +333,14 @@ class _FrameStore:
         if self._frames is None or end == first:
             shape = () if self._frames is None else tuple(self._frames.shape[1:])
             dtype = torch.uint8 if self._frames is None else self._frames.dtype
-            return first, torch.zeros((0, *shape), dtype=dtype)
-        slots = torch.arange(first, end, device=self.device) % self.frame_capacity
-        return first, self._frames.index_select(0, slots).cpu()
+            frames, slots = torch.zeros((0, *shape), dtype=dtype), None
+        else:
+            slots = torch.arange(first, end, device=self.device) % self.frame_capacity
+            frames = self._frames.index_select(0, slots).cpu()
+        if self.frame_stack == 1:
+            return first, frames
+        prev = torch.zeros(0, dtype=torch.int64) if slots is None else self._prev.index_select(0, slots).cpu()
+        return first, TensorDict({"frames": frames, "prev": prev}, batch_size=[frames.shape[0]])
 
     def with_frames(self, td: TensorDict) -> TensorDict:
         """``td`` (any batch shape, with ``obs_frame``, ``next_frame`` and ``mask``) with ``obs`` and
@@ -279,30 +362,43 @@ class _FrameStore:
         a window that reads a frame the ring has overwritten is refused in one sentence. Returns the
         storage rows of the windows stored."""
         frames_from, m = int(frames_from), int(frames.shape[0])
+        stacked = isinstance(frames, TensorDict)
+        if stacked != (self.frame_stack > 1):
+            raise ValueError(
+                f"This replay stores {'planes of frame stacks' if self.frame_stack > 1 else 'whole observations'} but the "
+                f"chunk's frames are {'planes with prev numbers' if stacked else 'whole observations'}; build the actor's "
+                f"outbox with the learner's frame_stack={self.frame_stack}."
+            )
         none = np.zeros(0, dtype=np.int64)
+        src, dst, ends = self._sources.get(source, (none, none, none))
+        if frames_from == 0:  # a new outbox (a restarted actor) numbers from 0 again
+            src, dst, ends = none, none, none
         if m:
-            ours = self._write_frames(frames)
-            src, dst, ends = self._sources.get(source, (none, none, none))
-            if frames_from == 0:  # a new outbox (a restarted actor) numbers from 0 again
-                src, dst, ends = none, none, none
-            self._sources[source] = (np.append(src, frames_from), np.append(dst, ours), np.append(ends, frames_from + m))
+            ours = self._frames_written
+            src, dst, ends = np.append(src, frames_from), np.append(dst, ours), np.append(ends, frames_from + m)
+            self._sources[source] = (src, dst, ends)
+            prev = None
+            if stacked:  # renumbered like the windows' numbers; a previous frame never received: -1
+                found, mapped = self._renumber(frames["prev"].cpu().numpy(), src, dst, ends)
+                prev = np.where(found, mapped, -1)
+                frames = frames["frames"]
+            self._write_frames(frames, prev)
         k = windows.batch_size[0]
         if k == 0:
             return torch.zeros(0, dtype=torch.int64, device=self.device)
-        src, dst, ends = self._sources.get(source, (none, none, none))
         steps = windows["steps"].clone(False)
         mask = steps["mask"].cpu().numpy()
         keep = np.ones(k, dtype=bool)
         for key in ("obs_frame", "next_frame"):
-            numbers = steps[key].cpu().numpy()
-            # the chunk (segment) each number came in: the last whose first number is at most it
-            seg = np.maximum(np.searchsorted(src, numbers, side="right") - 1, 0)
-            found = mask & (numbers >= src[seg]) & (numbers < ends[seg]) if src.size else np.zeros_like(mask)
+            found, mapped = self._renumber(steps[key].cpu().numpy(), src, dst, ends)
+            found &= mask
             keep &= (found | ~mask).all(axis=1)
-            mapped = dst[seg] + numbers - src[seg] if src.size else numbers
             steps[key] = torch.as_tensor(np.where(found, mapped, 0), dtype=torch.int64)  # 0 on padding, as add
+        if self.frame_stack > 1 and keep.any():  # the first stack's older planes came too
+            first = self._stack_numbers(steps["obs_frame"][:, 0].to(self.device)).cpu().numpy()
+            keep &= (first >= 0).all(axis=1)
         oldest = self._frames_written - self.frame_capacity
-        if keep.any() and steps["obs_frame"][torch.as_tensor(keep), 0].min() < oldest:
+        if keep.any() and self._oldest_frame(steps["obs_frame"][torch.as_tensor(keep), 0]).min() < oldest:
             raise RuntimeError(
                 f"A window reads a frame the ring of {self.frame_capacity} frames has already overwritten; "
                 + self._too_small()
@@ -317,11 +413,41 @@ class _FrameStore:
             return self.add_windows(windows)
         return self.add_windows(windows, priorities)
 
+    @staticmethod
+    def _renumber(numbers: np.ndarray, src: np.ndarray, dst: np.ndarray, ends: np.ndarray):
+        """``(found, mapped)``: which of a source's frame ``numbers`` came in a chunk, and their numbers here."""
+        if not src.size:
+            return np.zeros(numbers.shape, dtype=bool), numbers
+        # the chunk (segment) each number came in: the last whose first number is at most it
+        seg = np.maximum(np.searchsorted(src, numbers, side="right") - 1, 0)
+        return (numbers >= src[seg]) & (numbers < ends[seg]), dst[seg] + numbers - src[seg]
+
+    def _stack_numbers(self, numbers: torch.Tensor) -> torch.Tensor:
+        """``[..., frame_stack]``: the frames of the stacks of frames ``numbers`` (absolute), oldest first
+        (the chain of previous frames; -1 past a previous frame a chunk never brought)."""
+        chain = [numbers]
+        for _ in range(self.frame_stack - 1):
+            p = self._prev.index_select(0, (chain[-1] % self.frame_capacity).reshape(-1)).reshape(numbers.shape)
+            chain.append(torch.where(chain[-1] < 0, chain[-1], p))
+        return torch.stack(chain[::-1], dim=-1)
+
+    def _oldest_frame(self, numbers: torch.Tensor) -> np.ndarray:
+        """The oldest frame the observations of frames ``numbers`` read (the oldest plane of a stack: the
+        smallest number of the chain, which is below the ring's oldest frame where it passed an overwritten one)."""
+        numbers = numbers.to(self.device)
+        if self.frame_stack > 1:
+            numbers = self._stack_numbers(numbers).min(dim=-1).values
+        return numbers.cpu().numpy()
+
     def _on_insert(self, rows: torch.Tensor) -> None:
-        self._first_frame[rows.cpu().numpy()] = self._storage["obs_frame"][0, rows].cpu().numpy()
+        self._first_frame[rows.cpu().numpy()] = self._oldest_frame(self._storage["obs_frame"][0, rows])
         super()._on_insert(rows)
 
     def _frames_at(self, numbers: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The observations of frames ``numbers`` (zeros where ``mask`` is False): frames, or stacks
+        ``[..., frame_stack, *plane]`` rebuilt from the ring's planes."""
+        if self.frame_stack > 1:
+            numbers = self._stack_numbers(numbers)
         frames = self._frames.index_select(0, (numbers % self.frame_capacity).reshape(-1))
         frames = frames.reshape(*numbers.shape, *self._frames.shape[1:])
         keep = mask.reshape(*mask.shape, *([1] * (frames.dim() - mask.dim())))
@@ -335,18 +461,27 @@ class _FrameStore:
         """The parent's tensors plus the frames still referenced and the frame counters."""
         td = super().state_dict()
         td["frame_capacity"] = torch.tensor(self.frame_capacity)
+        td["frame_stack"] = torch.tensor(self.frame_stack)
         td["frames_written"] = torch.tensor(self._frames_written)
         td["last_frame"] = torch.as_tensor(self._last_frame.copy())
         td["first_frame"] = torch.as_tensor(self._first_frame.copy())
         if self._frames is not None:
             n = min(self._frames_written, self.frame_capacity)
             td["frames"] = self._frames[:max(n, 1)].clone().cpu()
+            if self._prev is not None:
+                td["frame_prev"] = self._prev[:max(n, 1)].clone().cpu()
         return td
 
     def load_state_dict(self, td: TensorDict) -> None:
         """Restore from :meth:`state_dict`; ``frame_capacity`` must match."""
         if "frame_capacity" not in td.keys():
             raise ValueError("Not a frame sequence replay checkpoint (no 'frame_capacity'); it was saved by another replay.")
+        saved_stack = int(td["frame_stack"]) if "frame_stack" in td.keys() else 1  # older checkpoints: whole observations
+        if saved_stack != self.frame_stack:
+            raise ValueError(
+                f"Checkpointed replay stores observations as stacks of {saved_stack} frames (1: whole observations) but "
+                f"this buffer as stacks of {self.frame_stack}; create the buffer with frame_stack={saved_stack}."
+            )
         if int(td["frame_capacity"]) != self.frame_capacity:
             raise ValueError(
                 f"Checkpointed replay has frame_capacity={int(td['frame_capacity'])} but this buffer has "
@@ -360,29 +495,35 @@ class _FrameStore:
             saved = td["frames"].to(self.device)
             self._frames = torch.empty((self.frame_capacity, *saved.shape[1:]), dtype=saved.dtype, device=self.device)
             self._frames[: saved.shape[0]] = saved
+            self._prev = None
+            if self.frame_stack > 1:
+                self._prev = torch.zeros(self.frame_capacity, dtype=torch.int64, device=self.device)
+                self._prev[: saved.shape[0]] = td["frame_prev"].to(self.device)
         else:
-            self._frames = None
+            self._frames, self._prev = None, None
 
 
 class FrameSequenceReplay(_FrameStore, SequenceReplay):
     """:class:`SequenceReplay` (uniform windows; DRQN) storing each frame once (module doc).
 
     Args: those of :class:`SequenceReplay`, ``frame_capacity`` (frames in the ring;
-    default :func:`default_frame_capacity`) and ``frame_envs`` (the envs whose frames the ring
-    holds for that default: ``num_envs``, or every actor's envs for a distributed learner).
+    default :func:`default_frame_capacity`), ``frame_envs`` (the envs whose frames the ring
+    holds for that default: ``num_envs``, or every actor's envs for a distributed learner) and
+    ``frame_stack`` (observations are stacks ``[frame_stack, ...]`` of gymnasium's
+    ``FrameStackObservation``: only each one's newest plane is stored; 1: whole observations).
     """
 
     def __init__(self, capacity: int, sequence_length: int, num_envs: int = 1, *, period: int | None = None,
-                 frame_capacity: int | None = None, frame_envs: int | None = None,
+                 frame_capacity: int | None = None, frame_envs: int | None = None, frame_stack: int = 1,
                  device: torch.device | str = "cpu") -> None:
         super().__init__(capacity, sequence_length, num_envs, period=period, device=device)
-        self._init_frames(frame_capacity, frame_envs)
+        self._init_frames(frame_capacity, frame_envs, frame_stack)
 
 
 class PrioritizedFrameSequenceReplay(_FrameStore, PrioritizedSequenceReplay):
     """:class:`PrioritizedSequenceReplay` (R2D2) storing each frame once (module doc).
 
-    Args: those of :class:`PrioritizedSequenceReplay`, ``frame_capacity`` and ``frame_envs``.
+    Args: those of :class:`PrioritizedSequenceReplay`, ``frame_capacity``, ``frame_envs`` and ``frame_stack``.
 
     Where episodes are shorter than ``sequence_length + period`` steps, windows hold more than
     ``period + 1`` frames each (up to ``sequence_length + 1``, an episode of exactly one window) and
@@ -400,6 +541,7 @@ class PrioritizedFrameSequenceReplay(_FrameStore, PrioritizedSequenceReplay):
         return True
 
     def __init__(self, capacity: int, sequence_length: int, num_envs: int = 1, *, period: int | None = None,
-                 frame_capacity: int | None = None, frame_envs: int | None = None, **kwargs) -> None:
+                 frame_capacity: int | None = None, frame_envs: int | None = None, frame_stack: int = 1,
+                 **kwargs) -> None:
         super().__init__(capacity, sequence_length, num_envs, period=period, **kwargs)
-        self._init_frames(frame_capacity, frame_envs)
+        self._init_frames(frame_capacity, frame_envs, frame_stack)

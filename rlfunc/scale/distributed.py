@@ -26,7 +26,9 @@ replay; one learner samples it, updates and publishes parameters. Here:
   :meth:`observe`; a chunk carries the frames written since the actor's previous chunk, each once
   (``frames``, ``frames_from``: the outbox's number of the first), and windows that hold the outbox's
   frame numbers instead of observations (priorities are computed on the frames gathered from the
-  outbox). The learner's :class:`~rlfunc.replay.frame_sequence.PrioritizedFrameSequenceReplay`
+  outbox; with gymnasium's ``FrameStackObservation``, each observation's newest plane with the number
+  of the frame before it, as the learner's replay stores stacks). The learner's
+  :class:`~rlfunc.replay.frame_sequence.PrioritizedFrameSequenceReplay`
   takes it with :meth:`~rlfunc.replay.frame_sequence.PrioritizedFrameSequenceReplay.add_chunk`,
   renumbering each actor's frames into its one ring (sized by
   :func:`~rlfunc.replay.frame_sequence.default_frame_capacity` over all ``actors * envs_per_actor``
@@ -191,9 +193,11 @@ class ActorProcess:
         self.pixels = getattr(config.agent, "encoder", "mlp") != "mlp"
         if self.pixels:  # the learner's frame replay, small: each frame goes to the learner once
             from rlfunc.replay.frame_sequence import FrameSequenceReplay, outbox_frame_capacity
+            from rlfunc.runtime.learners.sequence import frame_stack_size
 
-            self.outbox = FrameSequenceReplay(chunk, cut["sequence_length"], n, period=cut["period"],
-                                              frame_capacity=outbox_frame_capacity(chunk, cut["sequence_length"], n))
+            k = frame_stack_size(config, obs_space)  # the learner's: a stacked observation's newest plane each
+            self.outbox = FrameSequenceReplay(chunk, cut["sequence_length"], n, period=cut["period"], frame_stack=k,
+                                              frame_capacity=outbox_frame_capacity(chunk, cut["sequence_length"], n, k))
         else:
             self.outbox = SequenceReplay(chunk, cut["sequence_length"], n, period=cut["period"])
         self.epsilons = actor_epsilon_slice(d.actors, n, self.index, config.agent.epsilon_base, config.agent.epsilon_alpha)

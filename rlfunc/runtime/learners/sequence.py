@@ -15,7 +15,27 @@ from rlfunc.runtime.config import ConfigError
 from rlfunc.runtime.learners.base import TransitionLearner, _fixed_state, _generator, _numel, check_warmup, learner_update
 from rlfunc.runtime.memory import Need
 
-__all__ = ["SequenceLearner", "R2D2Learner"]
+__all__ = ["SequenceLearner", "R2D2Learner", "frame_stack_size"]
+
+
+def frame_stack_size(run_config, obs_space: gym.Space) -> int:
+    """The planes per observation a pixel agent's frame replay stores apart and rebuilds when sampling
+    (:mod:`rlfunc.replay.frame_sequence`): ``stack_size`` of gymnasium's ``FrameStackObservation`` in
+    ``env.wrappers`` where it pads with the reset frame (its default ``padding_type="reset"``) and the
+    observations' leading axis is that stack; 1 (whole observations) otherwise. The replay checks at
+    every step that the observations are that frame stack."""
+    size = 1
+    for entry in getattr(run_config.env, "wrappers", None) or []:
+        name, kwargs = (entry, {}) if isinstance(entry, str) else next(iter(dict(entry).items()))
+        if str(name).replace(":", ".").split(".")[-1] != "FrameStackObservation":
+            continue
+        kwargs = dict(kwargs or {})
+        if kwargs.get("padding_type", "reset") == "reset" and int(kwargs.get("stack_size", 1)) > 1:
+            size = int(kwargs["stack_size"])
+        else:
+            size = 1
+    shape = tuple(getattr(obs_space, "shape", None) or ())
+    return size if len(shape) >= 2 and shape[0] == size else 1
 
 
 class SequenceLearner(TransitionLearner):
@@ -83,12 +103,14 @@ class SequenceLearner(TransitionLearner):
             from rlfunc.replay.frame_sequence import default_frame_capacity, frame_replay_bytes
 
             period = self.config.sequence_period
-            nbytes = frame_replay_bytes(capacity, steps, self.num_envs, period, _numel(self.obs_space),
-                                        frame_capacity=default_frame_capacity(capacity, steps, self.frame_envs, period),
-                                        window_extra=extra, pending_extra=carry_bytes)
+            k = self.frame_stack
+            ring = default_frame_capacity(capacity, steps, self.frame_envs, period, k)
+            nbytes = frame_replay_bytes(capacity, steps, self.num_envs, period, _numel(self.obs_space) // k,
+                                        frame_capacity=ring, frame_stack=k, window_extra=extra, pending_extra=carry_bytes)
+            each = "each frame stored once" if k == 1 else f"each frame of the stacks of {k} stored once"
             return Need(
                 f"{key}={capacity}", nbytes,
-                f"the replay of {self.env_id} windows of {steps} steps, each frame stored once", f"lower {key}",
+                f"the replay of {self.env_id} windows of {steps} steps, {each}", f"lower {key}",
             )
         # obs and next_obs (float32), action (int64), reward (float32), terminated, truncated, mask (bool)
         per_step = 8 * _numel(self.obs_space) + 8 + 4 + 3
@@ -104,6 +126,7 @@ class SequenceLearner(TransitionLearner):
         # Envs whose frames a pixel replay's ring holds: a distributed learner's replay takes every actor's.
         d = getattr(run_config, "distributed", None)
         self.frame_envs = self.num_envs if d is None else d.actors * d.envs_per_actor
+        self.frame_stack = frame_stack_size(run_config, obs_space) if self.pixels else 1
         self._check_memory()
         seed = self.train_cfg.seed
         self.state = self.algo.init(self.config, obs_space, act_space, seed=seed, device=self.device)
@@ -139,6 +162,7 @@ class SequenceLearner(TransitionLearner):
         self = cls.__new__(cls)
         self._bind(entry, run_config, obs_space, act_space)
         self.num_envs = self.frame_envs = replay.num_envs
+        self.frame_stack = getattr(replay, "frame_stack", 1)
         self.replay = replay
         self._init_acting(_generator(self.device, seed))
         self._epsilons = torch.as_tensor(epsilons, dtype=torch.float32, device=self.device).reshape(self.num_envs)
@@ -156,7 +180,7 @@ class SequenceLearner(TransitionLearner):
             self.num_envs,
             period=self.config.sequence_period,
             device=self.device,
-            **({"frame_envs": self.frame_envs} if self.pixels else {}),
+            **({"frame_envs": self.frame_envs, "frame_stack": self.frame_stack} if self.pixels else {}),
         )
 
     # -- acting -------------------------------------------------------------
@@ -350,6 +374,7 @@ class R2D2Learner(SequenceLearner):
             from rlfunc.replay.frame_sequence import PrioritizedFrameSequenceReplay as cls
 
             kwargs["frame_envs"] = self.frame_envs
+            kwargs["frame_stack"] = self.frame_stack
         else:
             from rlfunc.replay.prioritized import PrioritizedSequenceReplay as cls
 
