@@ -85,14 +85,15 @@ SAC, RLPD, DRQN, DQN, R2D2 and DrQ-v2.
 
 Speed. On one CPU thread a population's total throughput over P separate learners in
 the same process (``python benchmarks/run.py population``, CPU time, beside other jobs;
-benchmarks/results/population_<algo>.json) is, at REDQ's shape (N=10, G=20, 256x256,
-batch 256), 0.93x / 0.99x / 1.05x / 1.13x at P = 1 / 2 / 4 / 8, and for SAC 0.73x /
-0.97x / 1.24x / 1.40x. Each REDQ member's update is matrix products that keep the core
-busy, which one batched product does no faster; batching saves per-op overhead (and,
-since :func:`rlfunc.core.optim.fused_adam`, no longer pays Adam's unfused arithmetic),
-which matters more the smaller the update and the larger P. A population of one is
-slower than its single run (nothing to batch). The gain #24 expects is on a GPU, where
-one member's update leaves the card latency-bound and mostly idle.
+benchmarks/results/population_<algo>.json; docs/populations.md has the table) is, at
+REDQ's shape (N=10, G=20, 256x256, batch 256), 1.00x / 1.05x / 1.08x / 1.10x at
+P = 1 / 2 / 4 / 8, and for SAC 0.98x / 1.03x / 1.22x / 1.47x. A population of one
+runs its single run's calls (same cost, within the measurements' spread). Each REDQ
+member's update is matrix products that keep the core busy, which one batched product
+does hardly faster; batching saves per-op overhead, which matters more the smaller the
+update and the larger P. DrQ-v2 is slower batched on a CPU (0.80x at P=2: vmap runs
+per-member convolutions as one grouped convolution). The gain #24 expects is on a GPU,
+where one member's update leaves the card latency-bound and mostly idle.
 
 Scope. Every algorithm of the registry: REDQ, SAC, RLPD (the prior dataset shared
 read-only: each member's learner loads and checks it as its single run does, then
