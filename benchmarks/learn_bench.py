@@ -2,6 +2,7 @@
 
     python benchmarks/run.py learn --algo redq --seeds 3 [--steps N] [--jobs J] [--set key=value ...]
     python benchmarks/run.py learn-merge A.json B.json:drqn --out C.json
+    python benchmarks/run.py learn-merge A.json B.json:r2d2=r2d2_single_process --out C.json   # relabel
     python benchmarks/run.py learn-collect RUN_DIR... --out D.json
 
 ``learn`` trains every config of an algorithm's table (:data:`LEARN_ALGOS`) once per seed, a
@@ -257,7 +258,8 @@ def run_learn(args: argparse.Namespace) -> int:
 
 def _configure_learn_merge(p: argparse.ArgumentParser) -> None:
     p.add_argument("inputs", nargs="+", metavar="JSON[:LABEL,...]",
-                   help="learn JSON files; ':drqn,dqn' keeps only those labels' runs")
+                   help="learn JSON files; ':drqn,dqn' keeps only those labels' runs; ':r2d2=r2d2_single' keeps "
+                        "r2d2's runs under a new label (two JSONs of one algorithm, e.g. distributed and single-process)")
     p.add_argument("--out", type=Path, required=True, help="merged JSON path (the PNG is written beside it)")
     p.add_argument("--title", default=None, help="figure title")
     p.add_argument("--note", default=None, help="free text stored in the JSON")
@@ -273,9 +275,12 @@ def run_learn_merge(args: argparse.Namespace) -> int:
     sources: list[dict] = []
     for spec in args.inputs:
         path, _, labels = spec.partition(":")
-        keep = set(labels.split(",")) if labels else None
+        rename = dict(item.partition("=")[::2] for item in labels.split(",")) if labels else None
+        keep = set(rename) if rename else None
         src = json.loads(Path(path).read_text())
         picked = [r for r in src["runs"] if keep is None or r["algo"] in keep]
+        if rename:
+            picked = [{**r, "algo": rename[r["algo"]] or r["algo"]} for r in picked]
         if not picked:
             print(f"{spec}: no runs with labels {sorted(keep or [])}.", file=sys.stderr)
             return 2

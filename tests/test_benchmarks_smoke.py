@@ -114,6 +114,16 @@ def test_learn_merge_combines_runs_of_two_learn_files(tmp_path):
     assert [s["labels"] for s in merged["settings"]["merged_from"]] == [["r2d2"], ["drqn"]]
     assert merged["note"] == "shared DRQN runs"
     assert out.with_suffix(".png").stat().st_size > 1000
+    # ':old=new' keeps a label's runs under a new one: two files of one algorithm side by side
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "run.py"), "learn-merge", str(tmp_path / "a.json"),
+         f"{tmp_path / 'a.json'}:r2d2=r2d2_single_process", "--out", str(out)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    merged = json.loads(out.read_text())
+    assert [r["algo"] for r in merged["runs"]] == ["r2d2", "r2d2", "r2d2_single_process", "r2d2_single_process"]
+    assert merged["summary"]["r2d2_single_process"]["median_final_return"] == 450.0
 
 
 def test_learn_collect_reads_back_runs_cut_off_before_learn_wrote_its_json(tmp_path):
