@@ -266,3 +266,41 @@ def test_plot_groups_runs_by_their_whole_setting(tmp_path):
     assert list(groups) == ["redq Pendulum-v1 agent.critic_lr=0.001", "redq Pendulum-v1 agent.critic_lr=0.0003"]
     assert [[d.name for d in g] for g in groups.values()] == [["a0", "a1"], ["b0", "b1"]]
     assert list(group_runs(dirs[:2])) == ["redq Pendulum-v1"]  # one setting: no key in the label
+
+
+def test_plot_names_a_section_one_group_lacks_once_and_draws_seeds_evaluated_at_different_steps(tmp_path):
+    """A distributed run beside a single-process one is labelled 'distributed' / 'no distributed', not by
+    every key of the section; seeds evaluated at different steps (distributed runs evaluate at the chunk
+    that crosses each threshold) are interpolated onto the steps they share and drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from rlfunc.runtime.plot import group_runs, plot_runs
+
+    def run(name, seed, section, steps):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "config.yaml").write_text(
+            f"algo: r2d2\nenv: {{id: CartPole-v1}}\ntrain: {{seed: {seed}}}\n" + section)
+        rows = "".join(f"{s},0.0,{s / 10},0.0,5\n" for s in steps)
+        (d / "eval.csv").write_text("step,time_s,mean_return,std_return,episodes\n" + rows)
+        return d
+
+    dist = "distributed: {actors: 2, envs_per_actor: 4}\n"
+    dirs = [run("d0", 0, dist, [1003, 2011, 3007]), run("d1", 1, dist, [1009, 2002, 3001]),
+            run("s0", 0, "", [1000, 2000, 3000]), run("s1", 1, "", [1000, 2000, 3000])]
+    assert list(group_runs(dirs)) == ["r2d2 CartPole-v1 distributed", "r2d2 CartPole-v1 no distributed"]
+    drawn = []
+    real_plot = matplotlib.axes.Axes.plot
+
+    def spy(self, x, y, *args, **kwargs):
+        drawn.append((kwargs.get("label"), list(x)))
+        return real_plot(self, x, y, *args, **kwargs)
+
+    matplotlib.axes.Axes.plot = spy
+    try:
+        plot_runs(dirs, tmp_path / "p.png")
+    finally:
+        matplotlib.axes.Axes.plot = real_plot
+    assert [label for label, _ in drawn] == ["r2d2 CartPole-v1 distributed (n=2)", "r2d2 CartPole-v1 no distributed (n=2)"]
+    assert drawn[0][1] == [1009.0, 2002.0, 2011.0, 3001.0]  # within [1009, 3001], the range both seeds cover

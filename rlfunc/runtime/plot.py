@@ -96,11 +96,25 @@ def group_runs(run_dirs: list[str | Path]) -> dict[str, list[str | Path]]:
         groups.setdefault(tuple(sorted(settings[str(d)].items())), []).append(d)
     keys = sorted({k for key in groups for k, _ in key})
     differing = [k for k in keys if len({dict(key).get(k) for key in groups}) > 1 and k not in ("algo", "env.id")]
+    # A section some groups have and others lack entirely (e.g. a distributed run beside a
+    # single-process one) is named once, "distributed" / "no distributed", not key by key.
+    sections = {k.split(".")[0] for k in differing if "." in k}
+    partial = {sec for sec in sections
+               if any(not any(k.startswith(sec + ".") for k, _ in key) for key in groups)}
     labelled: dict[str, list[str | Path]] = {}
     for key, members in groups.items():
         values = dict(key)
-        extra = " ".join(f"{k}={values.get(k, 'unset')}" for k in differing)
-        labelled[" ".join(filter(None, [run_label(members[0]), extra]))] = members
+        parts = []
+        for sec in sorted(partial):
+            parts.append(sec if any(k.startswith(sec + ".") for k in values) else f"no {sec}")
+        for k in differing:
+            sec = k.split(".")[0]
+            if sec in partial:
+                having = [dict(g) for g in groups if any(j.startswith(sec + ".") for j, _ in g)]
+                if k not in values or len({h.get(k) for h in having}) < 2:
+                    continue  # the same in every group that has the section
+            parts.append(f"{k}={values.get(k, 'unset')}")
+        labelled[" ".join(filter(None, [run_label(members[0]), *parts]))] = members
     return labelled
 
 
@@ -124,6 +138,11 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, title: str | None = N
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for label, curves in groups.items():
         common = sorted(set.intersection(*[set(s.tolist()) for s, _ in curves]))
+        if len(curves) > 1 and len(common) < min(len(s) for s, _ in curves):
+            # Seeds evaluated at different steps (a distributed run evaluates at the chunk that crosses
+            # each threshold): interpolate every curve at all their steps within the range they share.
+            lo, hi = max(s.min() for s, _ in curves), min(s.max() for s, _ in curves)
+            common = sorted({float(v) for s, _ in curves for v in s.tolist() if lo <= v <= hi})
         if not common:
             continue
         ys = np.stack([np.interp(common, s, r) for s, r in curves])
