@@ -430,7 +430,7 @@ def test_rlfunc_train_of_the_shipped_minatar_config_then_resume(ray_local, bound
     from rlfunc.runtime.cli import main
 
     sets = ["distributed.actors=2", "distributed.envs_per_actor=2", "distributed.param_sync_steps=100",
-            "distributed.max_replay_ratio=0.05", "distributed.min_replay_ratio=0", "train.total_steps=400",
+            "distributed.max_replay_ratio=0.05", "distributed.min_replay_ratio=0.04", "train.total_steps=400",
             "train.learning_starts=8", "train.replay_size=300", "train.eval_every=200", "train.eval_episodes=1",
             "train.checkpoint_every=200", "train.compile=false", "train.progress=false", "train.tensorboard=false",
             "agent.batch_size=8", "agent.lstm_size=16", "agent.head_sizes=[16]", "agent.burn_in=2",
