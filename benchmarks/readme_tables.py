@@ -31,7 +31,9 @@ def _link(stem: str) -> str:
 
 
 def _steps(n: int) -> str:
-    return f"{n // 1000}k" if n % 1000 == 0 else f"{n / 1000:.1f}k"
+    """``150k`` (also for 150,002: a distributed run ends with the chunk that crosses its budget), ``2.5k``."""
+    k = n / 1000
+    return f"{k:.0f}k" if abs(k - round(k)) < 0.01 else f"{k:.1f}k"
 
 
 @dataclass(frozen=True)
@@ -84,9 +86,10 @@ ALGORITHMS = (
     AlgoRow("dqn", "Mnih et al. 2015 (DRQN's control)", "`dqn/cartpole_novel`",
             "no memory: fails without velocities", (Learned("learn_drqn", "dqn", "CartPole, velocities masked"),
                                                     Learned("learn_minatar", "dqn_breakout_flicker", "MinAtar Breakout, flicker"))),
-    AlgoRow("r2d2", "Kapturowski et al. 2019", "`r2d2/cartpole_novel`",
+    AlgoRow("r2d2", "Kapturowski et al. 2019", "`r2d2/cartpole_novel`, `r2d2/cartpole_novel_distributed`",
             "Atari-57 median ≈ 1920% human-normalized",
             (Learned("learn_r2d2", "r2d2", "CartPole, velocities masked"),
+             Learned("learn_r2d2_distributed", "r2d2", "the same on 2 Ray actor processes"),
              Learned("learn_minatar", "r2d2_breakout_flicker", "MinAtar Breakout, flicker"))),
 )
 
