@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
 import rlfunc
 from rlfunc.runtime import population as pr
@@ -208,3 +209,60 @@ def test_a_population_of_one_is_its_single_run_bit_for_bit(tmp_path, name):
     res = pr.train(config, run_dir=tmp_path / "pop", seeds=[1])
     single = rlfunc.train(config, overrides={"train.seed": 1}, run_dir=tmp_path / "single")
     assert res.members[0].evals == single.evals and res.members[0].gradient_steps == single.gradient_steps
+
+
+# ----------------------------------------------------------------------------- train.cuda_graph
+
+
+def _fixed_state_population(tmp_path, config, seeds):
+    """A population trained plainly and one whose update is behind FixedStateUpdate (as train.cuda_graph puts
+    it, eager on CPU: the fixed buffers without the capture); returns both results and the partial calls."""
+    from rlfunc.runtime.config import build_config
+    from rlfunc.runtime.graphs import FixedStateUpdate
+
+    built = build_config({**config, "train": {**config["train"], "population": {"seeds": seeds}}})
+    plain = pr.PopulationTrainer(built, tmp_path / "plain").run()
+    pt = pr.PopulationTrainer(built, tmp_path / "fixed")
+    if len(seeds) == 1:
+        pt._update_one = FixedStateUpdate(pt._update_one, pt._one())
+    else:
+        pt._update = FixedStateUpdate(pt._update, pt.state)
+    partial, learn = [], pt.learn
+
+    def spy(ready=None):
+        partial.append(ready is not None and len(ready) < len(seeds))
+        return learn(ready)
+
+    pt.learn = spy
+    return plain, pt.run(), sum(partial)
+
+
+@pytest.mark.parametrize("seeds", [[0, 1], [0]])
+def test_a_population_on_fixed_state_buffers_trains_what_the_plain_one_trains(tmp_path, seeds):
+    """``train.cuda_graph`` puts the population's update behind ``FixedStateUpdate``: the state at fixed
+    addresses, the new state copied into them in place (what a CUDA graph replays). On CPU the wrapper runs
+    eagerly on those buffers, so a population using it trains exactly what the plain one trains -- also
+    when R2D2's samples-per-insert limiter leaves a member not ready, whose old state the in-place write
+    would otherwise lose -- and a population of one keeps its single-run path."""
+    plain, fixed, partial = _fixed_state_population(tmp_path, R2D2_SMALL, seeds)
+    if len(seeds) > 1:
+        assert partial > 0  # the test covers calls where one member is not ready
+    assert [m.evals for m in fixed.members] == [m.evals for m in plain.members]
+    for k in range(len(seeds)):
+        a, b = _params(tmp_path / "fixed" / f"member-{k}"), _params(tmp_path / "plain" / f"member-{k}")
+        assert all(torch.equal(a[key], v) for key, v in b.items(True, True))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (the CUDA-graph capture of a population's update)")
+def test_a_population_with_train_cuda_graph_replays_its_update_as_one_graph_on_cuda(tmp_path):
+    """On CUDA, ``train.cuda_graph`` records the vmapped update once and replays it; the members' evaluations
+    equal the eager CUDA population's (the same kernels, replayed)."""
+    config = {**R2D2_SMALL, "train": {**R2D2_SMALL["train"], "device": "cuda", "population": {"seeds": [0, 1]}}}
+    eager = pr.train(config, run_dir=tmp_path / "eager")
+    from rlfunc.runtime.config import build_config
+
+    pt = pr.PopulationTrainer(build_config({**config, "train": {**config["train"], "cuda_graph": True}}), tmp_path / "graph")
+    graphed = pt.run()
+    assert pt._update.mode == "cuda_graph" and len(pt._update._graphs) >= 1, pt._update.fallback_reason
+    for a, b in zip(graphed.members, eager.members):
+        _close(a.evals, b.evals)

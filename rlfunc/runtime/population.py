@@ -103,8 +103,7 @@ SHA-256 and resume refuses a changed file), DRQN, DQN, R2D2 and DrQ-v2, with any
 runs take. Refused in one sentence before training, because the population loop
 does not implement them yet: RLPD's ``data.pretrain_steps`` (a prior-only phase
 before the first online update), stopping rules (a rule would stop one member of
-a run all members share), ``train.cuda_graph`` (the vmapped update is not
-captured), ``train.checkpoint_replay=false`` (the refill after resume is not
+a run all members share), ``train.checkpoint_replay=false`` (the refill after resume is not
 counted per member) and ``train.wandb`` (one W&B run per member is not opened);
 grid keys that are not settings the algorithm takes as data (a population shares
 its shapes), and callbacks.
@@ -126,6 +125,7 @@ import yaml
 from tensordict import TensorDict
 
 from rlfunc.runtime.config import MAX_SEED, POPULATION_AND_DISTRIBUTED, ConfigError
+from rlfunc.runtime.graphs import FixedStateUpdate
 from rlfunc.runtime.specs import parse_grid, parse_seeds
 
 __all__ = [
@@ -203,7 +203,6 @@ def supports(run_config) -> str | None:
             f"{', '.join(SUPPORTED[:-1])} and {SUPPORTED[-1]}, so run {algo}'s seeds as separate runs."
         )
     refusals = {
-        "cuda_graph": "train.cuda_graph",
         "stop_at_return": "stopping rules (train.stop_at_return)",
         "patience_evals": "stopping rules (train.patience_evals)",
         "max_updates": "stopping rules (train.max_updates)",
@@ -404,6 +403,11 @@ class PopulationTrainer:
         from rlfunc.runtime.learners.base import compiled_update
 
         self._update_one = compiled_update(self.algo, cfg) if p == 1 else None
+        if cfg.cuda_graph:  # the state at fixed addresses, each update one CUDA graph replay (rlfunc.runtime.graphs)
+            if p == 1:
+                self._update_one = FixedStateUpdate(self._update_one, self._one(), cuda_graph=True)
+            else:
+                self._update = FixedStateUpdate(self._update, self.state, cuda_graph=True)
         self._act = population.vmap(self.learners[0].act_fn, randomness="error")
         self.learns_before_env_step = bool(getattr(self.learners[0], "learns_before_env_step", False))
         from rlfunc.runtime.learners.base import TransitionLearner
@@ -549,6 +553,11 @@ class PopulationTrainer:
                 args[k], contexts[k] = self.learners[k].update_inputs(None if rows is None else rows[k])
             stacked = _stack([args.get(k, args[ready[0]]) for k in range(p)], self.device)
         member_metrics = None
+        previous = None
+        if len(ready) < p:  # the members not ready keep these values
+            previous = self.state.exclude("config")
+            if isinstance(self._update, FixedStateUpdate):  # it writes the new state into these buffers in place
+                previous = previous.clone()
         if p == 1:  # its single run's update on the unstacked member, kept as it is (self.state stacks it on demand)
             from rlfunc.core import population
 
@@ -564,7 +573,7 @@ class PopulationTrainer:
             config = self.state.get_non_tensor("config")
             new_state = new_state.exclude("config").apply(
                 lambda new, old: torch.where(mask.reshape(-1, *([1] * (new.dim() - 1))), new, old),
-                self.state.exclude("config"),
+                previous,
             )
             new_state.set_non_tensor("config", config)
         if p > 1:
