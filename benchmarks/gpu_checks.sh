@@ -164,7 +164,7 @@ fi
 #   redq_hopper      REDQ configs/redq/hopper.yaml (paper settings) on cuda, compiled + CUDA graph,
 #                    to 125k env steps (two calls at ~180 steps/s) -> learn_redq_hopper_gpu.json
 #   redq_population  the same config, seeds POP_SEEDS (0-9) as one population in one process
-#                    (compiled; populations refuse cuda_graph) -> learn_redq_hopper_population.json;
+#                    (compiled + CUDA graph of the vmapped update) -> learn_redq_hopper_population.json;
 #                    its checkpoint holds 10 replays, so it is packed only while it fits (PACK_MB)
 #   rlpd_data        the locomotion datasets made on the machine's CPU (benchmarks/run.py
 #                    locomotion-data, the same command as the committed locomotion_data_hopper.json)
@@ -196,7 +196,7 @@ if [ "${TINY:-0}" = 1 ]; then
 else
     DEV=cuda
     ACCEL=(--set train.device=cuda --set train.compile=true --set train.cuda_graph=true)
-    POP_ACCEL=(--set train.device=cuda --set train.compile=true)
+    POP_ACCEL=(--set train.device=cuda --set train.compile=true --set train.cuda_graph=true)
     SIZE=()
     DATA_ARGS=(--agent-steps 30000)
 fi
