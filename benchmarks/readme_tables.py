@@ -114,6 +114,26 @@ SPEED = (
 )
 
 
+@dataclass(frozen=True)
+class PopulationRow:
+    """P members in one process against P separate learners in the same process (``benchmarks/run.py
+    population``): the ratio of their throughputs by CPU time, per P."""
+
+    label: str
+    stem: str
+
+
+POPULATIONS = (
+    PopulationRow("REDQ, N=10, G=20, env steps", "population_redq"),
+    PopulationRow("SAC, env steps", "population_sac"),
+    PopulationRow("RLPD, env steps", "population_rlpd"),
+    PopulationRow("DRQN, update only", "population_drqn_update_only"),
+    PopulationRow("R2D2, update only", "population_r2d2_update_only"),
+    PopulationRow("DrQ-v2, update only", "population_drqv2_update_only"),
+)
+POPULATION_SIZES = (1, 2, 4, 8)
+
+
 def _machine_name(m: dict) -> str:
     if m.get("gpu"):
         return str(m["gpu"]).replace(" 80GB HBM3", "")
@@ -154,7 +174,18 @@ def speed_table() -> str:
     return "\n".join(lines)
 
 
-TABLES = {"algorithms": algorithms_table, "speed": speed_table}
+def populations_table() -> str:
+    lines = ["| population vs separate runs, 1 thread (CPU time) | " + " | ".join(f"P={p}" for p in POPULATION_SIZES)
+             + " | machine |", "|---" * (len(POPULATION_SIZES) + 2) + "|"]
+    for r in POPULATIONS:
+        d = _load(r.stem)
+        by_p = {row["members"]: row["cpu_time"]["total_throughput_ratio"] for row in d["rows"]}
+        cells = [f"{by_p[p]:.2f}x" if p in by_p else "not run" for p in POPULATION_SIZES]
+        lines.append(f"| {r.label} | " + " | ".join(cells) + f" | {_machine_name(d['machine'])} {_link(r.stem)} |")
+    return "\n".join(lines)
+
+
+TABLES = {"algorithms": algorithms_table, "speed": speed_table, "populations": populations_table}
 
 
 def _span(name: str) -> re.Pattern:
