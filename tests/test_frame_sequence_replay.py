@@ -185,58 +185,6 @@ def test_learner_memory_need_is_the_replays_real_bytes(algo):
     assert learner._replay_need().nbytes == replay.nbytes()
 
 
-def test_chunks_of_two_outboxes_are_renumbered_into_one_ring():
-    """Distributed actors' outboxes (rlfunc.scale.distributed) send their new frames once plus windows of
-    frame numbers; the learner's ring interleaves them, and its samples gather what each outbox held. A
-    window reading a frame of a chunk that never arrived is left out; a new outbox (a restarted actor)
-    numbers from 0 again."""
-    learner = PrioritizedFrameSequenceReplay(300, 6, 1, period=2, frame_envs=4)
-    ring = outbox_frame_capacity(40, 6, 2)
-    outboxes = {"a": FrameSequenceReplay(40, 6, 2, period=2, frame_capacity=ring),
-                "b": FrameSequenceReplay(40, 6, 2, period=2, frame_capacity=ring)}
-    expected, dropped, seed = {}, 0, 0
-
-    def ship(name, source, lose=False):
-        nonlocal dropped, seed
-        seed += 1
-        outbox = outboxes[name]
-        _feed([outbox], steps=12, num_envs=2, seed=seed)
-        windows = outbox.drain()
-        first, frames = outbox.drain_frames()
-        assert frames.shape[0] <= 2 * 24  # one frame per step, one more per episode start, each once
-        if lose:
-            return first, first + frames.shape[0]
-        gathered = outbox.with_frames(windows["steps"])
-        rows = learner.add_chunk(source, first, frames, windows, torch.rand(windows.batch_size[0]) + 0.5)
-        steps = windows["steps"]
-        lo, hi = lost if source == ("a", 1) and lost else (0, 0)
-        numbers = torch.cat([steps["obs_frame"], steps["next_frame"]], 1)
-        valid = torch.cat([steps["mask"], steps["mask"]], 1)
-        keep = ~(valid & (numbers >= lo) & (numbers < hi)).any(1)  # reads no frame of the lost chunk
-        assert rows.numel() == int(keep.sum())
-        dropped += len(keep) - rows.numel()
-        for r, i in zip(rows.tolist(), torch.nonzero(keep).flatten().tolist()):
-            expected[r] = gathered[i]
-
-    lost = None
-    for _ in range(3):
-        ship("a", ("a", 1))
-        ship("b", ("b", 1))
-    lost = ship("a", ("a", 1), lose=True)  # this chunk never reaches the learner
-    for _ in range(2):
-        ship("a", ("a", 1))
-        ship("b", ("b", 1))
-    outboxes["a"] = FrameSequenceReplay(40, 6, 2, period=2, frame_capacity=ring)  # the actor restarted
-    ship("a", ("a", 2))
-    ship("b", ("b", 1))
-    assert dropped > 0 and len(learner) == len(expected) > 60
-    assert learner.frames_written < learner.frame_capacity  # nothing evicted: every stored window is intact
-    sample = learner.sample(128, torch.Generator().manual_seed(0))
-    for j, r in enumerate(sample["window"][0].tolist()):
-        for key in ("obs", "next_obs", "action", "reward", "mask"):
-            assert torch.equal(sample[key][:, j], expected[r][key]), key
-
-
 # ---------------------------------------------- frame-stacked observations (FrameStackObservation)
 def _feed_stacked(replays, steps=300, num_envs=3, seed=0, plane=(6, 6), stack=4, carry=False):
     """Random episodes of frame stacks as gymnasium's FrameStackObservation (padding_type="reset") makes
@@ -398,13 +346,17 @@ def test_bytes_per_stored_step_of_stacked_atari():
     assert round(whole / 1e9) == 29
 
 
-def test_stacked_chunks_of_two_outboxes_are_renumbered_into_one_ring():
-    """Outboxes of stacked observations send planes with the number of each one's previous frame; the
-    learner's stacks (rebuilt across chunks and interleaved actors) are the outboxes'. A window whose frames
-    or whose first stack's older planes were in a lost chunk is left out; a restarted outbox numbers from 0."""
-    learner = PrioritizedFrameSequenceReplay(300, 6, 1, period=2, frame_envs=4, frame_stack=4)
-    ring = outbox_frame_capacity(40, 6, 2, 4)
-    new_outbox = lambda: FrameSequenceReplay(40, 6, 2, period=2, frame_capacity=ring, frame_stack=4)  # noqa: E731
+@pytest.mark.parametrize("stack", [1, 4])
+def test_chunks_of_two_outboxes_are_renumbered_into_one_ring(stack):
+    """Distributed actors' outboxes (rlfunc.scale.distributed) send their new frames once plus windows of
+    frame numbers; the learner's ring interleaves them, and its samples gather what each outbox held. A
+    window reading a frame of a chunk that never arrived is left out; a new outbox (a restarted actor)
+    numbers from 0 again. Stacked observations (``stack`` 4): the chunks carry planes with the number of
+    each one's previous frame, and the learner's stacks, rebuilt across chunks and interleaved actors, are
+    the outboxes'; a window whose first stack's older planes were in the lost chunk is left out too."""
+    learner = PrioritizedFrameSequenceReplay(300, 6, 1, period=2, frame_envs=4, frame_stack=stack)
+    ring = outbox_frame_capacity(40, 6, 2, stack)
+    new_outbox = lambda: FrameSequenceReplay(40, 6, 2, period=2, frame_capacity=ring, frame_stack=stack)  # noqa: E731
     outboxes = {"a": new_outbox(), "b": new_outbox()}
     expected, dropped, seed, lost = {}, 0, 0, None
     state = {}
@@ -413,21 +365,27 @@ def test_stacked_chunks_of_two_outboxes_are_renumbered_into_one_ring():
         nonlocal dropped, seed
         seed += 1
         outbox = outboxes[name]
-        # episodes continue across chunks: feed from the env state kept per outbox
-        _feed_stacked_continuing([outbox], state.setdefault(name, {}), steps=12, seed=seed)
+        if stack == 1:
+            _feed([outbox], steps=12, num_envs=2, seed=seed)
+        else:  # episodes continue across chunks: feed from the env state kept per outbox
+            _feed_stacked_continuing([outbox], state.setdefault(name, {}), steps=12, seed=seed)
         windows = outbox.drain()
         first, frames = outbox.drain_frames()
-        assert isinstance(frames, TensorDict) and tuple(frames["frames"].shape[1:]) == (6, 6)
-        assert frames.shape[0] <= 2 * 24  # one plane per step, one more per episode start, each once
+        if stack > 1:
+            assert isinstance(frames, TensorDict) and tuple(frames["frames"].shape[1:]) == (6, 6)
+        assert frames.shape[0] <= 2 * 24  # one frame (plane) per step, one more per episode start, each once
         if lose:
             return first, first + frames.shape[0]
         gathered = outbox.with_frames(windows["steps"])
         rows = learner.add_chunk(source, first, frames, windows, torch.rand(windows.batch_size[0]) + 0.5)
         steps = windows["steps"]
         lo, hi = lost if source == ("a", 1) and lost else (0, 0)
-        numbers = torch.cat([steps["obs_frame"], steps["next_frame"], outbox._stack_numbers(steps["obs_frame"][:, 0])], 1)
-        valid = torch.cat([steps["mask"], steps["mask"], torch.ones(numbers.shape[0], 4, dtype=torch.bool)], 1)
-        keep = ~(valid & (numbers >= lo) & (numbers < hi)).any(1)  # reads no plane of the lost chunk
+        numbers, valid = [steps["obs_frame"], steps["next_frame"]], [steps["mask"], steps["mask"]]
+        if stack > 1:  # the older planes of each window's first stack
+            numbers.append(outbox._stack_numbers(steps["obs_frame"][:, 0]))
+            valid.append(torch.ones(numbers[-1].shape, dtype=torch.bool))
+        numbers, valid = torch.cat(numbers, 1), torch.cat(valid, 1)
+        keep = ~(valid & (numbers >= lo) & (numbers < hi)).any(1)  # reads no frame of the lost chunk
         assert rows.numel() == int(keep.sum())
         dropped += len(keep) - rows.numel()
         for r, i in zip(rows.tolist(), torch.nonzero(keep).flatten().tolist()):
@@ -444,9 +402,10 @@ def test_stacked_chunks_of_two_outboxes_are_renumbered_into_one_ring():
     ship("a", ("a", 2))
     ship("b", ("b", 1))
     assert dropped > 0 and len(learner) == len(expected) > 60
-    assert learner.frames_written < learner.frame_capacity
+    assert learner.frames_written < learner.frame_capacity  # nothing evicted: every stored window is intact
     sample = learner.sample(128, torch.Generator().manual_seed(0))
-    assert sample["obs"].shape[-3:] == (4, 6, 6)
+    if stack > 1:
+        assert sample["obs"].shape[-3:] == (4, 6, 6)
     for j, r in enumerate(sample["window"][0].tolist()):
         for key in ("obs", "next_obs", "action", "reward", "mask"):
             assert torch.equal(sample[key][:, j], expected[r][key]), key

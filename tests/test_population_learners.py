@@ -36,6 +36,14 @@ DRQN = {
               "train_every": 2, "eps_decay_steps": 200, "target_period": 20},
 }
 
+R2D2_SMALL = {
+    "algo": "r2d2",
+    "env": {"id": "CartPole-v1", "num_envs": 2},
+    "train": {**TRAIN, "total_steps": 120, "learning_starts": 10, "replay_size": 200, "eval_every": 60, "checkpoint_every": 120},
+    "agent": {"lstm_size": 8, "encoder_sizes": [8], "head_sizes": [8], "burn_in": 2, "sequence_length": 4,
+              "sequence_period": 3, "batch_size": 4, "samples_per_insert": 8, "target_period": 20},
+}
+
 
 def _close(a, b) -> None:
     assert [s for s, _ in a] == [s for s, _ in b], (a, b)
@@ -130,13 +138,7 @@ def test_dqn_two_learning_rates_equal_single_runs(tmp_path):
 def test_r2d2_members_equal_single_runs(tmp_path):
     """R2D2: prioritized windows, priorities written back per member, the samples-per-insert
     limiter per member (members become ready at different steps), one epsilon per actor."""
-    config = {
-        "algo": "r2d2",
-        "env": {"id": "CartPole-v1", "num_envs": 2},
-        "train": {**TRAIN, "total_steps": 240, "learning_starts": 10, "replay_size": 200, "eval_every": 120, "checkpoint_every": 120},
-        "agent": {"lstm_size": 8, "encoder_sizes": [8], "head_sizes": [8], "burn_in": 2, "sequence_length": 4,
-                  "sequence_period": 3, "batch_size": 4, "samples_per_insert": 8, "target_period": 20},
-    }
+    config = {**R2D2_SMALL, "train": {**R2D2_SMALL["train"], "total_steps": 240, "eval_every": 120}}
     res = _members_equal_single_runs(tmp_path, config, [0, 1])
     # the members' limiters let them learn at different env steps (the masked update ran)
     assert res.members[0].gradient_steps != res.members[1].gradient_steps
@@ -189,15 +191,6 @@ def test_members_share_one_batched_replay(tmp_path, monkeypatch):
             "train": {**TRAIN, "total_steps": 100, "learning_starts": 10, "replay_size": 100, "population": {"seeds": [0, 1]}}}
     pt = pr.PopulationTrainer(build_config(redq), tmp_path / "z")
     assert isinstance(pt.replay, PopulationReplay) and len(pt.learners[0].replay) == 0
-
-
-R2D2_SMALL = {
-    "algo": "r2d2",
-    "env": {"id": "CartPole-v1", "num_envs": 2},
-    "train": {**TRAIN, "total_steps": 120, "learning_starts": 10, "replay_size": 200, "eval_every": 60, "checkpoint_every": 120},
-    "agent": {"lstm_size": 8, "encoder_sizes": [8], "head_sizes": [8], "burn_in": 2, "sequence_length": 4,
-              "sequence_period": 3, "batch_size": 4, "samples_per_insert": 8, "target_period": 20},
-}
 
 
 @pytest.mark.parametrize("name", ["drqn", "r2d2"])
