@@ -407,16 +407,21 @@ def test_cuda_graph_replay_never_syncs(algo):
     graphed = FixedStateUpdate(update, state0, cuda_graph=True)
     graphed(graphed.state, *inputs(0))  # warm-up and capture (allowed to sync)
     assert graphed.mode == "cuda_graph", graphed.fallback_reason
-    args = inputs(1)
+    replay_without_sync(graphed, inputs(1), 3)
+    assert int(graphed.state["step"]) == 4
+
+
+def replay_without_sync(graphed, args, times: int) -> None:
+    """``times`` replays of a recorded ``FixedStateUpdate`` under ``torch.cuda.set_sync_debug_mode("error")``:
+    any host sync inside a replay raises."""
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        for _ in range(3):
+        for _ in range(times):
             graphed(graphed.state, *args)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     torch.cuda.synchronize()
-    assert int(graphed.state["step"]) == 4
 
 
 @needs_cuda

@@ -37,6 +37,7 @@ import dataclasses
 import pytest
 import torch
 from tensordict import TensorDict
+from test_gpu_path import replay_without_sync
 from test_population import PROBLEMS, SETTINGS, _assert_rel_close
 
 from rlfunc.core import population
@@ -163,12 +164,5 @@ def test_cuda_graph_of_the_vmapped_update_replays_what_eager_computes_without_a_
     fixed, args = _graph_replays_equal_eager(name, compiled)
     assert fixed.mode == "cuda_graph" and len(fixed._graphs) == 1, fixed.fallback_reason
     step = fixed.state["step"].clone()
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        for _ in range(3):
-            fixed(fixed.state, *args)
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    torch.cuda.synchronize()
+    replay_without_sync(fixed, args, 3)
     assert torch.equal(fixed.state["step"], step + 3)
