@@ -45,8 +45,9 @@ __all__ = ["PopulationSequenceReplay", "PopulationPrioritizedSequenceReplay"]
 _COUNTERS = ("cursor", "size", "added", "windows_added")
 
 
-class _Member(SequenceReplay):
-    """Member ``k``'s sequence replay: its buffers are row ``k`` of the population's."""
+class _RowOfPopulation:
+    """Mixed into a single replay class: member ``k``'s replay, whose buffers the population allocates
+    (row ``k`` of its storage)."""
 
     def __init__(self, population: "PopulationSequenceReplay", k: int, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -57,19 +58,14 @@ class _Member(SequenceReplay):
         self._population._allocate(step, carry)
 
 
+class _Member(_RowOfPopulation, SequenceReplay):
+    """Member ``k``'s sequence replay: its buffers are row ``k`` of the population's."""
 
-class _PrioritizedMember(PrioritizedSequenceReplay):
+
+class _PrioritizedMember(_RowOfPopulation, PrioritizedSequenceReplay):
     """Member ``k``'s prioritized replay: storage row ``k``, priorities row ``k`` of the population's
     sum-tree (bound by :class:`PopulationPrioritizedSequenceReplay`), so it samples and writes
     priorities alone with the single buffer's code (e.g. a member updating while others wait)."""
-
-    def __init__(self, population: "PopulationSequenceReplay", k: int, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self._population = population
-        self._k = k
-
-    def _allocate(self, step: TensorDict, carry: TensorDict | None) -> None:
-        self._population._allocate(step, carry)
 
 
 class PopulationSequenceReplay:
