@@ -356,6 +356,11 @@ def vmap_update(
     return population_update
 
 
+# The eager fast path rebuilds TensorDicts through tensordict's private constructor (tested with
+# tensordict 0.15); where a release lacks it, the public ``apply`` does the same, slower.
+_FAST_TD = all(hasattr(TensorDict, name) for name in ("_new_unsafe", "_fast_apply")) and hasattr(TensorDict(), "_tensordict")
+
+
 def _map_leaves(tree: Any, fn: Callable[[torch.Tensor], torch.Tensor], batch: Callable[[torch.Size], torch.Size]) -> Any:
     """``fn`` on every tensor of ``tree`` (a tensor, a TensorDict, a tuple or named tuple of them,
     or ``None``), TensorDicts rebuilt with batch size ``batch(old)``. Eagerly, plain TensorDicts are
@@ -370,9 +375,11 @@ def _map_leaves(tree: Any, fn: Callable[[torch.Tensor], torch.Tensor], batch: Ca
     if isinstance(tree, torch.Tensor):
         return fn(tree)
     if isinstance(tree, TensorDict):
-        if not torch.compiler.is_compiling() and type(tree) is TensorDict:
+        if _FAST_TD and not torch.compiler.is_compiling() and type(tree) is TensorDict:
             return _rebuild(tree, fn, batch(tree.batch_size))
-        return tree._fast_apply(fn, batch_size=batch(tree.batch_size), propagate_lock=False)
+        if hasattr(tree, "_fast_apply"):  # what TensorDict's own shape methods call (traceable by torch.compile)
+            return tree._fast_apply(fn, batch_size=batch(tree.batch_size), propagate_lock=False)
+        return tree.apply(fn, batch_size=batch(tree.batch_size))
     raise TypeError(f"population: cannot split or stack a {type(tree).__name__} by member; pass tensors or TensorDicts.")
 
 

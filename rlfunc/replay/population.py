@@ -180,6 +180,6 @@ def gather_rows(storage: TensorDict, flat: torch.Tensor, shape: torch.Size, lead
     for key, t in storage.items(include_nested=True, leaves_only=True):
         rows = t.reshape(-1, *t.shape[lead:]).index_select(0, flat)
         out[key] = rows.reshape(*shape, *t.shape[lead:])
-    if all(isinstance(k, str) for k in out) and type(storage) is TensorDict:
+    if all(isinstance(k, str) for k in out) and type(storage) is TensorDict and hasattr(TensorDict, "_new_unsafe"):
         return TensorDict._new_unsafe(out, batch_size=torch.Size(shape), device=storage.device)
     return TensorDict(out, batch_size=shape, device=storage.device)
