@@ -261,6 +261,67 @@ def test_the_epsilon_ladder_is_split_over_the_actors():
     assert slices[0][0] == pytest.approx(0.4) and slices[-1][-1] == pytest.approx(0.4**8)
 
 
+class _InstantRay:
+    """In-process stand-in for the few Ray calls the learner loop makes: each actor is an
+    :class:`ActorProcess` here, a call runs at once, and every finished call is returned by one
+    ``wait``, as when all queued chunks reach a busy driver together."""
+
+    class exceptions:
+        class ActorUnavailableError(Exception):
+            pass
+
+        class RayActorError(Exception):
+            pass
+
+    class Ref:
+        def __init__(self, value):
+            self.value = value
+
+    def remote(self, cls):
+        class Handle:
+            def __init__(self, actor):
+                class Method:
+                    def remote(self, published, steps):
+                        return _InstantRay.Ref(actor.collect(published, steps))
+
+                self.collect = Method()
+
+        class Factory:
+            def options(self, **_):
+                return self
+
+            def remote(self, *args):
+                return Handle(cls(*args))
+
+        return Factory()
+
+    def put(self, value):
+        return value
+
+    def get(self, ref):
+        return ref.value
+
+    def wait(self, calls, num_returns=1, timeout=None):
+        return list(calls), []
+
+    def kill(self, actor, no_restart=True):
+        pass
+
+
+def test_chunks_arriving_together_are_held_by_min_replay_ratio_so_a_short_run_still_learns(tmp_path):
+    """Every queued chunk is returned by one wait: the replay ratio's start is set when the replay first
+    holds learning_starts windows (while inserting), so min_replay_ratio holds the actors asked again
+    after those chunks. (Set only when the loop next asked whether to update, it let every chunk of a
+    short run be collected first: the run ended with no update, a flaky CI failure.)"""
+    raw = _tiny(**{"train.total_steps": 400, "train.learning_starts": 8, "distributed.param_sync_steps": 50,
+                   "distributed.max_replay_ratio": 0.05, "distributed.min_replay_ratio": 0.04})
+    trainer = distributed.DistributedTrainer(build_config(raw), tmp_path / "run", None, _InstantRay())
+    trainer.run()
+    assert trainer.env_step >= 400 and trainer.ratio_from is not None
+    steps = trainer.env_step - trainer.ratio_from
+    assert 0.04 * (steps - 2 * 2 * 50) <= trainer.learner_calls <= 0.05 * steps and trainer.learner_calls >= 10
+
+
 @pytest.mark.parametrize("change, sentence", [
     ({"algo": "drqn"}, r"^The distributed section is not available for drqn .*; remove it or use algo r2d2\.$"),
     ({"algo": "sac", "env": {"id": "Pendulum-v1"}, "agent": {}},
@@ -429,7 +490,8 @@ def test_rlfunc_train_of_the_shipped_minatar_config_then_resume(ray_local, bound
     from rlfunc.runtime.checkpoint import load_checkpoint
     from rlfunc.runtime.cli import main
 
-    sets = ["distributed.actors=2", "distributed.envs_per_actor=2", "distributed.param_sync_steps=100",
+    # 2 actors x 2 queued calls x 50 steps = half the run asked before the replay can hold anyone back
+    sets = ["distributed.actors=2", "distributed.envs_per_actor=2", "distributed.param_sync_steps=50",
             "distributed.max_replay_ratio=0.05", "distributed.min_replay_ratio=0.04", "train.total_steps=400",
             "train.learning_starts=8", "train.replay_size=300", "train.eval_every=200", "train.eval_episodes=1",
             "train.checkpoint_every=200", "train.compile=false", "train.progress=false", "train.tensorboard=false",

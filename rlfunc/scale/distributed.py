@@ -322,11 +322,18 @@ class DistributedTrainer(Trainer):
     def _may_update(self) -> bool:
         """The replay holds ``train.learning_starts`` windows and one more update keeps the replay ratio at
         most ``distributed.max_replay_ratio`` updates per env step inserted since then."""
+        if not self._replay_ready():
+            return False
+        return self.learner_calls + 1 <= self.config.distributed.max_replay_ratio * (self.env_step - self.ratio_from)
+
+    def _replay_ready(self) -> bool:
+        """The replay holds ``train.learning_starts`` windows; the first time, the replay ratio counts from
+        the env step reached (``ratio_from``)."""
         if len(self.learner.replay) < max(self.config.train.learning_starts, 1):
             return False
         if self.ratio_from is None:
             self.ratio_from = self.env_step
-        return self.learner_calls + 1 <= self.config.distributed.max_replay_ratio * (self.env_step - self.ratio_from)
+        return True
 
     def _behind(self, env_steps: int) -> bool:
         """With ``distributed.min_replay_ratio``: the learner would fall below it if the replay took in
@@ -455,6 +462,10 @@ class DistributedTrainer(Trainer):
             rows = replay.add_windows(chunk["windows"], chunk["priorities"])
         prev = self.env_step
         self.env_step += int(chunk["env_steps"])
+        # The ratio's start is set here, not first when the loop asks whether to update: chunks that arrive
+        # together would otherwise all be inserted (and their actors asked again) before min_replay_ratio
+        # could hold anyone, and a short run could end with every step collected and no update.
+        self._replay_ready()
         self.collector.episodes += len(chunk["returns"])
         state["recent"].extend(chunk["returns"])
         state["window_steps"] += int(chunk["env_steps"])
