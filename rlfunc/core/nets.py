@@ -469,12 +469,15 @@ def lstm_unroll(
     h, c = carry
     if reset is not None:
         start = reset.bool().unsqueeze(-1)  # [T, B, 1]
+    # unbind, not gates_x[t]: the backward of T selects adds T full-size [T, B, 4H] gradients (O(T^2)
+    # memory traffic, the larger part of a paper-size R2D2 update on CPU), unbind's backward stacks once.
+    gates_steps = gates_x.unbind(0)
     outs = []
     for t in range(steps):
         if reset is not None:
             h = torch.where(start[t], 0.0, h)
             c = torch.where(start[t], 0.0, c)
-        h, c = _lstm_cell(gates_x[t], h, c, w_hh)
+        h, c = _lstm_cell(gates_steps[t], h, c, w_hh)
         outs.append(h)
     return torch.stack(outs, dim=0), (h, c)
 
