@@ -50,6 +50,9 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="also time train.compile=true (env steps) / torch.compile(fullgraph=True) of the vmapped and "
                         "the single update (--update-only): at these P (no values: every P)")
     p.add_argument("--update-only", action="store_true", help="time the pure update alone (no env, no replay)")
+    p.add_argument("--vectorize", default="auto", choices=("auto", "vmap", "loop"),
+                   help="env steps: the population's train.population.vectorize (default auto, what a user gets; "
+                        "--update-only always times the vmapped update)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     p.add_argument("--repeats", type=int, default=5, help="timed windows per variant (default 5)")
     p.add_argument("--steps", type=int, default=3, help="env steps (or updates) per timed window (default 3)")
@@ -60,23 +63,24 @@ def configure(p: argparse.ArgumentParser) -> None:
 # ----------------------------------------------------------------------------- env steps
 
 
-def _raw(algo: str, members: int, quick: bool, compile: bool) -> dict:
+def _raw(algo: str, members: int, quick: bool, compile: bool, vectorize: str = "auto") -> dict:
     agent = {"hidden_sizes": [16, 16], "batch_size": 8} if quick else {}
     if quick and algo != "sac":
         agent.update(num_critics=3, updates_per_step=2)
     train = {"total_steps": 10**6, "learning_starts": 300, "replay_size": 10_000, "progress": False,
-             "tensorboard": False, "compile": compile, "population": {"seeds": list(range(members))}}
+             "tensorboard": False, "compile": compile,
+             "population": {"seeds": list(range(members)), "vectorize": vectorize}}
     raw = {"algo": algo, "env": {"id": "Pendulum-v1"}, "train": train, "agent": agent}
     if algo == "rlpd":
         raw["data"] = {"path": str(PRIOR_DATA)}
     return raw
 
 
-def _population(algo: str, members: int, quick: bool, compile: bool, where: Path):
+def _population(algo: str, members: int, quick: bool, compile: bool, where: Path, vectorize: str = "auto"):
     from rlfunc.runtime.config import build_config
     from rlfunc.runtime.population import PopulationTrainer
 
-    pt = PopulationTrainer(build_config(_raw(algo, members, quick, compile)), where)
+    pt = PopulationTrainer(build_config(_raw(algo, members, quick, compile, vectorize)), where)
     for c, m in zip(pt.collectors, pt.members):
         c.reset(seed=m.seed)
     counter = {"n": 0}
@@ -198,7 +202,9 @@ def _env_rows(algo: str, args: argparse.Namespace, run, emit=lambda rows: None) 
             runners, state_mb = {}, None
             for compiled in modes:
                 tag = "_compiled" if compiled else ""
-                pop_step, pop_learn, pt = _population(algo, p, args.quick, compiled, Path(tmp) / f"pop{p}{tag}")
+                pop_step, pop_learn, pt = _population(algo, p, args.quick, compiled, Path(tmp) / f"pop{p}{tag}",
+                                                      getattr(args, "vectorize", "auto"))
+                vectorized = pt.vectorize
                 one_step, one_learn = _singles(algo, p, args.quick, compiled)
                 state_mb = _state_mb(pt)
                 for fn in (pop_step, one_step):  # warm: first updates allocate (and compile)
@@ -209,7 +215,7 @@ def _env_rows(algo: str, args: argparse.Namespace, run, emit=lambda rows: None) 
             times, cpu = _timed(runners, args, run)
             med = {n: statistics.median(t) for n, t in times.items()}
             cmed = {n: statistics.median(t) for n, t in cpu.items()}
-            row = {"members": p}
+            row = {"members": p, "vectorize": vectorized}  # how the population updated (train.population.vectorize)
             for compiled in modes:
                 tag = "_compiled" if compiled else ""
                 name = "compiled" if compiled else "eager"

@@ -66,17 +66,26 @@ def _params_close(a, b) -> float:
     return worst
 
 
-def _members_equal_single_runs(tmp_path, config, seeds, grid=None):
-    """Train the population and each member's single run; their evaluations agree. Returns the population's result."""
-    res = pr.train(config, run_dir=tmp_path / "pop", seeds=seeds, grid=grid)
+def _members_equal_single_runs(tmp_path, config, seeds, grid=None, vectorize=None):
+    """Train the population (``train.population.vectorize``, default auto) and each member's single run; their
+    evaluations agree (``vectorize="loop"``: bit for bit, each member runs its single run's calls). Returns the
+    population's result."""
+    pop_config = config if vectorize is None else {**config, "train": {**config["train"], "population": {"vectorize": vectorize}}}
+    res = pr.train(pop_config, run_dir=tmp_path / "pop", seeds=seeds, grid=grid)
+    assert vectorize is None or res.vectorize == vectorize
     values = list(grid.items())[0] if grid else None
     settings = [{}] if not grid else [{values[0]: v} for v in values[1]]
     k = 0
     for setting in settings:
         for seed in seeds:
             single = rlfunc.train(config, overrides={"train.seed": seed, **setting}, run_dir=tmp_path / f"single-{k}")
-            _close(res.members[k].evals, single.evals)
-            _params_close(_params(res.members[k].run_dir), _params(single.run_dir))
+            if vectorize == "loop":
+                assert res.members[k].evals == single.evals
+                a, b = _params(res.members[k].run_dir), _params(single.run_dir)
+                assert all(torch.equal(a[key], v) for key, v in b.items(True, True))
+            else:
+                _close(res.members[k].evals, single.evals)
+                _params_close(_params(res.members[k].run_dir), _params(single.run_dir))
             k += 1
     assert len(res.members) == k
     return res
@@ -106,7 +115,7 @@ def test_drqv2_members_equal_single_runs(tmp_path):
         "agent": {"batch_size": 8, "hidden_dim": 16, "feature_dim": 8, "encoder_channels": [4, 4, 4, 4],
                   "stddev_duration": 100},
     }
-    res = _members_equal_single_runs(tmp_path, config, [0, 1])
+    res = _members_equal_single_runs(tmp_path, config, [0, 1], vectorize="vmap")  # auto loops on a CPU
     assert res.members[0].evals != res.members[1].evals
     with open(tmp_path / "pop" / "member-0" / "eval.csv") as f:
         assert f.readline().split(",")[:2] == ["step", "frames"]  # agent steps and env frames, as a single run's
@@ -135,11 +144,14 @@ def test_dqn_two_learning_rates_equal_single_runs(tmp_path):
         _params_close(_params(res.members[0].run_dir), _params(res.members[1].run_dir))
 
 
-def test_r2d2_members_equal_single_runs(tmp_path):
+@pytest.mark.parametrize("vectorize", ["vmap", "loop"])
+def test_r2d2_members_equal_single_runs(tmp_path, vectorize):
     """R2D2: prioritized windows, priorities written back per member, the samples-per-insert
-    limiter per member (members become ready at different steps), one epsilon per actor."""
+    limiter per member (members become ready at different steps), one epsilon per actor; vmapped
+    (a member not ready keeps its state: masked update) and looped (only the ready members' own
+    updates run: bit for bit its single run, through checkpoints and resume)."""
     config = {**R2D2_SMALL, "train": {**R2D2_SMALL["train"], "total_steps": 240, "eval_every": 120}}
-    res = _members_equal_single_runs(tmp_path, config, [0, 1])
+    res = _members_equal_single_runs(tmp_path, config, [0, 1], vectorize=vectorize)
     # the members' limiters let them learn at different env steps (the masked update ran)
     assert res.members[0].gradient_steps != res.members[1].gradient_steps
     out = rlfunc.evaluate(rlfunc.load(tmp_path / "pop" / "member-0"), episodes=1, seed=10_000)
@@ -213,11 +225,11 @@ def _fixed_state_population(tmp_path, config, seeds):
     from rlfunc.runtime.config import build_config
     from rlfunc.runtime.graphs import FixedStateUpdate
 
-    built = build_config({**config, "train": {**config["train"], "population": {"seeds": seeds}}})
+    built = build_config({**config, "train": {**config["train"], "population": {"seeds": seeds, "vectorize": "vmap"}}})
     plain = pr.PopulationTrainer(built, tmp_path / "plain").run()
     pt = pr.PopulationTrainer(built, tmp_path / "fixed")
     if len(seeds) == 1:
-        pt._update_one = FixedStateUpdate(pt._update_one, pt._one())
+        pt._update_one = FixedStateUpdate(pt._update_one, pt.member_state(0))
     else:
         pt._update = FixedStateUpdate(pt._update, pt.state)
     partial, learn = [], pt.learn

@@ -129,6 +129,7 @@ def test_cli_seeds_grid_and_resume(tmp_path, capsys):
             marks=pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="train.wandb needs wandb installed"),
         ),
         (["--grid", "agent.critic_lr"], "must look like section.key=value1,value2"),
+        (["--vectorize", "loop"], "give --seeds or --grid too"),
     ],
 )
 def test_refusals_are_one_sentence(tmp_path, capsys, argv, text):
@@ -142,6 +143,34 @@ def test_refusals_are_one_sentence(tmp_path, capsys, argv, text):
     err = capsys.readouterr().err.strip()
     assert text in err and len(err.splitlines()) == 1 and err.startswith("rlfunc: error: ")
     assert not run.exists()
+
+
+def test_vectorize_auto_vmaps_on_a_gpu_and_where_batching_pays_on_a_cpu_and_bad_values_are_one_sentence():
+    """train.population.vectorize: auto vmaps on CUDA, and on a CPU the algorithms measured at least as fast
+    batched (pr.CPU_VMAP); the others loop over members. A bad value, and loop with train.cuda_graph (which
+    captures the vmapped update), are one sentence before training."""
+    assert pr.resolve_vectorize("auto", "redq", "cpu") == "vmap" and pr.resolve_vectorize("auto", "drqn", "cpu") == "vmap"
+    assert pr.resolve_vectorize("auto", "r2d2", "cpu") == "loop" and pr.resolve_vectorize("auto", "drqv2", "cpu") == "loop"
+    assert pr.resolve_vectorize("auto", "r2d2", "cuda:0") == "vmap" and pr.resolve_vectorize("loop", "redq", "cuda") == "loop"
+    with pytest.raises(ConfigError, match=r"^train\.population\.vectorize must be one of auto, vmap, loop, got 'batched'\.$"):
+        build_config({**BASE, "train": {**BASE["train"], "population": {"seeds": [0, 1], "vectorize": "batched"}}})
+    graphed = build_config({**BASE, "train": {**BASE["train"], "device": "cuda", "cuda_graph": True,
+                                              "population": {"seeds": [0, 1], "vectorize": "loop"}}})
+    with pytest.raises(ConfigError, match=r"^train\.cuda_graph captures the vmapped population update; set "):
+        pr.member_specs(graphed)
+
+
+def test_cli_vectorize_loop_trains_each_member_bit_for_bit_as_its_single_run(tmp_path, capsys):
+    """``rlfunc train --seeds 0-1 --vectorize loop``: each member's own update and act in turn, so a
+    member's evaluations are its single run's exactly (not only to float rounding, as vmapped)."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(BASE))
+    assert main(["train", str(cfg), "--seeds", "0-1", "--vectorize", "loop", "--run-dir", str(tmp_path / "pop")]) == 0
+    assert "vectorize=loop" in capsys.readouterr().err
+    single = rlfunc.train(BASE, overrides={"train.seed": 1}, run_dir=tmp_path / "single")
+    with open(tmp_path / "pop" / "member-1" / "eval.csv") as f:
+        rows = [(int(r["step"]), float(r["mean_return"])) for r in csv.DictReader(f)]
+    assert rows == [(int(s), r) for s, r in single.evals] and len(rows) >= 2
 
 
 def test_rlfunc_train_and_resume_take_a_population_config(tmp_path):
@@ -192,7 +221,9 @@ def test_rlpd_members_equal_single_runs_and_share_the_dataset(tmp_path):
     shutil.copy(DATA, data)
     rlpd = {**BASE, "algo": "rlpd", "data": {"path": str(data)},
             "train": {**BASE["train"], "total_steps": 200, "eval_every": 200, "checkpoint_every": 200}}
-    res = pr.train(rlpd, run_dir=tmp_path / "pop", seeds=[0, 1])
+    vmapped = {**rlpd, "train": {**rlpd["train"], "population": {"vectorize": "vmap"}}}  # auto loops RLPD on a CPU
+    res = pr.train(vmapped, run_dir=tmp_path / "pop", seeds=[0, 1])
+    assert res.vectorize == "vmap"
     for seed in (0, 1):
         single = rlfunc.train(rlpd, overrides={"train.seed": seed}, run_dir=tmp_path / f"single-{seed}")
         _close(res.members[seed].evals, single.evals)

@@ -62,6 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--grid", action="append", default=None, metavar="KEY=V1,V2",
                    help="population members for each value, e.g. agent.critic_lr=3e-4,1e-3 (repeatable; settings "
                         "the algorithm takes as data only)")
+    t.add_argument("--vectorize", default=None, choices=("auto", "vmap", "loop"),
+                   help="how a population updates its members: one vmapped update (vmap), each member's own update "
+                        "in turn (loop), or auto: vmap on a GPU and where batching pays on a CPU "
+                        "(train.population.vectorize)")
 
     e = sub.add_parser("eval", help="evaluate a run directory, checkpoint or export")
     e.add_argument("path", help="run directory, checkpoint directory or `rlfunc export` directory")
@@ -179,7 +183,8 @@ def _run(args: argparse.Namespace) -> None:
             config = resolve_config(args.config)
             if str(config) != args.config:
                 print(f"config {args.config}: {config}")  # stdout: an error after it stays stderr's one line
-        res = train(config, overrides=args.overrides, run_dir=args.run_dir, seeds=args.seeds, grid=args.grid)
+        res = train(config, overrides=args.overrides, run_dir=args.run_dir, seeds=args.seeds, grid=args.grid,
+                    vectorize=args.vectorize)
         _report(res)
     elif args.command == "resume":
         from rlfunc.runtime.trainer import resume

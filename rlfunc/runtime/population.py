@@ -143,6 +143,26 @@ __all__ = [
 SUPPORTED = ("redq", "sac", "rlpd", "drqn", "dqn", "r2d2", "drqv2")
 """Algorithms a population trains in this version (every algorithm of the registry)."""
 
+VECTORIZE = ("auto", "vmap", "loop")
+"""``train.population.vectorize``: ``vmap`` (one vmapped update and act over the stacked state), ``loop``
+(each member's own update and act, one after the other: its single run's calls, bit for bit) or
+``auto`` (:func:`resolve_vectorize`)."""
+
+CPU_VMAP = ("redq", "sac", "drqn", "dqn")
+"""Algorithms whose vmapped update is at least as fast as their members' separate updates on one CPU
+thread (benchmarks/results/population_<algo>*.json: REDQ 1.05-1.10x, SAC 1.03-1.47x, DRQN 1.06-1.98x
+at P=2-8; DQN is DRQN's small MLP shape). Those measured slower batched on a CPU -- R2D2 at paper
+width (0.90-0.93x: each batched product is as compute-bound as P separate ones, and vmap's batching
+adds its own work), DrQ-v2 (0.57-0.81x) and RLPD (0.95x at P=8) -- loop over members there (``auto``)."""
+
+
+def resolve_vectorize(choice: str, algo: str, device: str) -> str:
+    """``vmap`` or ``loop`` for ``train.population.vectorize=choice``: ``auto`` is ``vmap`` on a GPU (where
+    one member's update leaves the card latency-bound, #24) and on a CPU for :data:`CPU_VMAP`, else ``loop``."""
+    if choice != "auto":
+        return choice
+    return "vmap" if str(device).startswith("cuda") or algo in CPU_VMAP else "loop"
+
 
 def check_spec(spec: Any, seed: int = 0) -> None:
     """``train.population`` is ``{seeds: [int, ...], grid: {agent.NAME: [value, ...]}}`` (each
@@ -151,9 +171,13 @@ def check_spec(spec: Any, seed: int = 0) -> None:
     (:func:`member_specs`)."""
     if not isinstance(spec, dict):
         raise ConfigError(f"train.population must be a mapping with keys seeds and grid, got {spec!r}.")
-    extra = [k for k in spec if k not in ("seeds", "grid")]
+    extra = [k for k in spec if k not in ("seeds", "grid", "vectorize")]
     if extra:
-        raise ConfigError(f"train.population has unknown key {extra[0]!r}; it takes seeds and grid.")
+        raise ConfigError(f"train.population has unknown key {extra[0]!r}; it takes seeds, grid and vectorize.")
+    if spec.get("vectorize", "auto") not in VECTORIZE:
+        raise ConfigError(
+            f"train.population.vectorize must be one of {', '.join(VECTORIZE)}, got {spec['vectorize']!r}."
+        )
     seeds = spec.get("seeds")
     if seeds is not None:
         if (
@@ -251,6 +275,11 @@ def member_specs(run_config) -> list[MemberSpec]:
                 f"{', '.join('agent.' + n for n in data)}); members that differ in it are separate populations."
             )
     seeds = list(spec.get("seeds") or [train.seed])
+    if spec.get("vectorize") == "loop" and train.cuda_graph and len(seeds) * math.prod(map(len, grid.values())) > 1:
+        raise ConfigError(
+            "train.cuda_graph captures the vmapped population update; set train.population.vectorize to vmap or "
+            "auto with it."
+        )
     raw = to_dict(run_config)
     raw["train"].pop("population", None)
     members = []
@@ -279,6 +308,7 @@ class PopulationResult:
     wall_s: float
     gradient_steps: int = 0
     stop_reason: str = "total_steps"
+    vectorize: str = "vmap"  # how the members were updated: "vmap" or "loop" (train.population.vectorize)
 
 
 def is_population_run(run_dir: str | Path) -> bool:
@@ -396,19 +426,22 @@ class PopulationTrainer:
         if self.replay is not None:
             for k, lr in enumerate(self.learners):
                 lr.use_replay(self.replay.member(k))
+        self.vectorize = resolve_vectorize(cfg.population.get("vectorize", "auto"), config.algo, cfg.device)
         update = population.vmap_update(self.algo.update)
         self._update = torch.compile(update, fullgraph=True) if cfg.compile else update
-        # A population of one runs its member's single-run update and act on the unstacked member,
-        # kept between calls (no vmap, no restacking to read it back): the single run's cost.
+        # A population of one, and every member with vectorize=loop, runs its single-run update and act
+        # on its unstacked state, kept between calls (no vmap, no restacking): the single run's cost.
         from rlfunc.runtime.learners.base import compiled_update
 
-        self._update_one = compiled_update(self.algo, cfg) if p == 1 else None
+        self._looped = p == 1 or self.vectorize == "loop"
+        self._update_one = compiled_update(self.algo, cfg) if self._looped else None
         if cfg.cuda_graph:  # the state at fixed addresses, each update one CUDA graph replay (rlfunc.runtime.graphs)
             if p == 1:
-                self._update_one = FixedStateUpdate(self._update_one, self._one(), cuda_graph=True)
+                self._update_one = FixedStateUpdate(self._update_one, self._member_states()[0], cuda_graph=True)
             else:
                 self._update = FixedStateUpdate(self._update, self.state, cuda_graph=True)
         self._act = population.vmap(self.learners[0].act_fn, randomness="error")
+        self._stacked_metrics = None  # the last vmapped update's metrics, [P, ...], until after_update read them
         self.learns_before_env_step = bool(getattr(self.learners[0], "learns_before_env_step", False))
         from rlfunc.runtime.learners.base import TransitionLearner
 
@@ -435,37 +468,45 @@ class PopulationTrainer:
         return self.run_dir / f"member-{k}"
 
     def member_state(self, k: int) -> TensorDict:
-        """Member ``k``'s single-member state (a view of the population's)."""
-        from rlfunc.core import population
-
-        return population.member(self.state, k)
+        """Member ``k``'s single-member state (a view of the population's, or with ``vectorize=loop``
+        the member's own tensors as its last update returned them)."""
+        return self._member_states()[k]
 
     @property
     def state(self) -> TensorDict:
-        """The population's state, every leaf ``[P, ...]`` (``config`` kept once). A population of one
-        keeps its member's state as its update returned it and stacks it here, on demand, as views."""
-        if self._stacked is None:
-            from rlfunc.core import population
+        """The population's state, every leaf ``[P, ...]`` (``config`` kept once). Members updated one
+        by one (a population of one, ``vectorize=loop``) keep their states as their updates returned
+        them; they are stacked here, on demand: as views for one member, else as a copy made at each
+        read (checkpoints; nothing writes into it)."""
+        if self._stacked is not None:
+            return self._stacked
+        from rlfunc.core import population
 
-            member = self._member0
-            self._stacked = population.unsqueeze0(member.exclude("config"))
-            self._stacked.set_non_tensor("config", member.get_non_tensor("config"))
-        return self._stacked
+        members = self._unstacked
+        if len(members) > 1:
+            return population.stack(members)
+        stacked = population.unsqueeze0(members[0].exclude("config"))
+        stacked.set_non_tensor("config", members[0].get_non_tensor("config"))
+        self._stacked = stacked
+        return stacked
 
     @state.setter
     def state(self, value: TensorDict) -> None:
-        self._stacked, self._member0 = value, None
+        self._stacked, self._unstacked = value, None
 
-    def _one(self) -> TensorDict:
-        """A population of one: its member's single-member state (the last update's result, or views
-        of ``self.state``'s tensors after the state was set)."""
-        if self._member0 is None:
+    def _member_states(self) -> list[TensorDict]:
+        """Every member's single-member state: each update's result where members are updated one by
+        one, else (and after the state was set) views of ``self.state``'s tensors."""
+        if self._unstacked is None:
             from rlfunc.core import population
 
-            member = population.squeeze0(self._stacked.exclude("config"))
-            member.set_non_tensor("config", self._stacked.get_non_tensor("config"))
-            self._member0 = member
-        return self._member0
+            if len(self.members) == 1:
+                member = population.squeeze0(self._stacked.exclude("config"))
+                member.set_non_tensor("config", self._stacked.get_non_tensor("config"))
+                self._unstacked = [member]
+            else:
+                self._unstacked = population.unstack(self._stacked)
+        return self._unstacked
 
     def _with_state(self, k: int, fn):
         """``fn(learner k)`` with the learner holding its member's state (a view) for the call."""
@@ -512,8 +553,8 @@ class PopulationTrainer:
             else:
                 inputs[k] = got
         if len(inputs) == p == 1:  # one member: its single run's call
-            actions[0] = self.learners[0].act_outputs(self.learners[0].act_fn(self._one()["params"], *inputs[0]))
-        elif len(inputs) == p:
+            actions[0] = self.learners[0].act_outputs(self.learners[0].act_fn(self.member_state(0)["params"], *inputs[0]))
+        elif len(inputs) == p and not self._looped:
             out = self._act(self.state["params"], *_stack([inputs[k] for k in range(p)], self.device))
             for k in range(p):
                 actions[k] = self.learners[k].act_outputs(_index(out, k))
@@ -529,10 +570,10 @@ class PopulationTrainer:
 
     def learn(self, ready: list[int] | None = None) -> None:
         """One population update for the members in ``ready`` (default: all): each one's batch and
-        noise from its learner (its replay, its generator), one vmapped update over all members,
-        then each one's ``after_update`` (e.g. R2D2's priorities) on its row of the metrics. A member
-        not in ``ready`` keeps its state (its row is computed on another member's inputs and
-        dropped), so members whose learners become ready at different env steps stay exact."""
+        noise from its learner (its replay, its generator), one vmapped update over all members
+        (``vectorize=loop``: each ready member's own update in turn), then each one's
+        ``after_update`` (e.g. R2D2's priorities) on its metrics. A member not in ``ready`` keeps
+        its state, so members whose learners become ready at different env steps stay exact."""
         p = len(self.members)
         ready = list(range(p)) if ready is None else list(ready)
         if not ready:
@@ -551,21 +592,59 @@ class PopulationTrainer:
         else:
             for k in ready:
                 args[k], contexts[k] = self.learners[k].update_inputs(None if rows is None else rows[k])
-            stacked = _stack([args.get(k, args[ready[0]]) for k in range(p)], self.device)
-        member_metrics = None
+        if self._looped:
+            per_member, keys, finite = self._update_members(ready, args, stacked if batched is not None else None)
+        else:
+            per_member = None
+            if batched is None:
+                stacked = _stack([args.get(k, args[ready[0]]) for k in range(p)], self.device)
+            keys, finite = self._update_stacked(ready, stacked)
+        self._unchecked.append((list(self.env_steps), keys, finite))
+        for k in ready:
+            self._last_metrics[k] = self.learners[k].after_update(
+                per_member[k] if per_member is not None else self._stacked_metrics[k], contexts[k]
+            )
+            self.learner_calls[k] += 1
+        self._stacked_metrics = None
+        if not self._learning:
+            self._learning = True
+            if self._progress is not None:
+                self._progress.learning_started(self.env_step)
+
+    def _update_members(self, ready: list[int], args: dict, stacked) -> tuple[dict, list, torch.Tensor]:
+        """Each member in ``ready``, one after the other, through its single run's update on its own
+        state (a population of one; ``vectorize=loop``): what its single run computes, bit for bit.
+        The others are not computed at all. Returns each one's metrics and the finiteness rows."""
+        from rlfunc.core import population
+
+        p = len(self.members)
+        members = self._member_states()
+        per_member = {}
+        for k in ready:
+            if stacked is not None:  # rows of the one batched sample
+                member_args = population.squeeze0(tuple(stacked)) if p == 1 else _index(tuple(stacked), k)
+            else:
+                member_args = population.squeeze0(_stack([args[k]], self.device))
+            members[k], per_member[k] = self._update_one(members[k], *member_args)
+        self._stacked = None  # the members' states are the updates' results now (self.state stacks them)
+        first = per_member[ready[0]]
+        keys = [key for key, v in first.items(True, True) if v.is_floating_point()]
+        finite = torch.ones(p, len(keys), dtype=torch.bool, device=self.device)
+        for k, m in per_member.items():
+            finite[k] = torch.stack([torch.isfinite(m[key]).all() for key in keys])
+        return per_member, keys, finite
+
+    def _update_stacked(self, ready: list[int], stacked) -> tuple[list, torch.Tensor]:
+        """One vmapped update over every member (``vectorize=vmap``); a member not in ``ready`` keeps
+        its state (its row was computed on another member's inputs and is dropped). Leaves the
+        stacked metrics in ``self._stacked_metrics``; returns the finiteness rows."""
+        p = len(self.members)
         previous = None
         if len(ready) < p:  # the members not ready keep these values
             previous = self.state.exclude("config")
             if isinstance(self._update, FixedStateUpdate):  # it writes the new state into these buffers in place
                 previous = previous.clone()
-        if p == 1:  # its single run's update on the unstacked member, kept as it is (self.state stacks it on demand)
-            from rlfunc.core import population
-
-            new_member, member_metrics = self._update_one(self._one(), *population.squeeze0(tuple(stacked)))
-            self._stacked, self._member0 = None, new_member
-            metrics = population.unsqueeze0(member_metrics)
-        else:
-            new_state, metrics = self._update(self.state, *stacked)
+        new_state, metrics = self._update(self.state, *stacked)
         mask = torch.ones(p, dtype=torch.bool, device=self.device)
         if len(ready) < p:
             mask = torch.zeros(p, dtype=torch.bool, device=self.device)
@@ -576,22 +655,13 @@ class PopulationTrainer:
                 previous,
             )
             new_state.set_non_tensor("config", config)
-        if p > 1:
-            self.state = new_state
+        self.state = new_state
         keys = [key for key, v in metrics.items(True, True) if v.is_floating_point()]
         finite = torch.stack([torch.isfinite(metrics[key]).reshape(p, -1).all(1) for key in keys], 1)
         if len(ready) < p:
             finite = finite | ~mask[:, None]
-        self._unchecked.append((list(self.env_steps), keys, finite))
-        for k in ready:
-            self._last_metrics[k] = self.learners[k].after_update(
-                member_metrics if member_metrics is not None else metrics[k], contexts[k]
-            )
-            self.learner_calls[k] += 1
-        if not self._learning:
-            self._learning = True
-            if self._progress is not None:
-                self._progress.learning_started(self.env_step)
+        self._stacked_metrics = metrics
+        return keys, finite
 
     def _check_finite(self) -> None:
         from rlfunc.runtime.trainer import NonFiniteLossError, first_non_finite
@@ -833,7 +903,9 @@ class PopulationTrainer:
                 c.reset(seed=m.seed)
         self._t0 = time.monotonic()
         verb = "resuming" if resumed else "training"
-        print(f"rlfunc: {verb} a population of {p} {self.config.algo} members on {self.config.env.id} in {self.run_dir}", file=sys.stderr)
+        how = " (vmapped)" if self.vectorize == "vmap" else " (each member's own update in turn: vectorize=loop)"
+        print(f"rlfunc: {verb} a population of {p} {self.config.algo} members on {self.config.env.id}{how if p > 1 else ''} "
+              f"in {self.run_dir}", file=sys.stderr)
         progress = Progress(cfg.progress, total, self.env_step, f"{self.config.algo} x{p} {self.config.env.id}")
         self._progress = progress
         recent: list[list[float]] = [[] for _ in range(p)]
@@ -921,7 +993,8 @@ class PopulationTrainer:
             )
             for k in range(p)
         ]
-        return PopulationResult(self.run_dir, self.env_step, results, wall, max(r.gradient_steps for r in results))
+        return PopulationResult(self.run_dir, self.env_step, results, wall, max(r.gradient_steps for r in results),
+                                vectorize=self.vectorize)
 
 
 def _new_run_dir(config, members: int) -> Path:
@@ -942,13 +1015,14 @@ def train(
     *,
     seeds: list[int] | str | None = None,
     grid: dict[str, list[Any]] | list[str] | None = None,
+    vectorize: str | None = None,
 ):
     """Train a population, or a single run when there is none.
 
     ``config``/``overrides``/``run_dir`` as :func:`rlfunc.train`; ``seeds``
     (``[0, 1]`` or ``"0-3"``) and ``grid`` (``{"agent.critic_lr": [3e-4, 1e-3]}``
-    or ``["agent.critic_lr=3e-4,1e-3"]``) set ``train.population`` (the CLI's
-    ``--seeds``/``--grid``). A config without ``train.population`` trains one run
+    or ``["agent.critic_lr=3e-4,1e-3"]``) and ``vectorize`` (``"auto"``, ``"vmap"``,
+    ``"loop"``) set ``train.population`` (the CLI's ``--seeds``/``--grid``/``--vectorize``). A config without ``train.population`` trains one run
     with :func:`rlfunc.runtime.trainer.train` (returns its ``TrainResult``);
     otherwise returns a :class:`PopulationResult`. Everything is checked before the
     run directory is made and any training starts.
@@ -957,17 +1031,21 @@ def train(
     from rlfunc.runtime.config import RunConfig, apply_overrides, build_config, load_config, parse_overrides
 
     if isinstance(config, RunConfig):
-        if overrides or seeds is not None or grid is not None:
-            raise ConfigError("Pass overrides, seeds and grid with a YAML path or mapping, not with a built RunConfig.")
+        if overrides or seeds is not None or grid is not None or vectorize is not None:
+            raise ConfigError("Pass overrides, seeds, grid and vectorize with a YAML path or mapping, not with a built RunConfig.")
         run_config = config
     else:
         raw = config if isinstance(config, dict) else load_config(config)
         if isinstance(overrides, list):
             overrides = parse_overrides(overrides)
         raw = apply_overrides(raw, overrides or {})
-        if seeds is not None or grid is not None:
+        if vectorize is not None and seeds is None and grid is None and not (raw.get("train") or {}).get("population"):
+            raise ConfigError("vectorize (--vectorize) sets how a population updates its members; give --seeds or --grid too.")
+        if seeds is not None or grid is not None or vectorize is not None:
             train_raw = raw.get("train") or {}
             spec = dict(train_raw.get("population") or {})
+            if vectorize is not None:
+                spec["vectorize"] = vectorize
             if seeds is not None:
                 spec["seeds"] = parse_seeds(seeds) if isinstance(seeds, str) else list(seeds)
             if grid is not None:
