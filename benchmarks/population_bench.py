@@ -446,9 +446,14 @@ def run_population(args: argparse.Namespace, run) -> int:
         print("population: --out names one file; pass one --algo with it.", file=sys.stderr)
         return 2
     set_threads(args.threads)
+    # As every trainer (and so every population) does: without it, freed buffers go back to the OS and are
+    # zero-filled again on first touch, which penalizes whichever side allocates more per call.
+    from rlfunc.runtime.perf import tune_allocator
+
+    tuned = tune_allocator()
     device = torch.device("cpu")
     for algo in args.algo:
-        machine = run.machine_info(device, allocator_tuned=False)
+        machine = run.machine_info(device, allocator_tuned=tuned)
         out = None
         if args.out or not args.quick:
             out = Path(args.out) if args.out else run.RESULTS_DIR / default_name(algo, args.update_only)
