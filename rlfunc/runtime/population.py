@@ -7,6 +7,9 @@ of the algorithm's pure ``update``, compiled with ``torch.compile(fullgraph=True
 when ``train.compile``). This is PureJaxRL's recipe (``jax.vmap`` over whole
 training states, Lu et al. 2022, "Discovered Policy Optimisation") applied to
 off-policy learners with replay. Members share no data and no gradients.
+``train.population.vectorize`` (:data:`VECTORIZE`) chooses ``loop`` instead where
+batching does not pay (:func:`resolve_vectorize`): each member's own single-run
+``update`` and ``act`` in turn on its unstacked state, bit for bit its single run.
 
 Written once for every learner. Member ``k`` *is* its single run's learner
 (:mod:`rlfunc.runtime.learners`, built from member ``k``'s resolved config) without
@@ -91,9 +94,9 @@ P = 1 / 2 / 4 / 8, and for SAC 0.98x / 1.03x / 1.22x / 1.47x. A population of on
 runs its single run's calls (same cost, within the measurements' spread). Each REDQ
 member's update is matrix products that keep the core busy, which one batched product
 does hardly faster; batching saves per-op overhead, which matters more the smaller the
-update and the larger P. DrQ-v2 is slower batched on a CPU (0.80x at P=2: vmap runs
-per-member convolutions as one grouped convolution). The gain #24 expects is on a GPU,
-where one member's update leaves the card latency-bound and mostly idle.
+update and the larger P. R2D2 at paper width, DrQ-v2 and RLPD are slower vmapped on a
+CPU (docs/populations.md), so ``auto`` loops them there (:data:`CPU_VMAP`). The gain #24
+expects is on a GPU, where one member's update leaves the card latency-bound and mostly idle.
 
 Scope. Every algorithm of the registry: REDQ, SAC, RLPD (the prior dataset shared
 read-only: each member's learner loads and checks it as its single run does, then
