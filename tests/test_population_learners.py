@@ -103,7 +103,8 @@ def test_redq_members_on_vector_envs_equal_single_runs(tmp_path):
     assert res.members[0].evals != res.members[1].evals
 
 
-def test_drqv2_members_equal_single_runs(tmp_path):
+@pytest.mark.parametrize("vectorize", ["vmap", "loop"])  # loop: what auto gives DrQ-v2 on a CPU
+def test_drqv2_members_equal_single_runs(tmp_path, vectorize):
     """DrQ-v2 from Pendulum's pixels: frame-stack replay, action repeat, an update every 2 agent
     steps between acting and stepping the env, sigma's schedule at each member's agent step."""
     config = {
@@ -115,7 +116,7 @@ def test_drqv2_members_equal_single_runs(tmp_path):
         "agent": {"batch_size": 8, "hidden_dim": 16, "feature_dim": 8, "encoder_channels": [4, 4, 4, 4],
                   "stddev_duration": 100},
     }
-    res = _members_equal_single_runs(tmp_path, config, [0, 1], vectorize="vmap")  # auto loops on a CPU
+    res = _members_equal_single_runs(tmp_path, config, [0, 1], vectorize=vectorize)
     assert res.members[0].evals != res.members[1].evals
     with open(tmp_path / "pop" / "member-0" / "eval.csv") as f:
         assert f.readline().split(",")[:2] == ["step", "frames"]  # agent steps and env frames, as a single run's

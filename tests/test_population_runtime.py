@@ -210,7 +210,8 @@ def test_sac_member_equals_its_single_run(tmp_path):
     _close(res.members[1].evals, single.evals)
 
 
-def test_rlpd_members_equal_single_runs_and_share_the_dataset(tmp_path):
+@pytest.mark.parametrize("vectorize", ["vmap", "loop"])  # loop: what auto gives RLPD on a CPU (bit for bit)
+def test_rlpd_members_equal_single_runs_and_share_the_dataset(tmp_path, vectorize):
     import shutil
 
     import numpy as np
@@ -221,12 +222,15 @@ def test_rlpd_members_equal_single_runs_and_share_the_dataset(tmp_path):
     shutil.copy(DATA, data)
     rlpd = {**BASE, "algo": "rlpd", "data": {"path": str(data)},
             "train": {**BASE["train"], "total_steps": 200, "eval_every": 200, "checkpoint_every": 200}}
-    vmapped = {**rlpd, "train": {**rlpd["train"], "population": {"vectorize": "vmap"}}}  # auto loops RLPD on a CPU
-    res = pr.train(vmapped, run_dir=tmp_path / "pop", seeds=[0, 1])
-    assert res.vectorize == "vmap"
+    chosen = {**rlpd, "train": {**rlpd["train"], "population": {"vectorize": vectorize}}}
+    res = pr.train(chosen, run_dir=tmp_path / "pop", seeds=[0, 1])
+    assert res.vectorize == vectorize
     for seed in (0, 1):
         single = rlfunc.train(rlpd, overrides={"train.seed": seed}, run_dir=tmp_path / f"single-{seed}")
-        _close(res.members[seed].evals, single.evals)
+        if vectorize == "loop":
+            assert res.members[seed].evals == single.evals
+        else:
+            _close(res.members[seed].evals, single.evals)
     pt = pr.PopulationTrainer(build_config({**rlpd, "train": {**rlpd["train"], "population": {"seeds": [0, 1]}}}), tmp_path / "x")
     assert pt.learners[1].dataset is pt.dataset is pt.learners[0].sampler.dataset
     assert rlfunc.load(tmp_path / "pop" / "member-1") is not None
