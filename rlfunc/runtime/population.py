@@ -153,10 +153,11 @@ VECTORIZE = ("auto", "vmap", "loop")
 
 CPU_VMAP = ("redq", "sac", "drqn", "dqn")
 """Algorithms whose vmapped update is at least as fast as their members' separate updates on one CPU
-thread (benchmarks/results/population_<algo>*.json: REDQ 1.05-1.10x, SAC 1.03-1.47x, DRQN 1.06-1.98x
+thread (benchmarks/results/population_<algo>*.json: REDQ 1.05-1.10x, SAC 1.03-1.47x, DRQN 1.09-2.38x
 at P=2-8; DQN is DRQN's small MLP shape). Those measured slower batched on a CPU -- R2D2 at paper
-width (0.90-0.93x: each batched product is as compute-bound as P separate ones, and vmap's batching
-adds its own work), DrQ-v2 (0.57-0.81x) and RLPD (0.95x at P=8) -- loop over members there (``auto``)."""
+width (0.96x / 0.88x at P=4 / 8: each batched product is as compute-bound as P separate ones, and
+vmap's batching adds its own work), DrQ-v2 (0.84-0.91x) and RLPD (0.95x at P=8) -- loop over
+members there (``auto``)."""
 
 
 def resolve_vectorize(choice: str, algo: str, device: str) -> str:
