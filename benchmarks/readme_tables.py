@@ -131,6 +131,16 @@ POPULATIONS = (
     PopulationRow("R2D2, update only", "population_r2d2_update_only"),
     PopulationRow("DrQ-v2, update only", "population_drqv2_update_only"),
 )
+# How the population updated its members: update-only rows time population.vmap_update; env-step rows
+# record train.population.vectorize per row (JSONs from before that option were vmapped).
+
+
+def _vectorized(d: dict) -> str:
+    if d.get("kind") == "update_only":
+        return "vmap"
+    modes = {row.get("vectorize", "vmap") for row in d["rows"] if row["members"] > 1}
+    return "/".join(sorted(modes)) or "vmap"
+
 POPULATION_SIZES = (1, 2, 4, 8)
 
 
@@ -181,7 +191,7 @@ def populations_table() -> str:
         d = _load(r.stem)
         by_p = {row["members"]: row["cpu_time"]["total_throughput_ratio"] for row in d["rows"]}
         cells = [f"{by_p[p]:.2f}x" if p in by_p else "not run" for p in POPULATION_SIZES]
-        lines.append(f"| {r.label} | " + " | ".join(cells) + f" | {_machine_name(d['machine'])} {_link(r.stem)} |")
+        lines.append(f"| {r.label}, {_vectorized(d)} | " + " | ".join(cells) + f" | {_machine_name(d['machine'])} {_link(r.stem)} |")
     return "\n".join(lines)
 
 
