@@ -81,7 +81,10 @@ def run(labels: list[str], seeds: list[int], steps: int) -> int:
     return 0
 
 
-def _machine() -> dict:
+NOTE = "a 2-core VM shared with other jobs; one run at a time under nice -n 10"
+
+
+def _machine(note: str = NOTE) -> dict:
     """The shared harness's machine record (benchmarks/harness.py), plus how these runs shared it."""
     import torch
 
@@ -90,10 +93,10 @@ def _machine() -> dict:
 
     return {**machine_info(torch.device("cpu"), allocator_tuned=False), "threads_per_run": 1,
             "load_average_at_collect": os.getloadavg(),
-            "note": "a 2-core VM shared with other jobs; one run at a time under nice -n 10"}
+            "note": note}
 
 
-def collect(out: Path) -> int:
+def collect(out: Path, note: str = NOTE) -> int:
     from rlfunc.scale.results import collected_run, summary
 
     runs = []
@@ -106,7 +109,7 @@ def collect(out: Path) -> int:
             rec["overrides"] = OVERRIDES[_algo(label)]
             runs.append(rec)
     result = {
-        "machine": _machine(),
+        "machine": _machine(note),
         "runs": runs,
         "summary": summary([r for r in runs if r["complete"]]),  # complete runs only
         "partial_runs": [{"label": r["algo"], "seed": r["seed"], "env_steps": r["env_steps"]}
@@ -136,10 +139,11 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--steps", type=int, default=BUDGET["steps"])
     c = sub.add_parser("collect", help="write the learn JSON from the run directories")
     c.add_argument("--out", type=Path, default=OUT)
+    c.add_argument("--note", default=NOTE, help="how the runs shared the machine (recorded in the JSON)")
     args = p.parse_args(argv)
     if args.cmd == "run":
         return run(args.labels, args.seeds, args.steps)
-    return collect(args.out)
+    return collect(args.out, args.note)
 
 
 if __name__ == "__main__":
