@@ -82,15 +82,18 @@ ALGORITHMS = (
              Learned("learn_drqv2_cpu", "drqv2", "cartpole_balance, fast render", 2, "2-core Intel Xeon"))),
     AlgoRow("drqn", "Hausknecht & Stone 2015", "`drqn/cartpole_novel`",
             "Flickering Pong 12.1 ± 2.2", (Learned("learn_drqn", "drqn", "CartPole, velocities masked"),
-                                            Learned("learn_minatar", "drqn_breakout_flicker", "MinAtar Breakout, flicker"))),
+                                            Learned("learn_minatar", "drqn_breakout_flicker", "MinAtar Breakout, flicker"),
+             Learned("learn_minatar", "drqn_seaquest_flicker", "MinAtar Seaquest, flicker"))),
     AlgoRow("dqn", "Mnih et al. 2015 (DRQN's control)", "`dqn/cartpole_novel`",
             "no memory: fails without velocities", (Learned("learn_drqn", "dqn", "CartPole, velocities masked"),
-                                                    Learned("learn_minatar", "dqn_breakout_flicker", "MinAtar Breakout, flicker"))),
+                                                    Learned("learn_minatar", "dqn_breakout_flicker", "MinAtar Breakout, flicker"),
+             Learned("learn_minatar", "dqn_seaquest_flicker", "MinAtar Seaquest, flicker"))),
     AlgoRow("r2d2", "Kapturowski et al. 2019", "`r2d2/cartpole_novel`, `r2d2/cartpole_novel_distributed`",
             "Atari-57 median ≈ 1920% human-normalized",
             (Learned("learn_r2d2", "r2d2", "CartPole, velocities masked"),
              Learned("learn_r2d2_distributed", "r2d2", "the same on 2 Ray actor processes"),
-             Learned("learn_minatar", "r2d2_breakout_flicker", "MinAtar Breakout, flicker"))),
+             Learned("learn_minatar", "r2d2_breakout_flicker", "MinAtar Breakout, flicker"),
+             Learned("learn_minatar", "r2d2_seaquest_flicker", "MinAtar Seaquest, flicker"))),
 )
 
 
