@@ -53,9 +53,21 @@ def _algo(label: str) -> str:
     return label.split("_", 1)[0]
 
 
+def _run_dir(label: str, seed: int, steps: int) -> Path:
+    """``runs/learn_minatar/<label>-s<seed>`` at the default budget, ``<label>-<K>k-s<seed>`` at another
+    (``--steps``), so runs of different budgets never resume one another."""
+    budget = "" if steps == BUDGET["steps"] else f"-{steps // 1000}k"
+    return RUNS / f"{label}{budget}-s{seed}"
+
+
+def default_out(steps: int) -> Path:
+    """``learn_minatar.json`` at the default budget, ``learn_minatar_<K>k.json`` at another."""
+    return OUT if steps == BUDGET["steps"] else OUT.with_name(f"learn_minatar_{steps // 1000}k.json")
+
+
 def _cmd(label: str, seed: int, steps: int) -> list[str]:
     overrides = [f"train.seed={seed}", f"train.total_steps={steps}", *OVERRIDES[_algo(label)]]
-    run_dir = RUNS / f"{label}-s{seed}"
+    run_dir = _run_dir(label, seed, steps)
     if (run_dir / "checkpoints").is_dir():
         return ["nice", "-n", "10", sys.executable, "-m", "rlfunc.runtime.cli", "resume", str(run_dir)]
     sets = [x for o in overrides for x in ("--set", o)]
@@ -69,7 +81,7 @@ def run(labels: list[str], seeds: list[int], steps: int) -> int:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     for seed in seeds:  # seed-major: each seed of every label before the next seed
         for label in labels:
-            run_dir = RUNS / f"{label}-s{seed}"
+            run_dir = _run_dir(label, seed, steps)
             if run_dir.is_dir() and run_finished(run_dir):
                 continue
             cmd = _cmd(label, seed, steps)
@@ -96,13 +108,16 @@ def _machine(note: str = NOTE) -> dict:
             "note": note}
 
 
-def collect(out: Path, note: str = NOTE) -> int:
+def collect(out: Path | None = None, note: str = NOTE, steps: int = BUDGET["steps"]) -> int:
     from rlfunc.scale.results import collected_run, summary
 
+    out = out or default_out(steps)
+    budget = "" if steps == BUDGET["steps"] else f" --steps {steps}"
     runs = []
-    for run_dir in sorted(RUNS.glob("*-s*")):
-        if (run_dir / "eval.csv").is_file():
-            label = run_dir.name.rsplit("-s", 1)[0]
+    for label in TABLE:
+        for run_dir in sorted(RUNS.glob(f"{label}-s*")) if steps == BUDGET["steps"] else sorted(RUNS.glob(f"{label}-{steps // 1000}k-s*")):
+            if not (run_dir / "eval.csv").is_file() or not run_dir.name.rsplit("-s", 1)[1].isdigit():
+                continue
             rec = collected_run(run_dir, label)
             rec["run_dir"] = str(run_dir.relative_to(ROOT))
             rec["config"] = TABLE[label]
@@ -115,12 +130,12 @@ def collect(out: Path, note: str = NOTE) -> int:
         "partial_runs": [{"label": r["algo"], "seed": r["seed"], "env_steps": r["env_steps"]}
                          for r in runs if not r["complete"]],
         "settings": {
-            "budget_env_steps": BUDGET["steps"],
+            "budget_env_steps": steps,
             "frames_note": "MinAtar has no frame skip: env steps are frames; the MinAtar paper's DQN curves go to 5M",
             "overrides": OVERRIDES,
             "configs": TABLE,
-            "commands": "python benchmarks/learn_minatar.py run LABEL... --seeds 0 1 2; "
-                        "python benchmarks/learn_minatar.py collect",
+            "commands": f"python benchmarks/learn_minatar.py run LABEL... --seeds 0 1 2{budget}; "
+                        f"python benchmarks/learn_minatar.py collect{budget}",
             "not_run": sorted(set(TABLE) - {r["algo"] for r in runs}),
             "collected": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         },
@@ -138,12 +153,14 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     r.add_argument("--steps", type=int, default=BUDGET["steps"])
     c = sub.add_parser("collect", help="write the learn JSON from the run directories")
-    c.add_argument("--out", type=Path, default=OUT)
+    c.add_argument("--out", type=Path, default=None,
+                   help="JSON path (default: learn_minatar.json, or learn_minatar_<K>k.json with --steps)")
+    c.add_argument("--steps", type=int, default=BUDGET["steps"], help="the budget whose runs to collect")
     c.add_argument("--note", default=NOTE, help="how the runs shared the machine (recorded in the JSON)")
     args = p.parse_args(argv)
     if args.cmd == "run":
         return run(args.labels, args.seeds, args.steps)
-    return collect(args.out, args.note)
+    return collect(args.out, args.note, args.steps)
 
 
 if __name__ == "__main__":
