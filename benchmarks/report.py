@@ -186,6 +186,8 @@ def build_report(results_dir: Path = RESULTS, histories: Path | None = HISTORIES
         d = json.loads(path.read_text())
         if d.get("command"):
             command = f"Command: `{d['command']}`"
+        elif (d.get("settings") or {}).get("commands"):  # learn_minatar.py records its commands there
+            command = f"Commands: `{d['settings']['commands']}`"
         else:  # JSONs written before run.py recorded its command line: the default for the file's name
             written_as = Path(d.get("written_as", path.name)).stem  # the name it was written under, if renamed
             guess = _command(written_as)
