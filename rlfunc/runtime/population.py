@@ -154,7 +154,8 @@ VECTORIZE = ("auto", "vmap", "loop")
 CPU_VMAP = ("redq", "sac", "drqn", "dqn")
 """Algorithms whose vmapped update is at least as fast as their members' separate updates on one CPU
 thread (benchmarks/results/population_<algo>*.json: REDQ 1.05-1.10x, SAC 1.03-1.47x, DRQN 1.09-2.38x
-at P=2-8; DQN is DRQN's small MLP shape). Those measured slower batched on a CPU -- R2D2 at paper
+at P=2-8; DQN, DRQN's learner with the LSTM replaced by a ReLU layer, is smaller still and not measured
+on its own). Those measured slower batched on a CPU -- R2D2 at paper
 width (0.96x / 0.88x at P=4 / 8: each batched product is as compute-bound as P separate ones, and
 vmap's batching adds its own work), DrQ-v2 (0.84-0.91x) and RLPD (0.95x at P=8) -- loop over
 members there (``auto``)."""
@@ -753,7 +754,8 @@ class PopulationTrainer:
         from rlfunc.runtime.config import to_dict
         from rlfunc.runtime.trainer import NonFiniteLossError
 
-        leaves = [v for v in self.state.exclude("config").values(True, True) if v.is_floating_point()]
+        state = self.state.exclude("config")  # with vectorize=loop, stacked from the members here: once per save
+        leaves = [v for v in state.values(True, True) if v.is_floating_point()]
         if not bool(torch.stack([torch.isfinite(v).all() for v in leaves]).all()):
             raise NonFiniteLossError(f"Parameters became non-finite by env step {max(self.env_steps)}; not saving them.")
         p = len(self.members)
@@ -777,7 +779,7 @@ class PopulationTrainer:
             meta["dataset"] = describe(self.dataset)
         tensors = TensorDict(
             {
-                "state": self.state.exclude("config"),
+                "state": state,
                 "members": TensorDict({str(k): self._member_tensors(k) for k in range(p)}, batch_size=[]),
             },
             batch_size=[],
