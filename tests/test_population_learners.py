@@ -136,6 +136,34 @@ def test_drqn_members_equal_single_runs_load_and_resume(tmp_path):
     assert [m.evals[-1][0] for m in more.members] == [300, 300]
 
 
+def test_vmapped_members_shifted_by_autoreset_share_their_updates_and_train_the_same(tmp_path, monkeypatch):
+    """DRQN learns every train_every env steps; autoreset steps shift the members' counts, so their
+    boundaries fall at different rows of a round. Vmapped, a round's due updates are counted and
+    run together (PopulationTrainer._learn_due): fewer population updates than rows at which some
+    member was ready, and the same trained weights and returns as updating at each row."""
+    config = {**DRQN, "train": {**DRQN["train"], "population": {"vectorize": "vmap"}}}
+    calls = {}
+    learn = pr.PopulationTrainer.learn
+
+    def counting(label):
+        def wrapped(self, ready=None):
+            calls[label] = calls.get(label, 0) + 1
+            return learn(self, ready)
+        return wrapped
+
+    monkeypatch.setattr(pr.PopulationTrainer, "learn", counting("grouped"))
+    grouped = pr.train(config, run_dir=tmp_path / "grouped", seeds=[0, 1])
+    from rlfunc.runtime.learners.sequence import SequenceLearner
+
+    monkeypatch.setattr(SequenceLearner, "ready_reads_updates", True)  # no grouping: an update at each row
+    monkeypatch.setattr(pr.PopulationTrainer, "learn", counting("per_row"))
+    per_row = pr.train(config, run_dir=tmp_path / "per_row", seeds=[0, 1])
+    assert calls["grouped"] < 0.75 * calls["per_row"], calls
+    for a, b in zip(grouped.members, per_row.members):
+        assert a.evals == b.evals and a.gradient_steps == b.gradient_steps
+        _params_close(_params(a.run_dir), _params(b.run_dir))
+
+
 def test_dqn_two_learning_rates_equal_single_runs(tmp_path):
     """The DQN control (one-step windows, the sequence learner) with agent.lr as data."""
     config = {**DRQN, "algo": "dqn", "env": {"id": "CartPole-v1", "num_envs": 1},

@@ -99,6 +99,10 @@ class TransitionLearner:
     """What ``train.learning_starts`` counts for this learner (in config messages)."""
     replay_size_unit = "transitions"
     """What ``train.replay_size`` counts for this learner (in config messages)."""
+    ready_reads_updates = False
+    """Whether :meth:`ready` depends on how many updates this learner has run (R2D2's rate
+    limiter). When it does not, a vmapped population may run a round's due updates together
+    after counting them (:meth:`rlfunc.runtime.population.PopulationTrainer.run`)."""
 
     @classmethod
     def check_run_config(cls, run_config) -> None:

@@ -330,6 +330,8 @@ class R2D2Learner(SequenceLearner):
       above ``batch_size * sequence_period`` caps at one update per step).
     """
 
+    ready_reads_updates = True  # the limiter counts this learner's updates
+
     learning_starts_unit = "windows stored"
     replay_size_unit = "windows"
 
