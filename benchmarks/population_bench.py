@@ -14,8 +14,9 @@ Two kinds of timing, each written to ``benchmarks/results/population_<algo>.json
   ``--compile`` the same four runners again with ``train.compile=true`` (the vmapped update
   compiled with ``fullgraph=True``; each single learner's update compiled as ``rlfunc train``
   compiles it).
-* ``update_only`` (``--update-only``, any of the six algorithms): the pure update alone on
-  pre-drawn batches and noise of the algorithm's default shapes, ``torch.vmap`` over P stacked
+* ``update_only`` (``--update-only``, any of the seven algorithms): the pure update alone on
+  pre-drawn batches and noise of the algorithm's default shapes (``--obs minatar``: DRQN's, DQN's
+  or R2D2's MinAtar Breakout config and frames), ``torch.vmap`` over P stacked
   states (:func:`rlfunc.core.population.vmap_update`) against P single ``update`` calls: update
   ms per learner call (all members), and the same ratio. No env, no replay.
 
@@ -39,7 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PRIOR_DATA = ROOT / "tests" / "data" / "pendulum_expert_2k.npz"  # RLPD's prior data (2k expert transitions)
 ENV_ALGOS = ("redq", "sac", "rlpd")
-UPDATE_ALGOS = ("redq", "sac", "rlpd", "drqv2", "drqn", "r2d2")
+UPDATE_ALGOS = ("redq", "sac", "rlpd", "drqv2", "drqn", "dqn", "r2d2")
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -53,6 +54,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vectorize", default="auto", choices=("auto", "vmap", "loop"),
                    help="env steps: the population's train.population.vectorize (default auto, what a user gets; "
                         "--update-only always times the vmapped update)")
+    p.add_argument("--obs", default="vector", choices=("vector", "minatar"),
+                   help="--update-only, drqn/dqn/r2d2: the default vector shapes, or MinAtar Breakout's frames with the "
+                        "conv torso of configs/<algo>/minatar_breakout.yaml (written as population_<algo>_minatar_update_only.json)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     p.add_argument("--repeats", type=int, default=5, help="timed windows per variant (default 5)")
     p.add_argument("--steps", type=int, default=3, help="env steps (or updates) per timed window (default 3)")
@@ -263,9 +267,12 @@ def _env_rows(algo: str, args: argparse.Namespace, run, emit=lambda rows: None) 
 # ----------------------------------------------------------------------------- update only
 
 
-def _update_problem(algo: str, quick: bool):
+def _update_problem(algo: str, quick: bool, obs: str = "vector"):
     """``(module, config, init(seed), batch(generator), noise(generator) or None)`` at the
-    algorithm's default shapes (``quick``: tiny), the inputs tests/test_population.py uses."""
+    algorithm's default shapes (``quick``: tiny), the inputs tests/test_population.py uses.
+    ``obs="minatar"`` (DRQN, DQN, R2D2): MinAtar Breakout's frames (``10x10x4`` booleans, stored as
+    uint8, 6 actions) and the agent section of ``configs/<algo>/minatar_breakout.yaml``
+    (MinAtar's conv torso into the LSTM), the shapes of the MinAtar learning runs."""
     import gymnasium as gym
     import numpy as np
     import torch
@@ -304,30 +311,49 @@ def _update_problem(algo: str, quick: bool):
 
         return (drqv2, config, lambda s: drqv2.init(config, pixels, box1, seed=s), batch,
                 lambda g: drqv2.draw_noise(config, B, 1, generator=g))
-    vec4, two = gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2)
-    module = drqn if algo == "drqn" else r2d2
-    if algo == "drqn":
-        config = drqn.Config(**(dict(encoder_sizes=(8,), lstm_size=8, sequence_length=4, batch_size=4) if quick else {}))
-        T = config.sequence_length
+    from rlfunc.runtime.registry import get_algo
+
+    module = r2d2 if algo == "r2d2" else drqn
+    defaults = dict(get_algo(algo).config_defaults)  # DQN: DRQN's learner with core="mlp", one-step windows
+    if obs == "minatar":
+        import yaml
+
+        agent = yaml.safe_load((ROOT / "configs" / algo / "minatar_breakout.yaml").read_text())["agent"]
+        if quick:
+            r2d2_small = {"burn_in": 2, "sequence_period": 2, "head_sizes": [8]} if algo == "r2d2" else {}
+            agent.update(lstm_size=8, batch_size=4, sequence_length=agent["sequence_length"] if algo == "dqn" else 4,
+                         **r2d2_small)
+        config = module.Config(**{**defaults, **{k: tuple(v) if isinstance(v, list) else v for k, v in agent.items()}})
+        obs_space, actions = gym.spaces.Box(0, 1, (10, 10, 4), bool), gym.spaces.Discrete(6)
+
+        def frames(shape, g):
+            return (torch.rand(*shape, 10, 10, 4, generator=g) < 0.1).to(torch.uint8)
     else:
-        config = r2d2.Config(**(dict(encoder_sizes=(8,), lstm_size=8, head_sizes=(8,), burn_in=2, sequence_length=4,
-                                     sequence_period=2, batch_size=4) if quick else {}))
-        T = config.burn_in + config.sequence_length
-    B = config.batch_size
+        obs_space, actions = gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2)
+        small = dict(encoder_sizes=(8,), lstm_size=8, batch_size=4, **({} if algo == "dqn" else {"sequence_length": 4}))
+        if algo != "r2d2":
+            config = drqn.Config(**{**defaults, **(small if quick else {})})
+        else:
+            config = r2d2.Config(**({**small, "head_sizes": (8,), "burn_in": 2, "sequence_period": 2} if quick else {}))
+
+        def frames(shape, g):
+            return torch.randn(*shape, 4, generator=g)
+    T = config.sequence_length + (config.burn_in if algo == "r2d2" else 0)
+    B, n = config.batch_size, actions.n
 
     def batch(g):
-        td = TensorDict({"obs": torch.randn(T, B, 4, generator=g), "action": torch.randint(2, (T, B), generator=g),
-                         "reward": torch.randn(T, B, generator=g), "next_obs": torch.randn(T, B, 4, generator=g),
+        td = TensorDict({"obs": frames((T, B), g), "action": torch.randint(n, (T, B), generator=g),
+                         "reward": torch.randn(T, B, generator=g), "next_obs": frames((T, B), g),
                          "terminated": torch.rand(T, B, generator=g) < 0.05,
                          "mask": torch.ones(T, B, dtype=torch.bool)}, batch_size=[T, B])
         if algo == "r2d2":
             carry = r2d2.Carry(torch.randn(B, config.lstm_size, generator=g), torch.randn(B, config.lstm_size, generator=g),
-                               torch.randint(2, (B,), generator=g), torch.randn(B, generator=g))
+                               torch.randint(n, (B,), generator=g), torch.randn(B, generator=g))
             td["init_carry"] = r2d2.carry_to_td(carry).expand(T, B)
             td["weight"] = torch.rand(B, generator=g).expand(T, B)
         return td
 
-    return module, config, lambda s: module.init(config, vec4, two, seed=s), batch, None
+    return module, config, lambda s: module.init(config, obs_space, actions, seed=s), batch, None
 
 
 def _update_shape(config) -> dict:
@@ -341,7 +367,7 @@ def _update_rows(algo: str, args: argparse.Namespace, run, emit=lambda rows: Non
 
     from rlfunc.core import population
 
-    module, config, init, batch, noise = _update_problem(algo, args.quick)
+    module, config, init, batch, noise = _update_problem(algo, args.quick, args.obs)
     rows = []
     for p in args.members:
         modes = [False, True] if _compiled_at(args, p) else [False]
@@ -425,10 +451,11 @@ NOTES = (
 )
 
 
-def default_name(algo: str, update_only: bool) -> str:
+def default_name(algo: str, update_only: bool, obs: str = "vector") -> str:
     """``population_<algo>.json`` for env steps, ``population_<algo>_update_only.json`` for the pure
-    update (REDQ, SAC and RLPD have both; one name each, so neither run overwrites the other)."""
-    return f"population_{algo}{'_update_only' if update_only else ''}.json"
+    update (REDQ, SAC and RLPD have both; one name each, so neither run overwrites the other);
+    ``population_<algo>_minatar_update_only.json`` for the MinAtar shapes (DRQN, DQN, R2D2)."""
+    return f"population_{algo}{'_minatar' if obs == 'minatar' else ''}{'_update_only' if update_only else ''}.json"
 
 
 def run_population(args: argparse.Namespace, run) -> int:
@@ -441,6 +468,9 @@ def run_population(args: argparse.Namespace, run) -> int:
     if bad:
         print(f"population: --algo {bad[0]} is not one of {', '.join(allowed)}"
               f"{' (the others need --update-only)' if not args.update_only else ''}.", file=sys.stderr)
+        return 2
+    if args.obs != "vector" and (not args.update_only or set(args.algo) - {"drqn", "dqn", "r2d2"}):
+        print("population: --obs minatar is for --update-only with --algo drqn, dqn or r2d2.", file=sys.stderr)
         return 2
     if args.out and len(args.algo) > 1:
         print("population: --out names one file; pass one --algo with it.", file=sys.stderr)
@@ -456,10 +486,10 @@ def run_population(args: argparse.Namespace, run) -> int:
         machine = run.machine_info(device, allocator_tuned=tuned)
         out = None
         if args.out or not args.quick:
-            out = Path(args.out) if args.out else run.RESULTS_DIR / default_name(algo, args.update_only)
+            out = Path(args.out) if args.out else run.RESULTS_DIR / default_name(algo, args.update_only, args.obs)
         if args.update_only:
             kind, unit = "update_only", "update ms per learner call, all P members (no env, no replay)"
-            agent = _update_shape(_update_problem(algo, args.quick)[1])
+            agent = _update_shape(_update_problem(algo, args.quick, args.obs)[1])
         else:
             kind, unit = "env_steps", "env steps per second (act, env step, store, learn), per member and total"
             agent = _raw(algo, 1, args.quick, False)["agent"] or f"{algo} defaults of rlfunc.runtime.registry"
@@ -470,7 +500,7 @@ def run_population(args: argparse.Namespace, run) -> int:
                 "kind": kind,
                 "unit": unit,
                 "algo": algo,
-                "env": None if args.update_only else "Pendulum-v1",
+                "env": ("MinAtar/Breakout-v0 shapes" if args.obs == "minatar" else None) if args.update_only else "Pendulum-v1",
                 "agent": agent,
                 "threads": args.threads,
                 "repeats": args.repeats,

@@ -127,6 +127,7 @@ class PopulationRow:
 
     label: str
     stem: str
+    compiled: bool = False  # the row's compiled timing (update-only JSONs timed with --compile)
 
 
 POPULATIONS = (
@@ -134,6 +135,8 @@ POPULATIONS = (
     PopulationRow("SAC, env steps", "population_sac"),
     PopulationRow("RLPD, env steps", "population_rlpd"),
     PopulationRow("DRQN, update only", "population_drqn_update_only"),
+    PopulationRow("DQN, update only", "population_dqn_update_only"),
+    PopulationRow("DRQN on MinAtar frames, compiled update only", "population_drqn_minatar_update_only", compiled=True),
     PopulationRow("R2D2, update only", "population_r2d2_update_only"),
     PopulationRow("DrQ-v2, update only", "population_drqv2_update_only"),
 )
@@ -195,7 +198,8 @@ def populations_table() -> str:
              + " | machine |", "|---" * (len(POPULATION_SIZES) + 2) + "|"]
     for r in POPULATIONS:
         d = _load(r.stem)
-        by_p = {row["members"]: row["cpu_time"]["total_throughput_ratio"] for row in d["rows"]}
+        by_p = {row["members"]: (row["compiled"] if r.compiled else row)["cpu_time"]["total_throughput_ratio"]
+                for row in d["rows"]}
         cells = [f"{by_p[p]:.2f}x" if p in by_p else "not run" for p in POPULATION_SIZES]
         lines.append(f"| {r.label}, {_vectorized(d)} | " + " | ".join(cells) + f" | {_machine_name(d['machine'])} {_link(r.stem)} |")
     return "\n".join(lines)

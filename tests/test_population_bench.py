@@ -1,5 +1,6 @@
 """Smoke test of ``benchmarks/run.py population`` (issue #24): the env-step timing of SAC and RLPD
-populations and the update-only timing of all six algorithms, tiny agents, one window each."""
+populations and the update-only timing of all seven algorithms (DRQN and DQN also on MinAtar
+shapes), tiny agents, one window each."""
 
 from __future__ import annotations
 
@@ -32,11 +33,23 @@ def test_env_step_timing_of_sac_and_rlpd_populations(tmp_path):
 
 
 def test_update_only_timing_of_every_algorithm(tmp_path):
-    for algo in ("redq", "sac", "rlpd", "drqv2", "drqn", "r2d2"):
+    for algo in ("redq", "sac", "rlpd", "drqv2", "drqn", "dqn", "r2d2"):
         d = _bench(tmp_path, "--algo", algo, "--update-only")
         (row,) = d["rows"]
         assert d["kind"] == "update_only" and row["members"] == 2 and row["total_throughput_ratio"] > 0
         assert row["population_update_ms_all_members"] > 0 and "compiled" not in row
+    assert d["agent"]["sequence_length"] == 4 and d["env"] is None  # r2d2, vector shapes
+    for algo in ("drqn", "dqn"):  # MinAtar Breakout's frames through the packaged config's conv torso
+        d = _bench(tmp_path, "--algo", algo, "--update-only", "--obs", "minatar")
+        assert d["env"] == "MinAtar/Breakout-v0 shapes" and d["rows"][0]["total_throughput_ratio"] > 0
+        assert d["agent"]["sequence_length"] == (1 if algo == "dqn" else 4) and d["agent"]["encoder_sizes"] == []
+
+
+def test_obs_minatar_is_for_the_sequence_learners_update_only(tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "population", "--algo", "redq",
+                           "--update-only", "--obs", "minatar", "--quick"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 2 and done.stderr.strip() == (
+        "population: --obs minatar is for --update-only with --algo drqn, dqn or r2d2.")
 
 
 def test_a_bad_algorithm_is_one_sentence(tmp_path):

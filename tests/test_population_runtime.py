@@ -152,6 +152,12 @@ def test_vectorize_auto_vmaps_on_a_gpu_and_where_batching_pays_on_a_cpu_and_bad_
     assert pr.resolve_vectorize("auto", "redq", "cpu") == "vmap" and pr.resolve_vectorize("auto", "drqn", "cpu") == "vmap"
     assert pr.resolve_vectorize("auto", "r2d2", "cpu") == "loop" and pr.resolve_vectorize("auto", "drqv2", "cpu") == "loop"
     assert pr.resolve_vectorize("auto", "r2d2", "cuda:0") == "vmap" and pr.resolve_vectorize("loop", "redq", "cuda") == "loop"
+    # DRQN with a conv torso vmaps eager but loops compiled on a CPU (population_drqn_minatar_update_only.json)
+    assert pr.resolve_vectorize("auto", "drqn", "cpu", "minatar") == "vmap"
+    assert pr.resolve_vectorize("auto", "drqn", "cpu", "minatar", compiled=True) == "loop"
+    assert pr.resolve_vectorize("auto", "drqn", "cpu", "mlp", compiled=True) == "vmap"
+    assert pr.resolve_vectorize("auto", "dqn", "cpu", "minatar", compiled=True) == "vmap"
+    assert pr.resolve_vectorize("auto", "drqn", "cuda", "minatar", compiled=True) == "vmap"
     with pytest.raises(ConfigError, match=r"^train\.population\.vectorize must be one of auto, vmap, loop, got 'batched'\.$"):
         build_config({**BASE, "train": {**BASE["train"], "population": {"seeds": [0, 1], "vectorize": "batched"}}})
     graphed = build_config({**BASE, "train": {**BASE["train"], "device": "cuda", "cuda_graph": True,

@@ -99,8 +99,9 @@ P = 1 / 2 / 4 / 8, and for SAC 0.98x / 1.03x / 1.22x / 1.47x. A population of on
 runs its single run's calls (same cost, within the measurements' spread). Each REDQ
 member's update is matrix products that keep the core busy, which one batched product
 does hardly faster; batching saves per-op overhead, which matters more the smaller the
-update and the larger P. R2D2 at paper width, DrQ-v2 and RLPD are slower vmapped on a
-CPU (docs/populations.md), so ``auto`` loops them there (:data:`CPU_VMAP`). The gain #24
+update and the larger P. R2D2 at paper width, DrQ-v2, RLPD and compiled DRQN with a conv
+torso are slower vmapped on a CPU (docs/populations.md), so ``auto`` loops them there
+(:data:`CPU_VMAP`, :func:`resolve_vectorize`). The gain #24
 expects is on a GPU, where one member's update leaves the card latency-bound and mostly idle.
 
 Scope. Every algorithm of the registry: REDQ, SAC, RLPD (the prior dataset shared
@@ -158,20 +159,28 @@ VECTORIZE = ("auto", "vmap", "loop")
 
 CPU_VMAP = ("redq", "sac", "drqn", "dqn")
 """Algorithms whose vmapped update is at least as fast as their members' separate updates on one CPU
-thread (benchmarks/results/population_<algo>*.json: REDQ 1.05-1.10x, SAC 1.03-1.47x, DRQN 1.09-2.38x
-at P=2-8; DQN, DRQN's learner with the LSTM replaced by a ReLU layer, is smaller still and not measured
-on its own). Those measured slower batched on a CPU -- R2D2 at paper
-width (0.96x / 0.88x at P=4 / 8: each batched product is as compute-bound as P separate ones, and
-vmap's batching adds its own work), DrQ-v2 (0.84-0.91x) and RLPD (0.95x at P=8) -- loop over
-members there (``auto``)."""
+thread (benchmarks/results/population_<algo>*.json, P=2-8: REDQ 1.05-1.10x, SAC 1.03-1.47x, DRQN
+1.06-2.20x eager and 1.15-1.29x compiled, DQN 1.02-3.39x eager and 1.44-3.50x compiled; on MinAtar's
+frames DQN 1.04-1.95x eager and 1.06-1.28x compiled). One exception, :func:`resolve_vectorize`:
+DRQN with a conv torso, compiled (0.80-0.86x on MinAtar's frames, eager 1.01-1.16x). Those measured
+slower batched on a CPU -- R2D2 at paper width (0.96x / 0.88x at P=4 / 8: each batched product is as
+compute-bound as P separate ones, and vmap's batching adds its own work), DrQ-v2 (0.84-0.91x) and
+RLPD (0.95x at P=8) -- loop over members there (``auto``)."""
 
 
-def resolve_vectorize(choice: str, algo: str, device: str) -> str:
+def resolve_vectorize(choice: str, algo: str, device: str, encoder: str = "mlp", compiled: bool = False) -> str:
     """``vmap`` or ``loop`` for ``train.population.vectorize=choice``: ``auto`` is ``vmap`` on a GPU (where
-    one member's update leaves the card latency-bound, #24) and on a CPU for :data:`CPU_VMAP`, else ``loop``."""
+    one member's update leaves the card latency-bound, #24) and on a CPU for :data:`CPU_VMAP`, else
+    ``loop``; and ``loop`` on a CPU for DRQN with a conv torso (``agent.encoder`` not ``mlp``) under
+    ``train.compile``, measured slower vmapped there
+    (benchmarks/results/population_drqn_minatar_update_only.json: 0.80-0.86x at P=2-8)."""
     if choice != "auto":
         return choice
-    return "vmap" if str(device).startswith("cuda") or algo in CPU_VMAP else "loop"
+    if str(device).startswith("cuda"):
+        return "vmap"
+    if algo == "drqn" and encoder != "mlp" and compiled:
+        return "loop"
+    return "vmap" if algo in CPU_VMAP else "loop"
 
 
 def check_spec(spec: Any, seed: int = 0) -> None:
@@ -436,7 +445,8 @@ class PopulationTrainer:
         if self.replay is not None:
             for k, lr in enumerate(self.learners):
                 lr.use_replay(self.replay.member(k))
-        self.vectorize = resolve_vectorize(cfg.population.get("vectorize", "auto"), config.algo, cfg.device)
+        self.vectorize = resolve_vectorize(cfg.population.get("vectorize", "auto"), config.algo, cfg.device,
+                                           getattr(config.agent, "encoder", "mlp"), bool(cfg.compile))
         update = population.vmap_update(self.algo.update)
         self._update = torch.compile(update, fullgraph=True) if cfg.compile else update
         # A population of one, and every member with vectorize=loop, runs its single-run update and act
