@@ -19,6 +19,10 @@ Two kinds of timing, each written to ``benchmarks/results/population_<algo>.json
   or R2D2's MinAtar Breakout config and frames), ``torch.vmap`` over P stacked
   states (:func:`rlfunc.core.population.vmap_update`) against P single ``update`` calls: update
   ms per learner call (all members), and the same ratio. No env, no replay.
+* ``whole_runs`` (``--runs CONFIG``, any algorithm): whole training runs of a config as a user
+  starts them, the population (``rlfunc train CONFIG --seeds 0-(P-1)``) against P single runs one
+  after the other, in this process, alternated ``--repeats`` times after one untimed run of each;
+  written to ``population_<algo>_<config name>_runs.json``.
 
 Timed windows of the variants are interleaved (:func:`benchmarks.run.time_interleaved`) and
 medians reported, so load changes on a shared machine hit every variant alike; the machine and
@@ -57,6 +61,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--obs", default="vector", choices=("vector", "minatar"),
                    help="--update-only, drqn/dqn/r2d2: the default vector shapes, or MinAtar Breakout's frames with the "
                         "conv torso of configs/<algo>/minatar_breakout.yaml (written as population_<algo>_minatar_update_only.json)")
+    p.add_argument("--runs", default=None, metavar="CONFIG",
+                   help="time whole training runs of this config instead: `rlfunc train CONFIG --seeds 0-(P-1)` against P "
+                        "single runs one after the other, in this process (any algorithm; with --run-steps and --set)")
+    p.add_argument("--run-steps", type=int, default=10_000, help="--runs: train.total_steps of every run (default 10000)")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="--runs: a config override for every run (repeatable)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     p.add_argument("--repeats", type=int, default=5, help="timed windows per variant (default 5)")
     p.add_argument("--steps", type=int, default=3, help="env steps (or updates) per timed window (default 3)")
@@ -264,6 +274,71 @@ def _env_rows(algo: str, args: argparse.Namespace, run, emit=lambda rows: None) 
     return rows
 
 
+# ----------------------------------------------------------------------------- whole runs
+
+
+def _whole_run_rows(args: argparse.Namespace, emit=lambda rows: None) -> list[dict]:
+    """For each P: the population run (:func:`rlfunc.runtime.population.train`, ``seeds=0..P-1``, its
+    ``vectorize``: ``auto`` unless ``--vectorize``) and the P single runs (:func:`rlfunc.train`, one
+    after the other), ``--repeats`` times alternately, each into a fresh run directory: what a user
+    waits for, with the trainers' own loops, evaluations, logs and checkpoints. One untimed run of
+    each side first (imports, the allocator's first growth, ``train.compile``'s compilation: a
+    separate process would pay its own compile once per run, which this leaves out). Wall and CPU
+    seconds of every timed repeat; ratios of the medians (> 1: the population is faster)."""
+    import time
+
+    import rlfunc
+    from rlfunc.runtime import population
+
+    overrides = [*args.sets, f"train.total_steps={args.run_steps}", "train.progress=false", "train.tensorboard=false"]
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for p in args.members:
+            load_start = os.getloadavg()
+            times: dict[str, list[float]] = {"population": [], "separate": []}
+            cpu: dict[str, list[float]] = {"population": [], "separate": []}
+            vectorized = None
+            for r in range(-1, args.repeats):  # r = -1: one untimed run of each side first (imports, allocator, compile)
+                t0, c0 = time.perf_counter(), time.process_time()
+                res = population.train(args.runs, overrides, Path(tmp) / f"pop{p}-{r}", seeds=list(range(p)),
+                                       vectorize=None if args.vectorize == "auto" else args.vectorize)
+                if r >= 0:
+                    times["population"].append(time.perf_counter() - t0)
+                    cpu["population"].append(time.process_time() - c0)
+                vectorized = res.vectorize
+                t0, c0 = time.perf_counter(), time.process_time()
+                for k in range(p):
+                    rlfunc.train(args.runs, [*overrides, f"train.seed={k}"], run_dir=Path(tmp) / f"one{p}-{r}-{k}")
+                if r >= 0:
+                    times["separate"].append(time.perf_counter() - t0)
+                    cpu["separate"].append(time.process_time() - c0)
+            med = {n: statistics.median(t) for n, t in times.items()}
+            cmed = {n: statistics.median(t) for n, t in cpu.items()}
+            row = {
+                "members": p,
+                "vectorize": vectorized,
+                "population_env_steps_per_s_total": p * args.run_steps / med["population"],
+                "separate_env_steps_per_s_total": p * args.run_steps / med["separate"],
+                "total_throughput_ratio": med["separate"] / med["population"],
+                "cpu_time": {
+                    "population_env_steps_per_cpu_s_total": p * args.run_steps / cmed["population"],
+                    "separate_env_steps_per_cpu_s_total": p * args.run_steps / cmed["separate"],
+                    "total_throughput_ratio": cmed["separate"] / cmed["population"],
+                },
+                "seconds_per_run": times,
+                "cpu_seconds_per_run": cpu,
+                "peak_rss_mb_so_far": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                "loadavg_start": load_start,
+                "loadavg_end": os.getloadavg(),
+            }
+            print(f"runs P={p} ({vectorized}): population {med['population']:.1f} s, separate {med['separate']:.1f} s, "
+                  f"ratio {row['total_throughput_ratio']:.2f}x (CPU time: {row['cpu_time']['total_throughput_ratio']:.2f}x)",
+                  flush=True)
+            rows.append(row)
+            emit(rows)
+    return rows
+
+
 # ----------------------------------------------------------------------------- update only
 
 
@@ -458,11 +533,60 @@ def default_name(algo: str, update_only: bool, obs: str = "vector") -> str:
     return f"population_{algo}{'_minatar' if obs == 'minatar' else ''}{'_update_only' if update_only else ''}.json"
 
 
+def run_whole_runs(args: argparse.Namespace, run) -> int:
+    """``--runs CONFIG``: :func:`_whole_run_rows`, written to
+    ``benchmarks/results/population_<algo>_<config name>_runs.json`` (or ``--out``)."""
+    import torch
+
+    from rlfunc.runtime.config import load_config
+    from rlfunc.runtime.perf import set_threads, tune_allocator
+
+    if args.update_only or args.compile is not None:
+        print("population: --runs times whole runs as configured; set train.compile with --set, not --compile or "
+              "--update-only.", file=sys.stderr)
+        return 2
+    raw = load_config(args.runs)  # a missing or bad config is its own one-sentence error
+    algo, stem = raw["algo"], Path(args.runs).stem
+    set_threads(args.threads)
+    tuned = tune_allocator()  # as the trainers do (they call it again: idempotent)
+    out = Path(args.out) if args.out else run.RESULTS_DIR / f"population_{algo}_{stem}_runs.json"
+    machine = run.machine_info(torch.device("cpu"), allocator_tuned=tuned)
+
+    def result(rows: list[dict], complete: bool) -> dict:
+        return {
+            "benchmark": "population",
+            "kind": "whole_runs",
+            "unit": "env steps per second of whole training runs (P members x run_steps), population vs P single runs",
+            "algo": algo,
+            "config": args.runs,
+            "overrides": args.sets,
+            "run_steps": args.run_steps,
+            "threads": args.threads,
+            "repeats": args.repeats,
+            "machine": machine,
+            "complete": complete,
+            "rows": rows,
+            "command": "python benchmarks/run.py population " + " ".join(sys.argv[2:]),
+            "notes": "Whole runs (rlfunc.runtime.population.train vs rlfunc.train, seeds 0..P-1), alternated "
+                     "--repeats times in one process after one untimed run of each (so compilation is left out); "
+                     "medians; ratio = separate time / population time (> 1: the population is faster). Wall "
+                     "time and this process's CPU time.",
+        }
+
+    rows = _whole_run_rows(args, emit=lambda rows: run.write_json(out, result(rows, complete=False))
+                           if len(rows) < len(args.members) else None)
+    run.write_json(out, result(rows, complete=True))
+    print(f"wrote {out}")
+    return 0
+
+
 def run_population(args: argparse.Namespace, run) -> int:
     import torch
 
     from rlfunc.runtime.perf import set_threads
 
+    if args.runs:
+        return run_whole_runs(args, run)
     allowed = UPDATE_ALGOS if args.update_only else ENV_ALGOS
     bad = [a for a in args.algo if a not in allowed]
     if bad:

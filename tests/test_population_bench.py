@@ -57,3 +57,14 @@ def test_a_bad_algorithm_is_one_sentence(tmp_path):
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 2 and done.stderr.strip() == (
         "population: --algo drqn is not one of redq, sac, rlpd (the others need --update-only).")
+
+
+def test_whole_runs_of_a_config_as_a_population_and_as_single_runs(tmp_path):
+    d = _bench(tmp_path, "--runs", "configs/dqn/cartpole_novel.yaml", "--run-steps", "300",
+               "--set", "train.learning_starts=100", "--set", "train.eval_every=300", "--set", "train.eval_episodes=1",
+               "--set", "agent.eps_decay_steps=200")
+    assert d["kind"] == "whole_runs" and d["algo"] == "dqn" and d["run_steps"] == 300
+    (row,) = d["rows"]
+    assert row["members"] == 2 and row["vectorize"] == "vmap" and row["total_throughput_ratio"] > 0
+    assert len(row["seconds_per_run"]["population"]) == len(row["seconds_per_run"]["separate"]) == 1
+    assert "--runs configs/dqn/cartpole_novel.yaml" in d["command"]
