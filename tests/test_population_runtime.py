@@ -157,6 +157,10 @@ def test_vectorize_auto_vmaps_on_a_gpu_and_where_batching_pays_on_a_cpu_and_bad_
     assert pr.resolve_vectorize("auto", "drqn", "cpu", "minatar", compiled=True) == "loop"
     assert pr.resolve_vectorize("auto", "drqn", "cpu", "mlp", compiled=True) == "vmap"
     assert pr.resolve_vectorize("auto", "dqn", "cpu", "minatar", compiled=True) == "vmap"
+    # ... and both loop on frames below 4 members (population_dqn_minatar_breakout_flicker_runs_vmap.json)
+    assert pr.resolve_vectorize("auto", "dqn", "cpu", "minatar", members=2) == "loop"
+    assert pr.resolve_vectorize("auto", "dqn", "cpu", "minatar", members=4) == "vmap"
+    assert pr.resolve_vectorize("auto", "dqn", "cpu", "mlp", members=2) == "vmap"
     assert pr.resolve_vectorize("auto", "drqn", "cuda", "minatar", compiled=True) == "vmap"
     with pytest.raises(ConfigError, match=r"^train\.population\.vectorize must be one of auto, vmap, loop, got 'batched'\.$"):
         build_config({**BASE, "train": {**BASE["train"], "population": {"seeds": [0, 1], "vectorize": "batched"}}})

@@ -161,25 +161,30 @@ CPU_VMAP = ("redq", "sac", "drqn", "dqn")
 """Algorithms whose vmapped update is at least as fast as their members' separate updates on one CPU
 thread (benchmarks/results/population_<algo>*.json, P=2-8: REDQ 1.05-1.10x, SAC 1.03-1.47x, DRQN
 1.06-2.20x eager and 1.15-1.29x compiled, DQN 1.02-3.39x eager and 1.44-3.50x compiled; on MinAtar's
-frames DQN 1.04-1.95x eager and 1.06-1.28x compiled). One exception, :func:`resolve_vectorize`:
-DRQN with a conv torso, compiled (0.80-0.86x on MinAtar's frames, eager 1.01-1.16x). Those measured
+frames DQN 1.04-1.95x eager and 1.06-1.28x compiled). Exceptions, :func:`resolve_vectorize`:
+DRQN with a conv torso, compiled (0.80-0.86x on MinAtar's frames, eager 1.01-1.16x), and DRQN
+and DQN with a conv torso below 4 members (whole DQN runs on MinAtar: 0.92x at P=2). Those measured
 slower batched on a CPU -- R2D2 at paper width (0.96x / 0.88x at P=4 / 8: each batched product is as
 compute-bound as P separate ones, and vmap's batching adds its own work), DrQ-v2 (0.84-0.91x) and
 RLPD (0.95x at P=8) -- loop over members there (``auto``)."""
 
 
-def resolve_vectorize(choice: str, algo: str, device: str, encoder: str = "mlp", compiled: bool = False) -> str:
+def resolve_vectorize(choice: str, algo: str, device: str, encoder: str = "mlp", compiled: bool = False,
+                      members: int | None = None) -> str:
     """``vmap`` or ``loop`` for ``train.population.vectorize=choice``: ``auto`` is ``vmap`` on a GPU (where
     one member's update leaves the card latency-bound, #24) and on a CPU for :data:`CPU_VMAP`, else
-    ``loop``; and ``loop`` on a CPU for DRQN with a conv torso (``agent.encoder`` not ``mlp``) under
-    ``train.compile``, measured slower vmapped there
-    (benchmarks/results/population_drqn_minatar_update_only.json: 0.80-0.86x at P=2-8)."""
+    ``loop``; except, on a CPU, DRQN and DQN with a conv torso (``agent.encoder`` not ``mlp``), which
+    loop for compiled DRQN (0.80-0.86x vmapped at P=2-8:
+    benchmarks/results/population_drqn_minatar_update_only.json) and below 4 members (whole DQN runs
+    on MinAtar frames: 0.92x vmapped at P=2, 1.22x at P=4:
+    benchmarks/results/population_dqn_minatar_breakout_flicker_runs_vmap.json, every P vmapped)."""
     if choice != "auto":
         return choice
     if str(device).startswith("cuda"):
         return "vmap"
-    if algo == "drqn" and encoder != "mlp" and compiled:
-        return "loop"
+    if algo in ("drqn", "dqn") and encoder != "mlp":
+        if (algo == "drqn" and compiled) or (members is not None and members < 4):
+            return "loop"
     return "vmap" if algo in CPU_VMAP else "loop"
 
 
@@ -446,7 +451,7 @@ class PopulationTrainer:
             for k, lr in enumerate(self.learners):
                 lr.use_replay(self.replay.member(k))
         self.vectorize = resolve_vectorize(cfg.population.get("vectorize", "auto"), config.algo, cfg.device,
-                                           getattr(config.agent, "encoder", "mlp"), bool(cfg.compile))
+                                           getattr(config.agent, "encoder", "mlp"), bool(cfg.compile), p)
         update = population.vmap_update(self.algo.update)
         self._update = torch.compile(update, fullgraph=True) if cfg.compile else update
         # A population of one, and every member with vectorize=loop, runs its single-run update and act
