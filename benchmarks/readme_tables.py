@@ -45,15 +45,17 @@ class Learned:
     task: str
     frames_per_step: int = 1  # DrQ-v2 logs agent steps; its papers count frames (action repeat 2)
     machine: str | None = None  # for JSONs that predate the ``machine`` field (their note names it)
+    digits: int = 0  # decimals of the returns (MinAtar's are a few points: one decimal)
 
     def cell(self) -> str:
         d = _load(self.stem)
         s = d["summary"][self.label]
         steps = max(s["env_steps"]) * self.frames_per_step
         unit = "frames" if self.frames_per_step > 1 else "steps"
-        returns = " / ".join(f"{r:.0f}" for r in s["final_returns"])
+        n = self.digits
+        returns = " / ".join(f"{r:.{n}f}" for r in s["final_returns"])
         machine = self.machine or _machine_name(d.get("machine", {}))
-        return (f"{self.task}: median **{s['median_final_return']:.0f}** ({returns}) @{_steps(steps)} {unit}, "
+        return (f"{self.task}: median **{s['median_final_return']:.{n}f}** ({returns}) @{_steps(steps)} {unit}, "
                 f"{s['seeds']} seeds, {machine} {_link(self.stem)}")
 
 
@@ -82,21 +84,21 @@ ALGORITHMS = (
              Learned("learn_drqv2_cpu", "drqv2", "cartpole_balance, fast render", 2, "2-core Intel Xeon"))),
     AlgoRow("drqn", "Hausknecht & Stone 2015", "`drqn/cartpole_novel`",
             "Flickering Pong 12.1 ± 2.2", (Learned("learn_drqn", "drqn", "CartPole, velocities masked"),
-                                            Learned("learn_minatar_100k", "drqn_breakout", "MinAtar Breakout"),
-             Learned("learn_minatar_100k", "drqn_breakout_flicker", "MinAtar Breakout, flicker"),
-             Learned("learn_minatar", "drqn_seaquest_flicker", "MinAtar Seaquest, flicker"))),
+                                            Learned("learn_minatar_100k", "drqn_breakout", "MinAtar Breakout", digits=1),
+             Learned("learn_minatar_100k", "drqn_breakout_flicker", "MinAtar Breakout, flicker", digits=1),
+             Learned("learn_minatar", "drqn_seaquest_flicker", "MinAtar Seaquest, flicker", digits=1))),
     AlgoRow("dqn", "Mnih et al. 2015 (DRQN's control)", "`dqn/cartpole_novel`",
             "no memory: fails without velocities", (Learned("learn_drqn", "dqn", "CartPole, velocities masked"),
-                                                    Learned("learn_minatar_100k", "dqn_breakout", "MinAtar Breakout"),
-             Learned("learn_minatar_100k", "dqn_breakout_flicker", "MinAtar Breakout, flicker"),
-             Learned("learn_minatar", "dqn_seaquest_flicker", "MinAtar Seaquest, flicker"))),
+                                                    Learned("learn_minatar_100k", "dqn_breakout", "MinAtar Breakout", digits=1),
+             Learned("learn_minatar_100k", "dqn_breakout_flicker", "MinAtar Breakout, flicker", digits=1),
+             Learned("learn_minatar", "dqn_seaquest_flicker", "MinAtar Seaquest, flicker", digits=1))),
     AlgoRow("r2d2", "Kapturowski et al. 2019", "`r2d2/cartpole_novel`, `r2d2/cartpole_novel_distributed`",
             "Atari-57 median ≈ 1920% human-normalized",
             (Learned("learn_r2d2", "r2d2", "CartPole, velocities masked"),
              Learned("learn_r2d2_distributed", "r2d2", "the same on 2 Ray actor processes"),
-             Learned("learn_minatar_100k", "r2d2_breakout", "MinAtar Breakout"),
-             Learned("learn_minatar_100k", "r2d2_breakout_flicker", "MinAtar Breakout, flicker"),
-             Learned("learn_minatar", "r2d2_seaquest_flicker", "MinAtar Seaquest, flicker"))),
+             Learned("learn_minatar_100k", "r2d2_breakout", "MinAtar Breakout", digits=1),
+             Learned("learn_minatar_100k", "r2d2_breakout_flicker", "MinAtar Breakout, flicker", digits=1),
+             Learned("learn_minatar", "r2d2_seaquest_flicker", "MinAtar Seaquest, flicker", digits=1))),
 )
 
 
