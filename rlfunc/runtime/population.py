@@ -41,7 +41,7 @@ its env step (``train_every`` boundaries) has its round's due updates counted an
 run together before the round's next log, evaluation or act: members whose
 autoreset steps shifted their counts would otherwise each pay a whole masked
 update at a different row (a 3-seed DRQN population on MinAtar ran 2.4x slower
-than three single runs that way). DrQ-v2 learns between acting and stepping the
+than three single runs that way, in a one-off timing: docs/populations.md). DrQ-v2 learns between acting and stepping the
 env, as its single run (``learns_before_env_step``). Each member logs and
 evaluates when its own env step crosses ``log_every`` / ``eval_every``; the one
 population checkpoint is written after a round in which the most advanced member
