@@ -163,9 +163,18 @@ fi
 # device tool's `carry`): copy the returned parts there before the call. Stages, one per call:
 #   redq_hopper      REDQ configs/redq/hopper.yaml (paper settings) on cuda, compiled + CUDA graph,
 #                    to 125k env steps (two calls at ~180 steps/s) -> learn_redq_hopper_gpu.json
+#   population_update  benchmarks/run.py population --update-only --algo redq --device cuda --cuda-graph,
+#                    P = POP_MEMBERS (1 2 4 8 10 16 32): the vmapped update of P members (one graph) against
+#                    P single updates (P graphs) at the Hopper shapes -> population_redq_update_only_cuda.json
+#                    (#24's GPU goal: P=10 costs <= 2x P=1)
+#   redq_hopper      (REDQ_HOPPER_S caps its time, e.g. a short single-seed run whose env steps/s the
+#                    population's are compared with)
 #   redq_population  the same config, seeds POP_SEEDS (0-9) as one population in one process
-#                    (compiled + CUDA graph of the vmapped update) -> learn_redq_hopper_population.json;
-#                    its checkpoint holds 10 replays, so it is packed only while it fits (PACK_MB)
+#                    (the vmapped update eager behind one CUDA graph: train.compile would compile the whole
+#                    vmapped G=20 update unrolled, 254 s for P=2 on the 2-core CPU, and the single run's
+#                    per-step compile cannot run inside vmap) -> learn_redq_hopper_population.json;
+#                    its checkpoint holds 10 replays, so it is packed only while it fits (PACK_MB);
+#                    POP_CHECKPOINT_EVERY (default 5000) spaces its checkpoints (each writes every replay)
 #   rlpd_data        the locomotion datasets made on the machine's CPU (benchmarks/run.py
 #                    locomotion-data, the same command as the committed locomotion_data_hopper.json)
 #                    -> locomotion_data_hopper_gpu.json + locomotion_data.tgz.part-NN (skip it by
@@ -173,6 +182,9 @@ fi
 #   rlpd_hopper      RLPD configs/rlpd/hopper.yaml on CARRY/hopper-medium.npz, seeds RLPD_SEEDS (0-2)
 #                    as one population -> learn_rlpd_hopper_gpu.json, merged with REDQ from scratch
 #                    (CARRY/learn_redq_hopper_population.json, or this call's) at the same online steps
+# PACK=0 packs nothing (runs continue only on a warm machine: set GPU_WORK to an ignored folder of the
+# checkout, e.g. runs/gpu_work, which the device tool keeps between calls); BUNDLE=1 puts the logs and
+# plots into OUT/bundle_logs.tgz and every run's CSVs and config into OUT/work_csv.tgz (the tool returns 8 files).
 # TINY=1 is a CPU dry run of these stages (tiny agents, TINY_STEPS env steps, no compile; MIN_STAGE_S=10
 # lets a short budget start them) to check the shell logic: pack, carry, resume, JSON.
 # The device machine lacks tensordict, gymnasium, mujoco, dm-control and minari: `bash benchmarks/gpu_wheels.sh`
@@ -196,7 +208,7 @@ if [ "${TINY:-0}" = 1 ]; then
 else
     DEV=cuda
     ACCEL=(--set train.device=cuda --set train.compile=true --set train.cuda_graph=true)
-    POP_ACCEL=(--set train.device=cuda --set train.compile=true --set train.cuda_graph=true)
+    POP_ACCEL=(--set train.device=cuda --set train.compile=false --set train.cuda_graph=true)
     SIZE=()
     DATA_ARGS=(--agent-steps 30000)
 fi
@@ -208,6 +220,7 @@ unpack() {  # NAME: the work folder from CARRY's NAME.tgz.part-NN, unless this m
     fi
 }
 pack() {  # NAME: OUT/NAME.tgz.part-NN (<= 15 MiB each) when the folder packs under PACK_MB
+    [ "${PACK:-1}" = 0 ] && { echo "not packed: PACK=0 (a later call continues it only on this warm machine)"; return; }
     tar czf "$WORK/$1.tgz" -C "$WORK" "$1"
     local mb=$(( $(stat -c %s "$WORK/$1.tgz") / 1048576 ))
     if [ "$mb" -le "$PACK_MB" ]; then
@@ -220,6 +233,7 @@ pack() {  # NAME: OUT/NAME.tgz.part-NN (<= 15 MiB each) when the folder packs un
 train_or_resume() {  # NAME CONFIG SEEDS(-|0-9) ARGS...: train (first call) or resume (later calls) until the budget
     local name=$1 config=$2 seeds=$3; shift 3
     local run="$WORK/$name/run" limit=$(( $(left) - 75 ))
+    if [ -n "${CAP:-}" ] && [ "$CAP" -lt "$limit" ]; then limit=$CAP; fi  # CAP=S train_or_resume ...: at most S s
     local cmd
     mkdir -p "$WORK/$name"
     if [ -f "$run/config.yaml" ]; then
@@ -262,16 +276,24 @@ print(f"{path}: " + ", ".join(f"{r['algo']} s{r['seed']} {r['final_return']:.0f}
 PYEOF
 }
 
+if want population_update; then
+    if [ "${TINY:-0}" = 1 ]; then PU=(--device cpu --quick --members 1 2); else PU=(--device cuda --cuda-graph --members ${POP_MEMBERS:-1 2 4 8 10 16 32}); fi
+    stage "population_update: benchmarks/run.py population --update-only --algo redq ${PU[*]}"
+    timeout -k 10 $(( $(left) < 150 ? $(left) : 150 )) $PY benchmarks/run.py population --update-only --algo redq "${PU[@]}" \
+        --repeats 3 --steps 10 --out "$OUT/population_redq_update_only_cuda.json" 2>&1 | tee "$OUT/population_update.log" | tail -12
+fi
+
 if want redq_hopper; then
     unpack redq_hopper
-    train_or_resume redq_hopper configs/redq/hopper.yaml - "${ACCEL[@]}" "${COMMON[@]}" "${SIZE[@]}" && {
+    CAP=${REDQ_HOPPER_S:-} train_or_resume redq_hopper configs/redq/hopper.yaml - "${ACCEL[@]}" "${COMMON[@]}" "${SIZE[@]}" && {
         record redq_hopper "$OUT/learn_redq_hopper_gpu.json" redq "$WORK/redq_hopper/run"
         pack redq_hopper; }
 fi
 
 if want redq_population; then
     unpack redq_population
-    train_or_resume redq_population configs/redq/hopper.yaml "$POP_SEEDS" "${POP_ACCEL[@]}" "${COMMON[@]}" "${SIZE[@]}" && {
+    train_or_resume redq_population configs/redq/hopper.yaml "$POP_SEEDS" "${POP_ACCEL[@]}" "${COMMON[@]}" "${SIZE[@]}" \
+        --set train.checkpoint_every=${POP_CHECKPOINT_EVERY:-5000} && {
         record redq_population "$OUT/learn_redq_hopper_population.json" redq "$WORK/redq_population/run"/member-*
         pack redq_population; }
 fi
@@ -422,5 +444,11 @@ PYEOF
             echo "r2d2_atari: not packed (the frame replay is GBs); the next call resumes it only on this warm machine"
         }
     fi
+fi
+if [ "${BUNDLE:-0}" = 1 ]; then  # the device tool returns at most 8 files: logs, plots and the runs' CSVs in one
+    (cd "$WORK" && find . \( -name '*.csv' -o -name config.yaml -o -name calls.jsonl \) -print0 \
+        | tar czf "$OUT/work_csv.tgz" --null -T -)
+    (cd "$OUT" && tar czf bundle_logs.tgz $(ls *.log *.png 2>/dev/null) && rm -f *.log *.png)
+    ls -la "$OUT"
 fi
 stage "done"

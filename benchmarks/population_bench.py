@@ -67,6 +67,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-steps", type=int, default=10_000, help="--runs: train.total_steps of every run (default 10000)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="--runs: a config override for every run (repeatable)")
+    p.add_argument("--device", default="cpu", help="--update-only: the device of the states, batches and noise "
+                   "(default cpu; cuda for the GPU goals of issue #24); env steps and --runs stay on the CPU")
+    p.add_argument("--cuda-graph", action="store_true",
+                   help="--update-only on cuda: every variant behind rlfunc.runtime.graphs.FixedStateUpdate with "
+                        "cuda_graph=True (the population's one graph, each separate learner's own), as train.cuda_graph "
+                        "runs them")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     p.add_argument("--repeats", type=int, default=5, help="timed windows per variant (default 5)")
     p.add_argument("--steps", type=int, default=3, help="env steps (or updates) per timed window (default 3)")
@@ -174,7 +180,7 @@ def _single_learn(learner) -> None:
     torch.stack([torch.isfinite(metrics[k]).all() for k in keys])
 
 
-def _timed(runners: dict, args: argparse.Namespace, run) -> tuple[dict, dict]:
+def _timed(runners: dict, args: argparse.Namespace, run, device=None) -> tuple[dict, dict]:
     """:func:`benchmarks.run.time_interleaved` of ``runners``, returning wall and CPU seconds per call
     (per window). CPU time (``time.process_time``: this process's, one thread) is what the work
     costs whatever else the machine runs; wall time is what a user waits on a quiet machine. On a
@@ -193,7 +199,7 @@ def _timed(runners: dict, args: argparse.Namespace, run) -> tuple[dict, dict]:
         return call
 
     wall = run.time_interleaved({n: counted(n, f) for n, f in runners.items()}, repeats=args.repeats,
-                                steps={n: args.steps for n in runners}, device=torch.device("cpu"))
+                                steps={n: args.steps for n in runners}, device=device or torch.device("cpu"))
     per_window = {n: [sum(c[i:i + args.steps]) / args.steps for i in range(0, len(c), args.steps)] for n, c in cpu.items()}
     return wall, per_window
 
@@ -442,15 +448,18 @@ def _update_rows(algo: str, args: argparse.Namespace, run, emit=lambda rows: Non
 
     from rlfunc.core import population
 
+    from rlfunc.runtime.graphs import FixedStateUpdate
+
     module, config, init, batch, noise = _update_problem(algo, args.quick, args.obs)
+    device = torch.device(args.device)
     rows = []
     for p in args.members:
         modes = [False, True] if _compiled_at(args, p) else [False]
         load_start = os.getloadavg()
         gens = [torch.Generator().manual_seed(1000 + k) for k in range(p)]
-        singles = [init(k) for k in range(p)]
-        batches = [batch(g) for g in gens]
-        noises = [noise(g) for g in gens] if noise else [None] * p
+        singles = [init(k).to(device) for k in range(p)]
+        batches = [batch(g).to(device) for g in gens]
+        noises = [noise(g).to(device) for g in gens] if noise else [None] * p
         holder = {"pop": population.stack(singles), "one": list(singles)}
         pb = torch.stack(batches)
         pn = torch.stack(noises) if noise else None
@@ -461,19 +470,25 @@ def _update_rows(algo: str, args: argparse.Namespace, run, emit=lambda rows: Non
             one_fn = module.update
             if compiled:
                 pop_fn, one_fn = torch.compile(pop_fn, fullgraph=True), torch.compile(one_fn, fullgraph=True)
+            one_fns = [one_fn] * p
+            if args.cuda_graph:  # each side's state at fixed addresses, each update one graph replay
+                pop_fn = FixedStateUpdate(pop_fn, holder["pop"], cuda_graph=True)
+                one_fns = [FixedStateUpdate(one_fn, holder["one"][k], cuda_graph=True) for k in range(p)]
 
             def pop_step(fn=pop_fn) -> None:
                 holder["pop"], _ = fn(holder["pop"], pb, *((pn,) if noise else ()))
 
-            def one_step(fn=one_fn) -> None:
+            def one_step(fns=one_fns) -> None:
                 for k in range(p):
-                    holder["one"][k], _ = fn(holder["one"][k], batches[k], *((noises[k],) if noise else ()))
+                    holder["one"][k], _ = fns[k](holder["one"][k], batches[k], *((noises[k],) if noise else ()))
 
             for fn in (pop_step, one_step):
                 fn()
                 fn()
             runners.update({f"population{tag}": pop_step, f"separate{tag}": one_step})
-        times, cpu = _timed(runners, args, run)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times, cpu = _timed(runners, args, run, device)
         med = {n: statistics.median(t) for n, t in times.items()}
         cmed = {n: statistics.median(t) for n, t in cpu.items()}
         row = {"members": p}
@@ -500,6 +515,9 @@ def _update_rows(algo: str, args: argparse.Namespace, run, emit=lambda rows: Non
                   f"{r['separate_update_ms_all_members']:.1f} ms, ratio {r['total_throughput_ratio']:.2f}x "
                   f"(CPU time: {r['cpu_time']['total_throughput_ratio']:.2f}x)", flush=True)
         state = holder["pop"].exclude("config")
+        if device.type == "cuda":  # everything this P allocated (both sides, graphs' pools included)
+            row["cuda_max_memory_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+            torch.cuda.reset_peak_memory_stats(device)
         row.update(seconds_per_update=times, cpu_seconds_per_update=cpu,
                    population_state_mb=sum(t.numel() * t.element_size() for t in state.values(True, True)) / 2**20,
                    peak_rss_mb_so_far=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -526,11 +544,13 @@ NOTES = (
 )
 
 
-def default_name(algo: str, update_only: bool, obs: str = "vector") -> str:
+def default_name(algo: str, update_only: bool, obs: str = "vector", device: str = "cpu") -> str:
     """``population_<algo>.json`` for env steps, ``population_<algo>_update_only.json`` for the pure
     update (REDQ, SAC and RLPD have both; one name each, so neither run overwrites the other);
-    ``population_<algo>_minatar_update_only.json`` for the MinAtar shapes (DRQN, DQN, R2D2)."""
-    return f"population_{algo}{'_minatar' if obs == 'minatar' else ''}{'_update_only' if update_only else ''}.json"
+    ``population_<algo>_minatar_update_only.json`` for the MinAtar shapes (DRQN, DQN, R2D2);
+    ``..._update_only_cuda.json`` for the update timed on a GPU."""
+    return (f"population_{algo}{'_minatar' if obs == 'minatar' else ''}{'_update_only' if update_only else ''}"
+            f"{'_cuda' if device == 'cuda' else ''}.json")
 
 
 def run_whole_runs(args: argparse.Namespace, run) -> int:
@@ -596,6 +616,17 @@ def run_population(args: argparse.Namespace, run) -> int:
     if args.obs != "vector" and (not args.update_only or set(args.algo) - {"drqn", "dqn", "r2d2"}):
         print("population: --obs minatar is for --update-only with --algo drqn, dqn or r2d2.", file=sys.stderr)
         return 2
+    if (args.device != "cpu" or args.cuda_graph) and not args.update_only:
+        print("population: --device and --cuda-graph are for --update-only (env steps and --runs run on the CPU).",
+              file=sys.stderr)
+        return 2
+    if args.cuda_graph and not args.device.startswith("cuda"):
+        print("population: --cuda-graph needs --device cuda.", file=sys.stderr)
+        return 2
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print(f"population: --device {args.device} needs a CUDA build of torch and a visible GPU; this machine has "
+              "none (use --device cpu).", file=sys.stderr)
+        return 2
     if args.out and len(args.algo) > 1:
         print("population: --out names one file; pass one --algo with it.", file=sys.stderr)
         return 2
@@ -605,12 +636,13 @@ def run_population(args: argparse.Namespace, run) -> int:
     from rlfunc.runtime.perf import tune_allocator
 
     tuned = tune_allocator()
-    device = torch.device("cpu")
+    device = torch.device(args.device if args.update_only else "cpu")
     for algo in args.algo:
         machine = run.machine_info(device, allocator_tuned=tuned)
         out = None
         if args.out or not args.quick:
-            out = Path(args.out) if args.out else run.RESULTS_DIR / default_name(algo, args.update_only, args.obs)
+            out = Path(args.out) if args.out else run.RESULTS_DIR / default_name(algo, args.update_only, args.obs,
+                                                                                  device.type)
         if args.update_only:
             kind, unit = "update_only", "update ms per learner call, all P members (no env, no replay)"
             agent = _update_shape(_update_problem(algo, args.quick, args.obs)[1])
@@ -627,6 +659,8 @@ def run_population(args: argparse.Namespace, run) -> int:
                 "env": ("MinAtar/Breakout-v0 shapes" if args.obs == "minatar" else None) if args.update_only else "Pendulum-v1",
                 "agent": agent,
                 "threads": args.threads,
+                "device": str(device),
+                "cuda_graph": bool(args.cuda_graph),
                 "repeats": args.repeats,
                 "steps_per_window": args.steps,
                 "machine": machine,

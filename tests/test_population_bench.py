@@ -68,3 +68,25 @@ def test_whole_runs_of_a_config_as_a_population_and_as_single_runs(tmp_path):
     assert row["members"] == 2 and row["vectorize"] == "vmap" and row["total_throughput_ratio"] > 0
     assert len(row["seconds_per_run"]["population"]) == len(row["seconds_per_run"]["separate"]) == 1
     assert "--runs configs/dqn/cartpole_novel.yaml" in d["command"]
+
+
+def test_device_options_are_for_the_update_only_timing_and_need_cuda():
+    def stderr(*argv: str) -> tuple[int, str]:
+        done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "population", "--quick", *argv],
+                              capture_output=True, text=True, timeout=120, cwd=ROOT)
+        return done.returncode, done.stderr.strip()
+
+    assert stderr("--algo", "redq", "--cuda-graph") == (
+        2, "population: --device and --cuda-graph are for --update-only (env steps and --runs run on the CPU).")
+    assert stderr("--algo", "redq", "--update-only", "--cuda-graph") == (2, "population: --cuda-graph needs --device cuda.")
+    import torch
+
+    if not torch.cuda.is_available():
+        assert stderr("--algo", "redq", "--update-only", "--device", "cuda") == (
+            2, "population: --device cuda needs a CUDA build of torch and a visible GPU; this machine has none "
+               "(use --device cpu).")
+
+
+def test_update_only_json_records_the_device(tmp_path):
+    d = _bench(tmp_path, "--algo", "sac", "--update-only", "--device", "cpu")
+    assert d["device"] == "cpu" and d["cuda_graph"] is False and "cuda_max_memory_mb" not in d["rows"][0]
