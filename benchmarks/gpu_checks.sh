@@ -166,13 +166,14 @@ fi
 #   population_update  benchmarks/run.py population --update-only --algo redq --device cuda --cuda-graph,
 #                    P = POP_MEMBERS (1 2 4 8 10 16 32): the vmapped update of P members (one graph) against
 #                    P single updates (P graphs) at the Hopper shapes -> population_redq_update_only_cuda.json
-#                    (#24's GPU goal: P=10 costs <= 2x P=1)
+#                    (#24's GPU goal: P=10 costs <= 2x P=1); POP_COMPILE (default "1 10": --compile at those P,
+#                    both sides compiled per step as the trainers compile them; "" for eager only)
 #   redq_hopper      (REDQ_HOPPER_S caps its time, e.g. a short single-seed run whose env steps/s the
 #                    population's are compared with)
-#   redq_population  the same config, seeds POP_SEEDS (0-9) as one population in one process
-#                    (the vmapped update eager behind one CUDA graph: train.compile would compile the whole
-#                    vmapped G=20 update unrolled, 254 s for P=2 on the 2-core CPU, and the single run's
-#                    per-step compile cannot run inside vmap) -> learn_redq_hopper_population.json;
+#   redq_population  the same config, seeds POP_SEEDS (0-9) as one population in one process, compiled
+#                    (each vmapped step, redq.make_population_update: 28 s for P=4 on the 2-core CPU, where
+#                    the whole vmapped G=20 update took 254 s) + CUDA graph -> learn_redq_hopper_population.json
+#                    (the 2026-11-28 lease ran it eager behind the graph: the per-step compile came after);
 #                    its checkpoint holds 10 replays, so it is packed only while it fits (PACK_MB);
 #                    POP_CHECKPOINT_EVERY (default 5000) spaces its checkpoints (each writes every replay)
 #   rlpd_data        the locomotion datasets made on the machine's CPU (benchmarks/run.py
@@ -208,7 +209,7 @@ if [ "${TINY:-0}" = 1 ]; then
 else
     DEV=cuda
     ACCEL=(--set train.device=cuda --set train.compile=true --set train.cuda_graph=true)
-    POP_ACCEL=(--set train.device=cuda --set train.compile=false --set train.cuda_graph=true)
+    POP_ACCEL=(--set train.device=cuda --set train.compile=true --set train.cuda_graph=true)
     SIZE=()
     DATA_ARGS=(--agent-steps 30000)
 fi
@@ -270,7 +271,8 @@ from benchmarks.run import machine_info
 path, calls, dev = sys.argv[1], sys.argv[2], sys.argv[3]
 result = json.load(open(path))
 machine = machine_info(torch.device(dev if torch.cuda.is_available() else "cpu"), allocator_tuned=False)
-result = {"machine": machine, "calls": [json.loads(l) for l in open(calls)], **result}
+machine["recorded"] = "the machine of the last call (learn-collect's own record replaced: it ran here too)"
+result = {**result, "machine": machine, "calls": [json.loads(l) for l in open(calls)]}
 json.dump(result, open(path, "w"), indent=2)
 print(f"{path}: " + ", ".join(f"{r['algo']} s{r['seed']} {r['final_return']:.0f} @ {r['env_steps']}" for r in result["runs"]))
 PYEOF
@@ -278,8 +280,10 @@ PYEOF
 
 if want population_update; then
     if [ "${TINY:-0}" = 1 ]; then PU=(--device cpu --quick --members 1 2); else PU=(--device cuda --cuda-graph --members ${POP_MEMBERS:-1 2 4 8 10 16 32}); fi
+    POP_COMPILE=${POP_COMPILE-1 10}
+    [ -n "$POP_COMPILE" ] && PU+=(--compile $POP_COMPILE)
     stage "population_update: benchmarks/run.py population --update-only --algo redq ${PU[*]}"
-    timeout -k 10 $(( $(left) < 150 ? $(left) : 150 )) $PY benchmarks/run.py population --update-only --algo redq "${PU[@]}" \
+    timeout -k 10 $(( $(left) < 300 ? $(left) : 300 )) $PY benchmarks/run.py population --update-only --algo redq "${PU[@]}" \
         --repeats 3 --steps 10 --out "$OUT/population_redq_update_only_cuda.json" 2>&1 | tee "$OUT/population_update.log" | tail -12
 fi
 

@@ -11,9 +11,9 @@ Two kinds of timing, each written to ``benchmarks/results/population_<algo>.json
   the replays past ``train.learning_starts``. Reported: env steps per second per member and
   in total, the learn call's ms per env step (timed alone, the same way), peak resident
   memory, and the ratio of the population's total throughput to the P single runs'. With
-  ``--compile`` the same four runners again with ``train.compile=true`` (the vmapped update
-  compiled with ``fullgraph=True``; each single learner's update compiled as ``rlfunc train``
-  compiles it).
+  ``--compile`` the same four runners again with ``train.compile=true`` (the population's
+  update compiled as its trainer compiles it, :func:`rlfunc.runtime.population.population_update`;
+  each single learner's update compiled as ``rlfunc train`` compiles it).
 * ``update_only`` (``--update-only``, any of the seven algorithms): the pure update alone on
   pre-drawn batches and noise of the algorithm's default shapes (``--obs minatar``: DRQN's, DQN's
   or R2D2's MinAtar Breakout config and frames), ``torch.vmap`` over P stacked
@@ -52,8 +52,8 @@ def configure(p: argparse.ArgumentParser) -> None:
                    f"--update-only: {', '.join(UPDATE_ALGOS)})")
     p.add_argument("--members", type=int, nargs="+", default=[1, 2, 4, 8], help="population sizes P (default 1 2 4 8)")
     p.add_argument("--compile", type=int, nargs="*", default=None, metavar="P",
-                   help="also time train.compile=true (env steps) / torch.compile(fullgraph=True) of the vmapped and "
-                        "the single update (--update-only): at these P (no values: every P)")
+                   help="also time train.compile=true (env steps; --update-only: the vmapped and the single update "
+                        "compiled as the trainers compile them, REDQ/SAC/RLPD per step): at these P (no values: every P)")
     p.add_argument("--update-only", action="store_true", help="time the pure update alone (no env, no replay)")
     p.add_argument("--vectorize", default="auto", choices=("auto", "vmap", "loop"),
                    help="env steps: the population's train.population.vectorize (default auto, what a user gets; "
@@ -448,7 +448,11 @@ def _update_rows(algo: str, args: argparse.Namespace, run, emit=lambda rows: Non
 
     from rlfunc.core import population
 
+    from types import SimpleNamespace
+
     from rlfunc.runtime.graphs import FixedStateUpdate
+    from rlfunc.runtime.learners.base import compiled_update
+    from rlfunc.runtime.population import population_update
 
     module, config, init, batch, noise = _update_problem(algo, args.quick, args.obs)
     device = torch.device(args.device)
@@ -468,8 +472,9 @@ def _update_rows(algo: str, args: argparse.Namespace, run, emit=lambda rows: Non
             tag = "_compiled" if compiled else ""
             pop_fn = population.vmap_update(module.update)
             one_fn = module.update
-            if compiled:
-                pop_fn, one_fn = torch.compile(pop_fn, fullgraph=True), torch.compile(one_fn, fullgraph=True)
+            if compiled:  # as the trainers compile them (train.compile, train.compile_mode "step")
+                cfg = SimpleNamespace(compile=True, compile_mode="step")
+                pop_fn, one_fn = population_update(module, cfg), compiled_update(module, cfg)
             one_fns = [one_fn] * p
             if args.cuda_graph:  # each side's state at fixed addresses, each update one graph replay
                 pop_fn = FixedStateUpdate(pop_fn, holder["pop"], cuda_graph=True)
@@ -534,7 +539,8 @@ NOTES = (
     "P members as one population vs P separate learners stepped one after the other in the same "
     "process; windows of every variant interleaved, medians; total_throughput_ratio = separate time / "
     "population time (> 1: the population is faster). A row's top-level numbers are eager; "
-    "'compiled' (train.compile / torch.compile fullgraph), where present, was timed in the same "
+    "'compiled' (train.compile: each side compiled as its trainer compiles it -- REDQ, SAC and RLPD per "
+    "step since 2026-11-28, the others torch.compile fullgraph), where present, was timed in the same "
     "interleaved windows. Each set of numbers is given twice: by wall time (top level) and by this "
     "process's CPU time ('cpu_time'); on a shared machine whose other jobs take most of the cores, "
     "the CPU-time ratio is the steadier measure of the work, the wall-time ratio what an idle machine "

@@ -56,7 +56,7 @@ class Learned:
         returns = " / ".join(f"{r:.{n}f}" for r in s["final_returns"])
         machine = self.machine or _machine_name(d.get("machine", {}))
         return (f"{self.task}: median **{s['median_final_return']:.{n}f}** ({returns}) @{_steps(steps)} {unit}, "
-                f"{s['seeds']} seeds, {machine} {_link(self.stem)}")
+                f"{s['seeds']} seed{'s' if s['seeds'] != 1 else ''}, {machine} {_link(self.stem)}")
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,10 @@ class AlgoRow:
 
 ALGORITHMS = (
     AlgoRow("redq", "Chen et al. 2021", "`redq/hopper`, `redq/pendulum`",
-            "Hopper 3517 @125k steps", (Learned("learn_redq", "redq", "Pendulum"),)),
+            "Hopper 3517 @125k steps", (Learned("learn_redq", "redq", "Pendulum"),
+                                        Learned("learn_redq_hopper_gpu", "redq", "Hopper-v5 (cut off by the lease)"),
+                                        Learned("learn_redq_hopper_population", "redq",
+                                                "Hopper-v5, one population (cut off by the lease)"))),
     AlgoRow("sac", "Haarnoja et al. 2018 (REDQ with N=2, G=1)", "`sac/pendulum`",
             "Pendulum ≈ −150 @20k steps (RL Zoo)", (Learned("learn_redq", "sac", "Pendulum"),)),
     AlgoRow("rlpd", "Ball et al. 2023", "`rlpd/hopper`, `rlpd/pendulum`",
@@ -142,6 +145,7 @@ POPULATIONS = (
     PopulationRow("DQN on MinAtar, whole runs", "population_dqn_minatar_breakout_flicker_runs"),
     PopulationRow("R2D2, update only", "population_r2d2_update_only"),
     PopulationRow("DrQ-v2, update only", "population_drqv2_update_only"),
+    PopulationRow("REDQ at Hopper's shapes, update only, CUDA graphs", "population_redq_update_only_cuda"),
 )
 # How the population updated its members: update-only rows time population.vmap_update; env-step rows
 # record train.population.vectorize per row (JSONs from before that option were vmapped).
@@ -197,12 +201,13 @@ def speed_table() -> str:
 
 
 def populations_table() -> str:
-    lines = ["| population vs separate runs, 1 thread (CPU time) | " + " | ".join(f"P={p}" for p in POPULATION_SIZES)
-             + " | machine |", "|---" * (len(POPULATION_SIZES) + 2) + "|"]
+    lines = ["| population vs separate runs (CPU: 1 thread, CPU time; GPU: wall time) | "
+             + " | ".join(f"P={p}" for p in POPULATION_SIZES) + " | machine |", "|---" * (len(POPULATION_SIZES) + 2) + "|"]
     for r in POPULATIONS:
         d = _load(r.stem)
-        by_p = {row["members"]: (row["compiled"] if r.compiled else row)["cpu_time"]["total_throughput_ratio"]
-                for row in d["rows"]}
+        on_gpu = str(d.get("device", "cpu")).startswith("cuda")  # the host's CPU time says nothing of the card's work
+        by_p = {row["members"]: (lambda t: t["total_throughput_ratio"] if on_gpu else t["cpu_time"]["total_throughput_ratio"])(
+                    row["compiled"] if r.compiled else row) for row in d["rows"]}
         cells = [f"{by_p[p]:.2f}x" if p in by_p else "not run" for p in POPULATION_SIZES]
         lines.append(f"| {r.label}, {_vectorized(d)} | " + " | ".join(cells) + f" | {_machine_name(d['machine'])} {_link(r.stem)} |")
     return "\n".join(lines)

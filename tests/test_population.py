@@ -551,7 +551,78 @@ def test_a_vmapped_update_with_settings_as_data_makes_no_host_sync(algo):
     assert mode.found == [], mode.found[:5]
 
 
+# --------------------------------------------------------------------------- the loop over members' steps
+def _population_update_runs(problem, pop, updates, *fns):
+    """``updates`` calls of each of ``fns`` from the same population state, on the same batches and
+    noise; returns each one's final state and metric history ``[updates, P]``."""
+    P = population.size(pop)
+    gens = [torch.Generator().manual_seed(70 + k) for k in range(P)]
+    states, histories = [pop.clone() for _ in fns], [[] for _ in fns]
+    for _ in range(updates):
+        batch = torch.stack([problem.batch(problem.config, g) for g in gens])
+        noise = population.draw_per_member(lambda g: problem.noise(problem.config, g), gens)
+        for j, fn in enumerate(fns):
+            states[j], metrics = fn(states[j], batch, noise)
+            histories[j].append(metrics)
+    return states, [torch.stack(h) for h in histories]
+
+
+@pytest.mark.parametrize("scheduled", [False, True], ids=["constant", "cosine"])
+@pytest.mark.parametrize("algo", ["redq", "sac", "rlpd"])
+def test_the_members_step_loop_equals_the_vmapped_update(algo, scheduled):
+    """``make_population_update("none")`` (the ``G``-step loop run once, each step vmapped over
+    members: what ``train.compile_mode=step`` compiles) equals ``vmap_update(update)`` over 20
+    updates of 2 members with different settings as data, with and without a schedule: every
+    metric ``[P]`` at every update and the final state (the same kernels on the same numbers)."""
+    shared, s0, s1 = SETTINGS[algo]
+    problem = PROBLEMS[algo](**(dict(shared, lr_schedule=SCHEDULE) if scheduled else shared))
+    configs = [dataclasses.replace(problem.config, **s) for s in (s0, s1)]
+    pop = population.stack([problem.init(c, seed) for c, seed in zip(configs, (5, 6))])
+    (vmapped, looped), (h_vmapped, h_looped) = _population_update_runs(
+        problem, pop, 20, population.vmap_update(problem.module.update), problem.module.make_population_update("none")
+    )
+    assert looped.batch_size == pop.batch_size and looped.get_non_tensor("config") == vmapped.get_non_tensor("config")
+    assert set(h_looped.keys(True, True)) == set(h_vmapped.keys(True, True))
+    for name, value in h_vmapped.items(True, True):
+        assert h_looped[name].shape == value.shape == (20, 2), name
+        _assert_rel_close(h_looped[name], value, f"metric {name}", rtol=1e-6)
+    _assert_state_close(looped, vmapped, "members' step loop vs vmap")
+    assert torch.equal(looped["hparams", "critic_lr"], vmapped["hparams", "critic_lr"])
+
+
+def test_the_members_step_loop_needs_its_noise_and_a_member_dimension():
+    problem = PROBLEMS["redq"]()
+    pop = population.stack([problem.init(problem.config, k) for k in (0, 1)])
+    g = torch.Generator().manual_seed(0)
+    batch = torch.stack([problem.batch(problem.config, g)] * 2)
+    update = redq.make_population_update("none")
+    with pytest.raises(ValueError, match=r"members=True needs the vmapped steps and the members' noise"):
+        update(pop, batch)
+    with pytest.raises(ValueError, match=r"batch must have batch_size \[P, G, B\]"):
+        update(pop, batch[0], population.draw_per_member(lambda gk: problem.noise(problem.config, gk), [g, g]))
+    with pytest.raises(ValueError, match="compile must be one of"):
+        redq.make_population_update("fast")
+
+
 # --------------------------------------------------------------------------- compiled
+@pytest.mark.compile
+def test_the_members_step_loop_compiles_per_step_and_matches_eager():
+    """``make_population_update("step")``: the two vmapped steps compiled once each (``fullgraph``),
+    not recompiled as the steps advance, equal to the eager vmapped update over 3 updates to 1e-4
+    (the compiled Adam's float32 bias corrections, as in the test below)."""
+    problem = PROBLEMS["redq"]()
+    configs = [dataclasses.replace(problem.config, critic_lr=lr, gamma=gm) for lr, gm in ((3e-4, 0.99), (1e-3, 0.9))]
+    pop = population.stack([problem.init(c, k) for k, c in enumerate(configs)])
+    torch._dynamo.reset()
+    compiled = redq.make_population_update("step")
+    _population_update_runs(problem, pop, 1, compiled)  # compiles both steps
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        (a, b), (ha, hb) = _population_update_runs(problem, pop, 3, population.vmap_update(redq.update), compiled)
+    for name, value in ha.items(True, True):
+        _assert_rel_close(hb[name], value, f"compiled {name}", rtol=1e-4)
+    _assert_state_close(b, a, "compiled vs eager")
+
+
 @pytest.mark.compile
 def test_vmapped_redq_update_compiles_fullgraph_and_matches_eager():
     """``torch.compile(vmap_update(redq.update), fullgraph=True)`` on CPU: one graph for a

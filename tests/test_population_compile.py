@@ -25,7 +25,8 @@ audit of these vmapped updates is ``test_a_vmapped_update_with_settings_as_data_
 in tests/test_population.py (every algorithm).
 
 With CUDA only (skipped here): for all seven algorithms, the vmapped update -- eager, and
-compiled with ``fullgraph=True`` -- recorded as one CUDA graph by
+compiled as a population trainer compiles it (:func:`rlfunc.runtime.population.population_update`:
+REDQ, SAC and RLPD each vmapped step, the others the whole update with ``fullgraph=True``) -- recorded as one CUDA graph by
 :class:`rlfunc.runtime.graphs.FixedStateUpdate`: its replays equal the eager vmapped update
 over 4 updates, and replaying raises nothing under ``torch.cuda.set_sync_debug_mode("error")``.
 """
@@ -33,6 +34,7 @@ over 4 updates, and replaying raises nothing under ``torch.cuda.set_sync_debug_m
 from __future__ import annotations
 
 import dataclasses
+import types
 
 import pytest
 import torch
@@ -42,6 +44,7 @@ from test_population import PROBLEMS, SETTINGS, _assert_rel_close
 
 from rlfunc.core import population
 from rlfunc.runtime.graphs import FixedStateUpdate
+from rlfunc.runtime.population import population_update
 
 torch.set_num_threads(1)
 
@@ -136,9 +139,9 @@ def _graph_replays_equal_eager(name: str, compiled: bool, device: str = "cuda", 
     problem, pop = _problem(name, device)
     eager = population.vmap_update(problem.module.update)
     update = population.vmap_update(problem.module.update)
-    if compiled:
+    if compiled:  # what a population trainer compiles (REDQ, SAC, RLPD: each vmapped step, train.compile_mode=step)
         torch._dynamo.reset()
-        update = torch.compile(update, fullgraph=True)
+        update = population_update(problem.module, types.SimpleNamespace(compile=True, compile_mode="step"))
     fixed = FixedStateUpdate(update, pop, cuda_graph=cuda_graph)
     a, b = pop, fixed.state
     gens = [torch.Generator().manual_seed(20 + k) for k in (0, 1)]

@@ -114,7 +114,7 @@ import dataclasses
 import math
 import re
 import typing
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from tensordict import TensorDict
@@ -145,6 +145,7 @@ __all__ = [
     "critic_step",
     "policy_step",
     "make_update",
+    "make_population_update",
     "COMPILE_MODES",
     "act",
     "actor_apply",
@@ -602,6 +603,7 @@ def update(
     noise: TensorDict | None = None,
     *,
     steps: tuple | None = None,
+    members: bool = False,
 ) -> tuple[TensorDict, TensorDict]:
     """One environment step's worth of REDQ learning. Pure.
 
@@ -618,14 +620,29 @@ def update(
 
     ``steps`` replaces ``(critic_step, policy_step)`` by other implementations
     of the same functions, e.g. compiled ones (:func:`make_update`).
+
+    ``members=True`` runs a whole population's update (:func:`make_population_update`):
+    ``state`` is a population state (:func:`rlfunc.core.population.stack`, batch ``[P]``),
+    ``batch`` is ``[P, G, B]``, ``noise`` (required) has the leading ``[P]`` too, and
+    ``steps`` are the step functions vmapped over members. This loop then runs once for
+    all members instead of once inside each member's ``torch.vmap``, so the steps can be
+    compiled one at a time (a compiled function cannot be called inside ``vmap``); metrics
+    come back ``[P]``, as ``vmap`` of this function gives them.
     """
     config: Config = state.get_non_tensor("config")
-    if batch.batch_dims != 2:
+    lead = 1 if members else 0  # the member dimension in front of [G, B]
+    if batch.batch_dims != 2 + lead:
         raise ValueError(
-            f"batch must have batch_size [G, B] (G critic updates of B rows), got {list(batch.batch_size)}."
+            f"batch must have batch_size {'[P, G, B]' if members else '[G, B]'} (G critic updates of B rows), "
+            f"got {list(batch.batch_size)}."
         )
+    if members and (steps is None or noise is None):
+        raise ValueError("members=True needs the vmapped steps and the members' noise: use make_population_update.")
     do_critic, do_policy = steps if steps is not None else (critic_step, policy_step)
-    updates, batch_size = batch.batch_size
+    updates, batch_size = batch.batch_size[lead:]
+
+    def mini(g: int):  # mini-batch g of every member (or of the one)
+        return batch[:, g] if members else batch[g]
     params = state["params"]
     actor = params["actor"]
     critic = params["critic"]
@@ -648,7 +665,7 @@ def update(
     def run_policy(critic_now: TensorDict):
         return do_policy(
             config, actor, actor_opt_state, critic_now, log_alpha, alpha_opt_state, alpha,
-            target_entropy, batch[updates - 1]["obs"], noise["action"], hparams,
+            target_entropy, mini(updates - 1)["obs"], noise["action"], hparams,
         )
 
     q_losses = []
@@ -659,8 +676,8 @@ def update(
             # before this step's optimizer update (official REDQ code order).
             new_actor, actor_opt_state, new_log_alpha, alpha_opt_state, p_metrics = run_policy(critic)
         critic, target_critic, critic_opt_state, loss, q_mean = do_critic(
-            config, critic, target_critic, critic_opt_state, actor, alpha, batch[g],
-            noise["next_action"][g], noise["subset"][g], hparams,
+            config, critic, target_critic, critic_opt_state, actor, alpha, mini(g),
+            noise["next_action"].select(lead, g), noise["subset"].select(lead, g), hparams,
         )
         q_losses.append(loss)
         q_means.append(q_mean)
@@ -685,17 +702,19 @@ def update(
         batch_size=[],
     )
     _hparams.carry(new_state, hparams)
+    if members:
+        new_state.batch_size = state.batch_size
     new_state.set_non_tensor("config", config)
     metrics = TensorDict(
         {
-            "critic_loss": torch.stack(q_losses).mean(),
-            "q": torch.stack(q_means).mean(),
+            "critic_loss": torch.stack(q_losses).mean(0),
+            "q": torch.stack(q_means).mean(0),
             "actor_loss": p_metrics["actor_loss"],
             "alpha_loss": p_metrics["alpha_loss"],
             "alpha": alpha,
             "entropy": p_metrics["entropy"],
         },
-        batch_size=[],
+        batch_size=state.batch_size if members else [],
     )
     if _scheduled(config) or any(_hparams.entry(hparams, k) is not None for k in _LR_FIELDS):
         for name, opt_fn, opt_state in (
@@ -708,6 +727,40 @@ def update(
 
 
 COMPILE_MODES = ("none", "step", "full")
+
+
+def _over_members(step: Callable) -> Callable:
+    """``step(config, *tensors)`` for every member at once: ``torch.vmap`` over the leading
+    ``[P]`` of every tensor argument, the static ``config`` shared (no random draws inside)."""
+
+    def population_step(config, *tensors):
+        in_dims = tuple(None if t is None else 0 for t in tensors)  # hparams may be None
+        return torch.vmap(lambda *t: step(config, *t), in_dims=in_dims, randomness="error")(*tensors)
+
+    population_step.__name__ = f"population_{step.__name__}"
+    return population_step
+
+
+def make_population_update(compile: str = "none"):
+    """A whole population's update, ``(state [P], batch [P, G, B], noise [P]) -> (state, metrics)``,
+    with the same numbers as ``rlfunc.core.population.vmap_update(update)`` up to float rounding.
+
+    :func:`update` with ``members=True``: its ``G``-step loop runs once for all members, each
+    step vmapped over them (``_over_members``). ``compile`` as :func:`make_update`:
+    ``"step"`` compiles the two vmapped steps once each (a compile as short as one member's
+    ``"step"``; compiling the vmapped update whole unrolls all ``G`` steps: 254 s for ``P = 2``
+    at the paper's ``G = 20`` on a 2-core CPU, issue #24), ``"full"`` the whole population
+    update as one graph, ``"none"`` nothing.
+    """
+    import functools
+
+    if compile not in COMPILE_MODES:
+        raise ValueError(f"compile must be one of {COMPILE_MODES}, got {compile!r}.")
+    steps = (_over_members(critic_step), _over_members(policy_step))
+    if compile == "step":
+        steps = tuple(torch.compile(s, fullgraph=True) for s in steps)
+    population_update = functools.partial(update, steps=steps, members=True)
+    return torch.compile(population_update, fullgraph=True) if compile == "full" else population_update
 
 
 def make_update(compile: str = "none"):

@@ -90,7 +90,7 @@ from tensordict import TensorDict
 from rlfunc.algos import _checks, redq
 from rlfunc.core.optim import LRSchedule
 
-__all__ = ["Config", "init", "update", "make_update", "draw_noise", "act", "actor_apply"]
+__all__ = ["Config", "init", "update", "make_update", "make_population_update", "draw_noise", "act", "actor_apply"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,6 +214,12 @@ actor_apply = redq.actor_apply
 def make_update(compile: str = "none"):
     """:func:`update` eager or compiled (:func:`rlfunc.algos.redq.make_update`: ``"none"``, ``"step"``, ``"full"``)."""
     return redq.make_update(compile)
+
+
+def make_population_update(compile: str = "none"):
+    """A population's update, its steps vmapped over members
+    (:func:`rlfunc.algos.redq.make_population_update`)."""
+    return redq.make_population_update(compile)
 
 
 def _as_redq(config: Any) -> redq.Config:

@@ -588,7 +588,8 @@ def last_lr(
     opt: Adam, opt_state: TensorDict, like: torch.Tensor, base: torch.Tensor | None = None
 ) -> torch.Tensor:
     """The rate ``opt`` used for its last step (``opt_state`` is the state after it), as a
-    0-dim metric of ``like``'s dtype made on ``like``'s device: no host copy, no sync, so a
+    metric of ``like``'s shape (0-dim; ``[P]`` for a population's members) and dtype made on
+    ``like``'s device: no host copy, no sync, so a
     CUDA-graph capture of the update stays legal. Before any step: the first step's rate.
     ``base``: the rate from the state that replaced ``opt.lr`` (:meth:`Adam.learning_rate`)."""
     if base is not None:
@@ -597,4 +598,4 @@ def last_lr(
         return base.detach().to(like.dtype)
     if callable(opt.lr):
         return opt.lr(torch.clamp(opt_state["step"] - 1, min=0)).to(like.dtype)
-    return like.new_full((), float(opt.lr))
+    return like.new_full(like.shape, float(opt.lr))

@@ -3,8 +3,8 @@
 Issue #24 and DESIGN.md, "Populations and scale-out": a population is ``P``
 independent learners whose states are stacked on a leading member dimension
 and updated by one vmapped update (:func:`rlfunc.core.population.vmap_update`
-of the algorithm's pure ``update``, compiled with ``torch.compile(fullgraph=True)``
-when ``train.compile``). This is PureJaxRL's recipe (``jax.vmap`` over whole
+of the algorithm's pure ``update``; with ``train.compile`` as :func:`population_update`
+compiles it: REDQ, SAC and RLPD each vmapped step, the others the whole update). This is PureJaxRL's recipe (``jax.vmap`` over whole
 training states, Lu et al. 2022, "Discovered Policy Optimisation") applied to
 off-policy learners with replay. Members share no data and no gradients.
 ``train.population.vectorize`` (:data:`VECTORIZE`) chooses ``loop`` instead where
@@ -167,6 +167,22 @@ and DQN with a conv torso below 4 members (whole DQN runs on MinAtar: 0.92x at P
 slower batched on a CPU -- R2D2 at paper width (0.96x / 0.88x at P=4 / 8: each batched product is as
 compute-bound as P separate ones, and vmap's batching adds its own work), DrQ-v2 (0.84-0.91x) and
 RLPD (0.95x at P=8) -- loop over members there (``auto``)."""
+
+
+def population_update(algo, cfg):
+    """The vmapped update of ``algo`` for ``train`` settings ``cfg``: eager
+    (:func:`rlfunc.core.population.vmap_update`), or with ``train.compile``, for algorithms
+    with a ``make_population_update`` (REDQ, SAC, RLPD), their population update compiled as
+    ``train.compile_mode`` says (``"step"``, the default: each vmapped critic and policy step
+    compiled once, so compiling takes about one member's step-compile time; ``"full"``: the
+    whole update), else ``torch.compile(fullgraph=True)`` of the vmapped update (its ``G``
+    steps unrolled: 254 s for a REDQ population of two at ``G = 20`` on a 2-core CPU)."""
+    from rlfunc.core import population
+
+    if cfg.compile and hasattr(algo, "make_population_update"):
+        return algo.make_population_update(cfg.compile_mode)
+    update = population.vmap_update(algo.update)
+    return torch.compile(update, fullgraph=True) if cfg.compile else update
 
 
 def resolve_vectorize(choice: str, algo: str, device: str, encoder: str = "mlp", compiled: bool = False,
@@ -452,8 +468,7 @@ class PopulationTrainer:
                 lr.use_replay(self.replay.member(k))
         self.vectorize = resolve_vectorize(cfg.population.get("vectorize", "auto"), config.algo, cfg.device,
                                            getattr(config.agent, "encoder", "mlp"), bool(cfg.compile), p)
-        update = population.vmap_update(self.algo.update)
-        self._update = torch.compile(update, fullgraph=True) if cfg.compile else update
+        self._update = population_update(self.algo, cfg)
         # A population of one, and every member with vectorize=loop, runs its single-run update and act
         # on its unstacked state, kept between calls (no vmap, no restacking): the single run's cost.
         from rlfunc.runtime.learners.base import compiled_update
