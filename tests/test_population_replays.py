@@ -315,3 +315,65 @@ def test_pixel_population_errors():
         pop.flush(5)
     with pytest.raises(ValueError, match="members=3 but this buffer has 2"):
         PopulationPixelReplay(**PIX, members=2).load_state_dict(pop.state_dict())
+
+
+# ------------------------------------------------------------------ uniform transitions (REDQ, SAC, RLPD)
+def _transitions(g: torch.Generator, n: int) -> TensorDict:
+    return TensorDict({"obs": torch.randn(n, 3, generator=g), "reward": torch.randn(n, generator=g),
+                       "terminated": (torch.rand(n, generator=g) < 0.1).float()}, batch_size=[n])
+
+
+def test_uniform_population_rows_equal_single_replays_with_queued_writes(tmp_path, monkeypatch):
+    """Member k's row of a PopulationReplay samples what a UniformReplay fed k's rows samples, while
+    its writes are queued and flushed in batches: adds of 1-7 rows, rings that wrap onto their own
+    queued rows (capacity 13), a queue bound crossed (FLUSH_ROWS 20), reads in between, and the
+    checkpoint round trip."""
+    from rlfunc.replay.population import PopulationReplay
+    from rlfunc.replay.uniform import UniformReplay
+
+    monkeypatch.setattr(PopulationReplay, "FLUSH_ROWS", 20)
+    pop, singles = PopulationReplay(P, 13), [UniformReplay(13) for _ in range(P)]
+    data = [torch.Generator().manual_seed(k) for k in range(P)]
+    sizes = torch.Generator().manual_seed(99)
+    for rnd in range(12):
+        for _ in range(3):
+            for k in range(P):
+                rows = _transitions(data[k], int(torch.randint(1, 8, (1,), generator=sizes)))
+                pop.member(k).add(rows)
+                singles[k].add(rows)
+                rows["obs"].zero_()  # the caller reuses its buffers: the queued copy is not affected
+        assert [len(pop.member(k)) for k in range(P)] == [len(s) for s in singles]
+        if rnd % 3 == 0:
+            batch = pop.sample(9, _gens(rnd))
+            for k in range(P):
+                _equal_td(batch[k], singles[k].sample(9, _gens(rnd)[k]))
+        elif rnd % 3 == 1:
+            k = rnd % P
+            _equal_td(pop.member(k).sample(5, torch.Generator().manual_seed(rnd)),
+                      singles[k].sample(5, torch.Generator().manual_seed(rnd)))
+    for k in range(P):
+        _equal_td(pop.storage[k], singles[k].storage)
+    restored = PopulationReplay(P, 13)
+    restored.load_state_dict(_no_pickle(pop.state_dict(), tmp_path))
+    _equal_td(restored.sample(9, _gens(7)), pop.sample(9, _gens(7)))
+    for k in range(P):
+        _equal_td(pop.member(k).state_dict(), singles[k].state_dict())
+
+
+def test_uniform_population_writes_one_copy_per_key_for_every_member(monkeypatch):
+    """P members' rows of two env steps reach the storage in one indexed write, at the next read."""
+    from rlfunc.replay.population import PopulationReplay
+
+    pop = PopulationReplay(P, 50)
+    g = torch.Generator().manual_seed(0)
+    for k in range(P):
+        pop.member(k).add(_transitions(g, 1))
+    writes = []
+    original = TensorDict.__setitem__
+    monkeypatch.setattr(TensorDict, "__setitem__", lambda self, key, value: (writes.append(key), original(self, key, value))[1])
+    for k in range(P):
+        pop.member(k).add(_transitions(g, 1))
+    assert writes == []  # queued
+    pop.sample(4, _gens(0))
+    (members, slots), = writes  # both env steps' rows, every member's, in one write
+    assert members.tolist() == [0, 1, 2, 0, 1, 2] and slots.tolist() == [0, 0, 0, 1, 1, 1]

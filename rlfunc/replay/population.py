@@ -28,7 +28,20 @@ class PopulationReplay:
     on ``device``. :meth:`add` appends one member's rows; :meth:`sample` draws every
     member's indices from its own generator and gathers all members' rows at once.
     :meth:`state_dict` holds tensors only (no pickle in checkpoints).
+
+    Writes are batched: :meth:`add` moves the member's cursor and size at once (so
+    ``len`` and the sampling ranges are exact) and queues the rows; the queue is
+    written in one indexed copy per key before anything reads the storage
+    (:meth:`flush`, called by every reader), or when it holds :data:`FLUSH_ROWS` rows.
+    Each member adds one row per env step, so a population of ``P`` pays one copy per
+    key (one host-to-device transfer on a GPU) per step instead of ``P``: on the
+    2026-11-28 H200 lease, ten members' collectors, writes and logs took 8.5 ms an env
+    step before learning, about what ten single runs take. A queued row never shares its
+    slot with another queued row (the queue is written first when a member would wrap
+    onto its own queued rows), so the order of the writes does not matter.
     """
+
+    FLUSH_ROWS = 4096
 
     def __init__(self, members: int, capacity: int, device: torch.device | str = "cpu") -> None:
         if members < 1:
@@ -41,6 +54,8 @@ class PopulationReplay:
         self._storage: TensorDict | None = None
         self.cursors = [0] * self.members
         self.sizes = [0] * self.members
+        self._queued: list[tuple[int, torch.Tensor, TensorDict]] = []  # (member, row slots on the CPU, rows)
+        self._queued_rows = [0] * self.members
 
     def __len__(self) -> int:
         """The fewest transitions any member holds."""
@@ -55,7 +70,19 @@ class PopulationReplay:
 
     @property
     def storage(self) -> TensorDict | None:
+        """The ``[P, capacity]`` storage, every queued row written."""
+        self.flush()
         return self._storage
+
+    def flush(self) -> None:
+        """Write every queued row: one indexed copy per key for all members."""
+        if not self._queued:
+            return
+        queued, self._queued, self._queued_rows = self._queued, [], [0] * self.members
+        members = torch.cat([torch.full((len(slots),), k, dtype=torch.long) for k, slots, _ in queued])
+        slots = torch.cat([slots for _, slots, _ in queued])
+        rows = queued[0][2] if len(queued) == 1 else torch.cat([r for _, _, r in queued])
+        self._storage[members.to(self.device), slots.to(self.device)] = rows.to(self.device)
 
     def _allocate(self, rows: TensorDict) -> None:
         example = rows[0]
@@ -75,8 +102,11 @@ class PopulationReplay:
         if n > self.capacity:
             rows = rows[n - self.capacity :]
             n = self.capacity
-        idx = (torch.arange(n, device=self.device) + self.cursors[k]) % self.capacity
-        self._storage[k, idx] = rows.to(self.device)
+        if self._queued_rows[k] + n > self.capacity or sum(self._queued_rows) + n > self.FLUSH_ROWS:
+            self.flush()  # no two queued rows in one slot; a bounded queue
+        slots = (torch.arange(n) + self.cursors[k]) % self.capacity
+        self._queued.append((k, slots, rows.clone()))  # a copy: the caller may reuse its buffers
+        self._queued_rows[k] += n
         self.cursors[k] = (self.cursors[k] + n) % self.capacity
         self.sizes[k] = min(self.sizes[k] + n, self.capacity)
 
@@ -99,6 +129,7 @@ class PopulationReplay:
         """Rows ``idx[k, i]`` of member ``k``'s buffer (batch ``idx.shape``, ``[P, n]``): one
         ``index_select`` per stored key over the flattened ``[P * capacity]`` storage (cheaper on a
         CPU than advanced indexing with a member and a row index)."""
+        self.flush()
         flat = idx if self.members == 1 else idx + self._offsets(idx)
         return gather_rows(self._storage, flat.reshape(-1), idx.shape, lead=2)
 
@@ -115,7 +146,7 @@ class PopulationReplay:
             },
             batch_size=[],
         )
-        if self._storage is not None:
+        if self.storage is not None:
             td["storage"] = self._storage[:, : max(self.sizes)].clone().to("cpu")
         return td
 
@@ -128,6 +159,7 @@ class PopulationReplay:
             )
         if len(sizes) != self.members:
             raise ValueError(f"Checkpointed replay has {len(sizes)} members but this population has {self.members}.")
+        self._queued, self._queued_rows = [], [0] * self.members
         self.cursors = [int(c) for c in td["cursor"].tolist()]
         self.sizes = sizes
         if "storage" in td.keys() and max(sizes):
