@@ -743,24 +743,23 @@ def _over_members(step: Callable) -> Callable:
 
 def make_population_update(compile: str = "none"):
     """A whole population's update, ``(state [P], batch [P, G, B], noise [P]) -> (state, metrics)``,
-    with the same numbers as ``rlfunc.core.population.vmap_update(update)`` up to float rounding.
+    with the same numbers as ``rlfunc.core.population.vmap_update(update)`` (the same kernels).
 
     :func:`update` with ``members=True``: its ``G``-step loop runs once for all members, each
-    step vmapped over them (``_over_members``). ``compile`` as :func:`make_update`:
-    ``"step"`` compiles the two vmapped steps once each (a compile as short as one member's
-    ``"step"``; compiling the vmapped update whole unrolls all ``G`` steps: 254 s for ``P = 2``
-    at the paper's ``G = 20`` on a 2-core CPU, issue #24), ``"full"`` the whole population
-    update as one graph, ``"none"`` nothing.
+    step vmapped over them (``_over_members``). ``compile``: ``"none"``, or ``"step"``, the two
+    vmapped steps compiled once each (two small graphs: 28 s for ``P = 4`` at the paper's
+    shapes on a 2-core CPU, where compiling the vmapped update whole unrolls all ``G = 20``
+    steps: 254 s for ``P = 2``; issue #24). The whole update compiled is
+    ``torch.compile(vmap_update(update), fullgraph=True)`` (``train.compile_mode: full``).
     """
     import functools
 
-    if compile not in COMPILE_MODES:
-        raise ValueError(f"compile must be one of {COMPILE_MODES}, got {compile!r}.")
+    if compile not in ("none", "step"):
+        raise ValueError(f"compile must be 'none' or 'step', got {compile!r}.")
     steps = (_over_members(critic_step), _over_members(policy_step))
     if compile == "step":
         steps = tuple(torch.compile(s, fullgraph=True) for s in steps)
-    population_update = functools.partial(update, steps=steps, members=True)
-    return torch.compile(population_update, fullgraph=True) if compile == "full" else population_update
+    return functools.partial(update, steps=steps, members=True)
 
 
 def make_update(compile: str = "none"):

@@ -171,16 +171,16 @@ RLPD (0.95x at P=8) -- loop over members there (``auto``)."""
 
 def population_update(algo, cfg):
     """The vmapped update of ``algo`` for ``train`` settings ``cfg``: eager
-    (:func:`rlfunc.core.population.vmap_update`), or with ``train.compile``, for algorithms
-    with a ``make_population_update`` (REDQ, SAC, RLPD), their population update compiled as
-    ``train.compile_mode`` says (``"step"``, the default: each vmapped critic and policy step
-    compiled once, so compiling takes about one member's step-compile time; ``"full"``: the
-    whole update), else ``torch.compile(fullgraph=True)`` of the vmapped update (its ``G``
-    steps unrolled: 254 s for a REDQ population of two at ``G = 20`` on a 2-core CPU)."""
+    (:func:`rlfunc.core.population.vmap_update`); with ``train.compile`` and
+    ``train.compile_mode: step`` (the default), for algorithms with a
+    ``make_population_update`` (REDQ, SAC, RLPD), their members' step loop with each vmapped
+    critic and policy step compiled once (two small graphs); otherwise
+    ``torch.compile(fullgraph=True)`` of the vmapped update (REDQ's ``G`` steps unrolled:
+    254 s for a population of two at ``G = 20`` on a 2-core CPU)."""
     from rlfunc.core import population
 
-    if cfg.compile and hasattr(algo, "make_population_update"):
-        return algo.make_population_update(cfg.compile_mode)
+    if cfg.compile and cfg.compile_mode == "step" and hasattr(algo, "make_population_update"):
+        return algo.make_population_update("step")
     update = population.vmap_update(algo.update)
     return torch.compile(update, fullgraph=True) if cfg.compile else update
 
