@@ -141,7 +141,7 @@ POPULATIONS = (
     PopulationRow("RLPD, env steps", "population_rlpd"),
     PopulationRow("DRQN, update only", "population_drqn_update_only"),
     PopulationRow("DQN, update only", "population_dqn_update_only"),
-    PopulationRow("DRQN on MinAtar frames, compiled update only", "population_drqn_minatar_update_only", compiled=True),
+    PopulationRow("DRQN on flickering MinAtar, compiled, whole runs", "population_drqn_minatar_breakout_flicker_runs"),
     PopulationRow("DQN on MinAtar, whole runs", "population_dqn_minatar_breakout_flicker_runs"),
     PopulationRow("R2D2, update only", "population_r2d2_update_only"),
     PopulationRow("DrQ-v2, update only", "population_drqv2_update_only"),
