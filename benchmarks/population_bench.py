@@ -550,6 +550,12 @@ NOTES = (
 )
 
 
+CUDA_NOTE = (
+    " On CUDA each window ends with a device synchronize, so the wall time is the measure; 'cpu_time' counts "
+    "only this process's host work (launching, or replaying graphs), not the card's."
+)
+
+
 def default_name(algo: str, update_only: bool, obs: str = "vector", device: str = "cpu") -> str:
     """``population_<algo>.json`` for env steps, ``population_<algo>_update_only.json`` for the pure
     update (REDQ, SAC and RLPD have both; one name each, so neither run overwrites the other);
@@ -672,7 +678,7 @@ def run_population(args: argparse.Namespace, run) -> int:
                 "machine": machine,
                 "complete": complete,
                 "rows": rows,
-                "notes": NOTES,
+                "notes": NOTES + (CUDA_NOTE if device.type == "cuda" else ""),
             }
 
         def emit(rows: list[dict]) -> None:  # after every P: a run stopped part-way keeps the rows it measured
