@@ -84,6 +84,8 @@ ALGORITHMS = (
     AlgoRow("drqv2", "Yarats et al. 2021", "`drqv2/cartpole_balance`",
             "DMC cartpole_balance 987 ± 13 @100k frames",
             (Learned("learn_drqv2_gpu", "drqv2", "cartpole_balance", 2, "NVIDIA H100"),
+             Learned("learn_drqv2_gpu_s0_94k", "drqv2", "cartpole_balance, last evaluation of a run cut off at 94k",
+                     2, "NVIDIA H100"),
              Learned("learn_drqv2_cpu", "drqv2", "cartpole_balance, fast render", 2, "2-core Intel Xeon"))),
     AlgoRow("drqn", "Hausknecht & Stone 2015", "`drqn/cartpole_novel`",
             "Flickering Pong 12.1 ± 2.2", (Learned("learn_drqn", "drqn", "CartPole, velocities masked"),
