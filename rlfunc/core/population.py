@@ -108,6 +108,14 @@ Usage, from a user's own script: stack two seeds' states and update both with
     ...                single["params", "actor", "mean", "weight"], rtol=1e-5, atol=1e-7)
     True
     >>> step = torch.compile(population.vmap_update(redq.update), fullgraph=True)   # doctest: +SKIP
+
+REDQ, SAC and RLPD also run their ``G``-step loop once for all members, each step
+vmapped (what a population trainer compiles step by step): the same numbers::
+
+    >>> looped, _ = redq.make_population_update()(population.stack(states), batch, noise)
+    >>> torch.equal(looped["params", "critic", "0", "weight"], pop["params", "critic", "0", "weight"])
+    True
+    >>> step = redq.make_population_update("step")   # two small compiled graphs   # doctest: +SKIP
 """
 
 from __future__ import annotations
