@@ -168,6 +168,10 @@ fi
 #                    P single updates (P graphs) at the Hopper shapes -> population_redq_update_only_cuda.json
 #                    (#24's GPU goal: P=10 costs <= 2x P=1); POP_COMPILE (default "1 10": --compile at those P,
 #                    both sides compiled per step as the trainers compile them; "" for eager only)
+#   population_env   benchmarks/run.py population --algo redq --env Hopper-v5 --device cuda --cuda-graph, P = POP_MEMBERS
+#                    (default 1 2 4 8 10): full env steps (act, Hopper step, store, learn) of P members as one
+#                    population against P single learners in one process, eager and compiled at P = POP_COMPILE
+#                    -> population_redq_hopper_cuda.json (#24's table: env steps/s per member and in total, memory)
 #   redq_hopper      (REDQ_HOPPER_S caps its time, e.g. a short single-seed run whose env steps/s the
 #                    population's are compared with)
 #   redq_population  the same config, seeds POP_SEEDS (0-9) as one population in one process, compiled
@@ -285,6 +289,15 @@ if want population_update; then
     stage "population_update: benchmarks/run.py population --update-only --algo redq ${PU[*]}"
     timeout -k 10 $(( $(left) < 300 ? $(left) : 300 )) $PY benchmarks/run.py population --update-only --algo redq "${PU[@]}" \
         --repeats 3 --steps 10 --out "$OUT/population_redq_update_only_cuda.json" 2>&1 | tee "$OUT/population_update.log" | tail -12
+fi
+
+if want population_env; then
+    if [ "${TINY:-0}" = 1 ]; then PE=(--device cpu --quick --members 1 2); else PE=(--device cuda --cuda-graph --members ${POP_MEMBERS:-1 2 4 8 10}); fi
+    POP_COMPILE=${POP_COMPILE-1 10}
+    [ -n "$POP_COMPILE" ] && PE+=(--compile $POP_COMPILE)
+    stage "population_env: benchmarks/run.py population --algo redq --env Hopper-v5 ${PE[*]}"
+    timeout -k 10 $(( $(left) < 360 ? $(left) : 360 )) $PY benchmarks/run.py population --algo redq --env Hopper-v5 "${PE[@]}" \
+        --repeats 3 --steps 3 --out "$OUT/population_redq_hopper_cuda.json" 2>&1 | tee "$OUT/population_env.log" | tail -12
 fi
 
 if want redq_hopper; then

@@ -3,7 +3,8 @@ P separate single learners in the same process (issue #24, "Benchmarks").
 
 Two kinds of timing, each written to ``benchmarks/results/population_<algo>.json`` (``kind``):
 
-* ``env_steps`` (``--algo redq|sac|rlpd``, Pendulum-v1): for each P, the population
+* ``env_steps`` (``--algo redq|sac|rlpd``, Pendulum-v1 or ``--env``; ``--device cuda
+  [--cuda-graph]`` on a GPU, as ``train.device``/``train.cuda_graph``): for each P, the population
   (:class:`rlfunc.runtime.population.PopulationTrainer`: P envs, the vmapped ``act``, one
   batched replay gather, one vmapped update) and P single runs' pieces (P learners and P
   collectors, stepped one after the other, as P runs sharing the process would) each take
@@ -67,12 +68,15 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-steps", type=int, default=10_000, help="--runs: train.total_steps of every run (default 10000)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="--runs: a config override for every run (repeatable)")
-    p.add_argument("--device", default="cpu", help="--update-only: the device of the states, batches and noise "
-                   "(default cpu; cuda for the GPU goals of issue #24); env steps and --runs stay on the CPU")
+    p.add_argument("--device", default="cpu", help="the learners' device (train.device; --update-only: of the states, "
+                   "batches and noise): cpu (default) or cuda, for the GPU goals of issue #24; --runs stays on the CPU")
     p.add_argument("--cuda-graph", action="store_true",
-                   help="--update-only on cuda: every variant behind rlfunc.runtime.graphs.FixedStateUpdate with "
+                   help="on cuda: every variant's update behind rlfunc.runtime.graphs.FixedStateUpdate with "
                         "cuda_graph=True (the population's one graph, each separate learner's own), as train.cuda_graph "
                         "runs them")
+    p.add_argument("--env", default="Pendulum-v1",
+                   help="env steps: the env id (default Pendulum-v1; Hopper-v5 for the paper's REDQ shapes, with the "
+                        "mujoco extra)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     p.add_argument("--repeats", type=int, default=5, help="timed windows per variant (default 5)")
     p.add_argument("--steps", type=int, default=3, help="env steps (or updates) per timed window (default 3)")
@@ -83,24 +87,31 @@ def configure(p: argparse.ArgumentParser) -> None:
 # ----------------------------------------------------------------------------- env steps
 
 
-def _raw(algo: str, members: int, quick: bool, compile: bool, vectorize: str = "auto") -> dict:
+def _raw(algo: str, members: int, quick: bool, compile: bool, vectorize: str = "auto",
+         where: argparse.Namespace | None = None) -> dict:
+    """The benchmark's run config; ``where``: the command's ``--env``, ``--device`` and ``--cuda-graph``."""
     agent = {"hidden_sizes": [16, 16], "batch_size": 8} if quick else {}
     if quick and algo != "sac":
         agent.update(num_critics=3, updates_per_step=2)
     train = {"total_steps": 10**6, "learning_starts": 300, "replay_size": 10_000, "progress": False,
              "tensorboard": False, "compile": compile,
              "population": {"seeds": list(range(members)), "vectorize": vectorize}}
-    raw = {"algo": algo, "env": {"id": "Pendulum-v1"}, "train": train, "agent": agent}
+    env = "Pendulum-v1"
+    if where is not None:
+        env = where.env
+        train.update(device=where.device, cuda_graph=bool(where.cuda_graph))
+    raw = {"algo": algo, "env": {"id": env}, "train": train, "agent": agent}
     if algo == "rlpd":
         raw["data"] = {"path": str(PRIOR_DATA)}
     return raw
 
 
-def _population(algo: str, members: int, quick: bool, compile: bool, where: Path, vectorize: str = "auto"):
+def _population(algo: str, members: int, quick: bool, compile: bool, where: Path, vectorize: str = "auto",
+                args: argparse.Namespace | None = None):
     from rlfunc.runtime.config import build_config
     from rlfunc.runtime.population import PopulationTrainer
 
-    pt = PopulationTrainer(build_config(_raw(algo, members, quick, compile, vectorize)), where)
+    pt = PopulationTrainer(build_config(_raw(algo, members, quick, compile, vectorize, args)), where)
     for c, m in zip(pt.collectors, pt.members):
         c.reset(seed=m.seed)
     counter = {"n": 0}
@@ -133,7 +144,7 @@ def _advance(pt, counter: dict) -> None:
         pt.env_step += 1
 
 
-def _singles(algo: str, members: int, quick: bool, compile: bool):
+def _singles(algo: str, members: int, quick: bool, compile: bool, args: argparse.Namespace | None = None):
     from rlfunc.envs import env_spaces
     from rlfunc.runtime.collector import Collector
     from rlfunc.runtime.config import build_config
@@ -142,7 +153,7 @@ def _singles(algo: str, members: int, quick: bool, compile: bool):
     from rlfunc.runtime.trainer import _make_envs
 
     runs = []
-    for m in member_specs(build_config(_raw(algo, members, quick, compile))):
+    for m in member_specs(build_config(_raw(algo, members, quick, compile, "auto", args))):
         env, _, native = _make_envs(m.config)
         learner = get_algo(algo).make_learner(m.config, *env_spaces(env))
         learner.native_action_space = native
@@ -214,6 +225,8 @@ def _state_mb(pt) -> float:
 
 
 def _env_rows(algo: str, args: argparse.Namespace, run, emit=lambda rows: None) -> list[dict]:
+    import torch
+
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for p in args.members:
@@ -223,19 +236,23 @@ def _env_rows(algo: str, args: argparse.Namespace, run, emit=lambda rows: None) 
             for compiled in modes:
                 tag = "_compiled" if compiled else ""
                 pop_step, pop_learn, pt = _population(algo, p, args.quick, compiled, Path(tmp) / f"pop{p}{tag}",
-                                                      getattr(args, "vectorize", "auto"))
+                                                      getattr(args, "vectorize", "auto"), args)
                 vectorized = pt.vectorize
-                one_step, one_learn = _singles(algo, p, args.quick, compiled)
+                one_step, one_learn = _singles(algo, p, args.quick, compiled, args)
                 state_mb = _state_mb(pt)
                 for fn in (pop_step, one_step):  # warm: first updates allocate (and compile)
                     fn()
                     fn()
                 runners.update({f"population{tag}": pop_step, f"separate{tag}": one_step,
                                 f"population{tag}_update": pop_learn, f"separate{tag}_update": one_learn})
-            times, cpu = _timed(runners, args, run)
+            device = torch.device(args.device)
+            times, cpu = _timed(runners, args, run, device)
             med = {n: statistics.median(t) for n, t in times.items()}
             cmed = {n: statistics.median(t) for n, t in cpu.items()}
-            row = {"members": p, "vectorize": vectorized}  # how the population updated (train.population.vectorize)
+            row = {"members": p, "vectorize": vectorized}
+            if device.type == "cuda":  # both sides' states, replays and graphs at this P
+                row["cuda_max_memory_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+                torch.cuda.reset_peak_memory_stats(device)  # how the population updated (train.population.vectorize)
             for compiled in modes:
                 tag = "_compiled" if compiled else ""
                 name = "compiled" if compiled else "eager"
@@ -556,12 +573,14 @@ CUDA_NOTE = (
 )
 
 
-def default_name(algo: str, update_only: bool, obs: str = "vector", device: str = "cpu") -> str:
+def default_name(algo: str, update_only: bool, obs: str = "vector", device: str = "cpu", env: str = "Pendulum-v1") -> str:
     """``population_<algo>.json`` for env steps, ``population_<algo>_update_only.json`` for the pure
     update (REDQ, SAC and RLPD have both; one name each, so neither run overwrites the other);
     ``population_<algo>_minatar_update_only.json`` for the MinAtar shapes (DRQN, DQN, R2D2);
-    ``..._update_only_cuda.json`` for the update timed on a GPU."""
-    return (f"population_{algo}{'_minatar' if obs == 'minatar' else ''}{'_update_only' if update_only else ''}"
+    ``..._cuda.json`` for timings on a GPU; env steps of another env than Pendulum name it
+    (``population_redq_hopper_cuda.json``)."""
+    env_part = "" if update_only or env == "Pendulum-v1" else "_" + env.split("-")[0].split("/")[-1].lower()
+    return (f"population_{algo}{'_minatar' if obs == 'minatar' else ''}{env_part}{'_update_only' if update_only else ''}"
             f"{'_cuda' if device == 'cuda' else ''}.json")
 
 
@@ -573,9 +592,9 @@ def run_whole_runs(args: argparse.Namespace, run) -> int:
     from rlfunc.runtime.config import load_config
     from rlfunc.runtime.perf import set_threads, tune_allocator
 
-    if args.update_only or args.compile is not None:
-        print("population: --runs times whole runs as configured; set train.compile with --set, not --compile or "
-              "--update-only.", file=sys.stderr)
+    if args.update_only or args.compile is not None or args.device != "cpu" or args.cuda_graph or args.env != "Pendulum-v1":
+        print("population: --runs times whole runs as configured; set train.compile, train.device and train.cuda_graph "
+              "with --set, not --compile, --update-only, --device, --cuda-graph or --env.", file=sys.stderr)
         return 2
     raw = load_config(args.runs)  # a missing or bad config is its own one-sentence error
     algo, stem = raw["algo"], Path(args.runs).stem
@@ -628,10 +647,6 @@ def run_population(args: argparse.Namespace, run) -> int:
     if args.obs != "vector" and (not args.update_only or set(args.algo) - {"drqn", "dqn", "r2d2"}):
         print("population: --obs minatar is for --update-only with --algo drqn, dqn or r2d2.", file=sys.stderr)
         return 2
-    if (args.device != "cpu" or args.cuda_graph) and not args.update_only:
-        print("population: --device and --cuda-graph are for --update-only (env steps and --runs run on the CPU).",
-              file=sys.stderr)
-        return 2
     if args.cuda_graph and not args.device.startswith("cuda"):
         print("population: --cuda-graph needs --device cuda.", file=sys.stderr)
         return 2
@@ -648,13 +663,13 @@ def run_population(args: argparse.Namespace, run) -> int:
     from rlfunc.runtime.perf import tune_allocator
 
     tuned = tune_allocator()
-    device = torch.device(args.device if args.update_only else "cpu")
+    device = torch.device(args.device)
     for algo in args.algo:
         machine = run.machine_info(device, allocator_tuned=tuned)
         out = None
         if args.out or not args.quick:
             out = Path(args.out) if args.out else run.RESULTS_DIR / default_name(algo, args.update_only, args.obs,
-                                                                                  device.type)
+                                                                                  device.type, args.env)
         if args.update_only:
             kind, unit = "update_only", "update ms per learner call, all P members (no env, no replay)"
             agent = _update_shape(_update_problem(algo, args.quick, args.obs)[1])
@@ -668,7 +683,7 @@ def run_population(args: argparse.Namespace, run) -> int:
                 "kind": kind,
                 "unit": unit,
                 "algo": algo,
-                "env": ("MinAtar/Breakout-v0 shapes" if args.obs == "minatar" else None) if args.update_only else "Pendulum-v1",
+                "env": ("MinAtar/Breakout-v0 shapes" if args.obs == "minatar" else None) if args.update_only else args.env,
                 "agent": agent,
                 "threads": args.threads,
                 "device": str(device),

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -70,15 +72,17 @@ def test_whole_runs_of_a_config_as_a_population_and_as_single_runs(tmp_path):
     assert "--runs configs/dqn/cartpole_novel.yaml" in d["command"]
 
 
-def test_device_options_are_for_the_update_only_timing_and_need_cuda():
+def test_device_options_need_cuda_and_are_not_for_whole_runs():
     def stderr(*argv: str) -> tuple[int, str]:
         done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "population", "--quick", *argv],
                               capture_output=True, text=True, timeout=120, cwd=ROOT)
         return done.returncode, done.stderr.strip()
 
-    assert stderr("--algo", "redq", "--cuda-graph") == (
-        2, "population: --device and --cuda-graph are for --update-only (env steps and --runs run on the CPU).")
+    assert stderr("--algo", "redq", "--cuda-graph") == (2, "population: --cuda-graph needs --device cuda.")
     assert stderr("--algo", "redq", "--update-only", "--cuda-graph") == (2, "population: --cuda-graph needs --device cuda.")
+    assert stderr("--runs", "configs/redq/pendulum.yaml", "--device", "cuda") == (
+        2, "population: --runs times whole runs as configured; set train.compile, train.device and train.cuda_graph "
+           "with --set, not --compile, --update-only, --device, --cuda-graph or --env.")
     import torch
 
     if not torch.cuda.is_available():
@@ -87,6 +91,19 @@ def test_device_options_are_for_the_update_only_timing_and_need_cuda():
                "(use --device cpu).")
 
 
-def test_update_only_json_records_the_device(tmp_path):
+def test_the_jsons_record_the_device_and_the_env(tmp_path):
     d = _bench(tmp_path, "--algo", "sac", "--update-only", "--device", "cpu")
     assert d["device"] == "cpu" and d["cuda_graph"] is False and "cuda_max_memory_mb" not in d["rows"][0]
+    pytest.importorskip("mujoco")
+    d = _bench(tmp_path, "--algo", "redq", "--env", "Hopper-v5")  # the paper's REDQ shapes (17 obs, 3 actions)
+    assert d["env"] == "Hopper-v5" and d["kind"] == "env_steps" and d["rows"][0]["total_throughput_ratio"] > 0
+
+
+def test_default_names_say_what_was_timed_where():
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.population_bench import default_name
+
+    assert default_name("redq", False) == "population_redq.json"
+    assert default_name("redq", True, device="cuda") == "population_redq_update_only_cuda.json"
+    assert default_name("redq", False, device="cuda", env="Hopper-v5") == "population_redq_hopper_cuda.json"
+    assert default_name("drqn", True, "minatar") == "population_drqn_minatar_update_only.json"
