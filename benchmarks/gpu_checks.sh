@@ -176,7 +176,7 @@ fi
 #                    population's are compared with)
 #   redq_population  the same config, seeds POP_SEEDS (0-9) as one population in one process, compiled
 #                    (each vmapped step, redq.make_population_update: 28 s for P=4 on the 2-core CPU, where
-#                    the whole vmapped G=20 update took 254 s) + CUDA graph -> learn_redq_hopper_population.json
+#                    the whole vmapped G=20 update took 254 s; one-off timings) + CUDA graph -> learn_redq_hopper_population.json
 #                    (the 2026-11-28 lease ran it eager behind the graph: the per-step compile came after);
 #                    its checkpoint holds 10 replays, so it is packed only while it fits (PACK_MB);
 #                    POP_CHECKPOINT_EVERY (default 5000) spaces its checkpoints (each writes every replay)

@@ -749,7 +749,7 @@ def make_population_update(compile: str = "none"):
     step vmapped over them (``_over_members``). ``compile``: ``"none"``, or ``"step"``, the two
     vmapped steps compiled once each (two small graphs: 28 s for ``P = 4`` at the paper's
     shapes on a 2-core CPU, where compiling the vmapped update whole unrolls all ``G = 20``
-    steps: 254 s for ``P = 2``; issue #24). The whole update compiled is
+    steps: 254 s for ``P = 2``; one-off timings, issue #24). The whole update compiled is
     ``torch.compile(vmap_update(update), fullgraph=True)`` (``train.compile_mode: full``).
     """
     import functools

@@ -176,7 +176,7 @@ def population_update(algo, cfg):
     ``make_population_update`` (REDQ, SAC, RLPD), their members' step loop with each vmapped
     critic and policy step compiled once (two small graphs); otherwise
     ``torch.compile(fullgraph=True)`` of the vmapped update (REDQ's ``G`` steps unrolled:
-    254 s for a population of two at ``G = 20`` on a 2-core CPU)."""
+    254 s for a population of two at ``G = 20`` on a 2-core CPU, a one-off timing)."""
     from rlfunc.core import population
 
     if cfg.compile and cfg.compile_mode == "step" and hasattr(algo, "make_population_update"):
