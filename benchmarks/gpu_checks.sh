@@ -171,7 +171,8 @@ fi
 #   population_env   benchmarks/run.py population --algo redq --env Hopper-v5 --device cuda --cuda-graph, P = POP_MEMBERS
 #                    (default 1 2 4 8 10): full env steps (act, Hopper step, store, learn) of P members as one
 #                    population against P single learners in one process, eager and compiled at P = POP_COMPILE
-#                    -> population_redq_hopper_cuda.json (#24's table: env steps/s per member and in total, memory)
+#                    -> population_redq_hopper_cuda.json (#24's table: env steps/s per member and in total, memory);
+#                    then the same without the update (--collect-only) -> population_redq_hopper_collect_cuda.json
 #   redq_hopper      (REDQ_HOPPER_S caps its time, e.g. a short single-seed run whose env steps/s the
 #                    population's are compared with)
 #   redq_population  the same config, seeds POP_SEEDS (0-9) as one population in one process, compiled
@@ -298,6 +299,11 @@ if want population_env; then
     stage "population_env: benchmarks/run.py population --algo redq --env Hopper-v5 ${PE[*]}"
     timeout -k 10 $(( $(left) < 360 ? $(left) : 360 )) $PY benchmarks/run.py population --algo redq --env Hopper-v5 "${PE[@]}" \
         --repeats 3 --steps 3 --out "$OUT/population_redq_hopper_cuda.json" 2>&1 | tee "$OUT/population_env.log" | tail -12
+    # The same env steps without the update (act, the members' one vector env, the batched replay write): what a
+    # population step costs besides its update on this machine (about a minute).
+    if [ "${TINY:-0}" = 1 ]; then PC=(--device cpu --quick --members 1 2); else PC=(--device cuda --members ${POP_MEMBERS:-1 2 4 8 10}); fi
+    timeout -k 10 $(( $(left) < 120 ? $(left) : 120 )) $PY benchmarks/run.py population --collect-only --algo redq --env Hopper-v5 \
+        "${PC[@]}" --repeats 5 --steps 50 --out "$OUT/population_redq_hopper_collect_cuda.json" 2>&1 | tee -a "$OUT/population_env.log" | tail -6
 fi
 
 if want redq_hopper; then

@@ -5,8 +5,8 @@ Two kinds of timing, each written to ``benchmarks/results/population_<algo>.json
 
 * ``env_steps`` (``--algo redq|sac|rlpd``, Pendulum-v1 or ``--env``; ``--device cuda
   [--cuda-graph]`` on a GPU, as ``train.device``/``train.cuda_graph``): for each P, the population
-  (:class:`rlfunc.runtime.population.PopulationTrainer`: P envs, the vmapped ``act``, one
-  batched replay gather, one vmapped update) and P single runs' pieces (P learners and P
+  (:class:`rlfunc.runtime.population.PopulationTrainer`: P members' envs in one vector env, the
+  vmapped ``act``, one batched replay write and gather, one vmapped update) and P single runs' pieces (P learners and P
   collectors, stepped one after the other, as P runs sharing the process would) each take
   full env steps -- act, step every member's env, store, learn -- after a warm-up that fills
   the replays past ``train.learning_starts``. Reported: env steps per second per member and
@@ -15,6 +15,11 @@ Two kinds of timing, each written to ``benchmarks/results/population_<algo>.json
   ``--compile`` the same four runners again with ``train.compile=true`` (the population's
   update compiled as its trainer compiles it, :func:`rlfunc.runtime.population.population_update`;
   each single learner's update compiled as ``rlfunc train`` compiles it).
+* ``collect`` (``--collect-only``, ``--algo redq|sac|rlpd``): the same env steps without the
+  update -- act (past ``train.learning_starts``: the network's), step every member's env, store
+  the rows -- the population (its members' envs in one vector env, one batched replay write)
+  against P single runs' collectors and learners: what a population's step costs besides its
+  update, the part that decides the whole-run GPU goal of issue #24 once the update is batched.
 * ``update_only`` (``--update-only``, any of the seven algorithms): the pure update alone on
   pre-drawn batches and noise of the algorithm's default shapes (``--obs minatar``: DRQN's, DQN's
   or R2D2's MinAtar Breakout config and frames), ``torch.vmap`` over P stacked
@@ -56,6 +61,9 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="also time train.compile=true (env steps; --update-only: the vmapped and the single update "
                         "compiled as the trainers compile them, REDQ/SAC/RLPD per step): at these P (no values: every P)")
     p.add_argument("--update-only", action="store_true", help="time the pure update alone (no env, no replay)")
+    p.add_argument("--collect-only", action="store_true",
+                   help="env steps without the update: act, step every member's env, store (what a population step "
+                        "costs besides its update; written as population_<algo>[_<env>]_collect[_cuda].json)")
     p.add_argument("--vectorize", default="auto", choices=("auto", "vmap", "loop"),
                    help="env steps: the population's train.population.vectorize (default auto, what a user gets; "
                         "--update-only always times the vmapped update)")
@@ -112,15 +120,11 @@ def _population(algo: str, members: int, quick: bool, compile: bool, where: Path
     from rlfunc.runtime.population import PopulationTrainer
 
     pt = PopulationTrainer(build_config(_raw(algo, members, quick, compile, vectorize, args)), where)
-    for c, m in zip(pt.collectors, pt.members):
-        c.reset(seed=m.seed)
+    pt.collector.reset([m.seed for m in pt.members])
     counter = {"n": 0}
 
     def env_step(learn: bool = True) -> None:
-        actions = pt.explore()
-        for k, c in enumerate(pt.collectors):
-            rows, _ = c.step(actions[k])
-            pt.observe(k, rows)
+        pt.collect(pt.explore())  # every member's envs in one vector env, every member's rows stored
         _advance(pt, counter)
         if learn:
             learn_only()
@@ -294,6 +298,52 @@ def _env_rows(algo: str, args: argparse.Namespace, run, emit=lambda rows: None) 
             )
             rows.append(row)
             emit(rows)
+    return rows
+
+
+def _collect_rows(algo: str, args: argparse.Namespace, run, emit=lambda rows: None) -> list[dict]:
+    """For each P: the population's env step without its update (``env_step(learn=False)`` of
+    :func:`_population`: act, the one vector env's step, the batched write) against P single runs'
+    (:func:`_singles`), past ``train.learning_starts`` so the networks act."""
+    import torch
+
+    rows = []
+    device = torch.device(args.device)
+    with tempfile.TemporaryDirectory() as tmp:
+        for p in args.members:
+            load_start = os.getloadavg()
+            pop_step, _, pt = _population(algo, p, args.quick, False, Path(tmp) / f"pop{p}", "auto", args)
+            one_step, _ = _singles(algo, p, args.quick, False, args)
+            runners = {"population": lambda: pop_step(learn=False), "separate": lambda: one_step(learn=False)}
+            for fn in runners.values():  # warm
+                fn()
+                fn()
+            times, cpu = _timed(runners, args, run, device)
+            med = {n: statistics.median(t) for n, t in times.items()}
+            cmed = {n: statistics.median(t) for n, t in cpu.items()}
+            row = {
+                "members": p,
+                "population_env_steps_per_s_total": p / med["population"],
+                "separate_env_steps_per_s_total": p / med["separate"],
+                "population_ms_per_env_step": 1e3 * med["population"],
+                "separate_ms_per_env_step": 1e3 * med["separate"],
+                "total_throughput_ratio": med["separate"] / med["population"],
+                "cpu_time": {
+                    "population_ms_per_env_step": 1e3 * cmed["population"],
+                    "separate_ms_per_env_step": 1e3 * cmed["separate"],
+                    "total_throughput_ratio": cmed["separate"] / cmed["population"],
+                },
+                "seconds_per_env_step": times,
+                "cpu_seconds_per_env_step": cpu,
+                "loadavg_start": load_start,
+                "loadavg_end": os.getloadavg(),
+            }
+            print(f"{algo} P={p} collect: population {row['population_ms_per_env_step']:.2f} ms an env step of all members, "
+                  f"separate {row['separate_ms_per_env_step']:.2f} ms, ratio {row['total_throughput_ratio']:.2f}x "
+                  f"(CPU time: {row['cpu_time']['total_throughput_ratio']:.2f}x)", flush=True)
+            rows.append(row)
+            emit(rows)
+            del pt
     return rows
 
 
@@ -573,15 +623,16 @@ CUDA_NOTE = (
 )
 
 
-def default_name(algo: str, update_only: bool, obs: str = "vector", device: str = "cpu", env: str = "Pendulum-v1") -> str:
+def default_name(algo: str, update_only: bool, obs: str = "vector", device: str = "cpu", env: str = "Pendulum-v1",
+                 collect_only: bool = False) -> str:
     """``population_<algo>.json`` for env steps, ``population_<algo>_update_only.json`` for the pure
     update (REDQ, SAC and RLPD have both; one name each, so neither run overwrites the other);
     ``population_<algo>_minatar_update_only.json`` for the MinAtar shapes (DRQN, DQN, R2D2);
     ``..._cuda.json`` for timings on a GPU; env steps of another env than Pendulum name it
-    (``population_redq_hopper_cuda.json``)."""
+    (``population_redq_hopper_cuda.json``); ``--collect-only`` adds ``_collect``."""
     env_part = "" if update_only or env == "Pendulum-v1" else "_" + env.split("-")[0].split("/")[-1].lower()
     return (f"population_{algo}{'_minatar' if obs == 'minatar' else ''}{env_part}{'_update_only' if update_only else ''}"
-            f"{'_cuda' if device == 'cuda' else ''}.json")
+            f"{'_collect' if collect_only and not update_only else ''}{'_cuda' if device == 'cuda' else ''}.json")
 
 
 def run_whole_runs(args: argparse.Namespace, run) -> int:
@@ -592,9 +643,10 @@ def run_whole_runs(args: argparse.Namespace, run) -> int:
     from rlfunc.runtime.config import load_config
     from rlfunc.runtime.perf import set_threads, tune_allocator
 
-    if args.update_only or args.compile is not None or args.device != "cpu" or args.cuda_graph or args.env != "Pendulum-v1":
+    if (args.update_only or args.collect_only or args.compile is not None or args.device != "cpu" or args.cuda_graph
+            or args.env != "Pendulum-v1"):
         print("population: --runs times whole runs as configured; set train.compile, train.device and train.cuda_graph "
-              "with --set, not --compile, --update-only, --device, --cuda-graph or --env.", file=sys.stderr)
+              "with --set, not --compile, --update-only, --collect-only, --device, --cuda-graph or --env.", file=sys.stderr)
         return 2
     raw = load_config(args.runs)  # a missing or bad config is its own one-sentence error
     algo, stem = raw["algo"], Path(args.runs).stem
@@ -647,6 +699,10 @@ def run_population(args: argparse.Namespace, run) -> int:
     if args.obs != "vector" and (not args.update_only or set(args.algo) - {"drqn", "dqn", "r2d2"}):
         print("population: --obs minatar is for --update-only with --algo drqn, dqn or r2d2.", file=sys.stderr)
         return 2
+    if args.collect_only and (args.update_only or args.compile is not None or args.cuda_graph):
+        print("population: --collect-only times acting and storing without the update; drop --update-only, --compile "
+              "and --cuda-graph.", file=sys.stderr)
+        return 2
     if args.cuda_graph and not args.device.startswith("cuda"):
         print("population: --cuda-graph needs --device cuda.", file=sys.stderr)
         return 2
@@ -669,10 +725,13 @@ def run_population(args: argparse.Namespace, run) -> int:
         out = None
         if args.out or not args.quick:
             out = Path(args.out) if args.out else run.RESULTS_DIR / default_name(algo, args.update_only, args.obs,
-                                                                                  device.type, args.env)
+                                                                                  device.type, args.env, args.collect_only)
         if args.update_only:
             kind, unit = "update_only", "update ms per learner call, all P members (no env, no replay)"
             agent = _update_shape(_update_problem(algo, args.quick, args.obs)[1])
+        elif args.collect_only:
+            kind, unit = "collect", "env steps per second without the update (act, env step, store), per member and total"
+            agent = _raw(algo, 1, args.quick, False)["agent"] or f"{algo} defaults of rlfunc.runtime.registry"
         else:
             kind, unit = "env_steps", "env steps per second (act, env step, store, learn), per member and total"
             agent = _raw(algo, 1, args.quick, False)["agent"] or f"{algo} defaults of rlfunc.runtime.registry"
@@ -702,6 +761,8 @@ def run_population(args: argparse.Namespace, run) -> int:
 
         if args.update_only:
             rows, _ = _update_rows(algo, args, run, emit)
+        elif args.collect_only:
+            rows = _collect_rows(algo, args, run, emit)
         else:
             rows = _env_rows(algo, args, run, emit)
         if out is not None:

@@ -148,6 +148,7 @@ POPULATIONS = (
     PopulationRow("R2D2, update only", "population_r2d2_update_only"),
     PopulationRow("DrQ-v2, update only", "population_drqv2_update_only"),
     PopulationRow("REDQ at Hopper's shapes, update only, CUDA graphs", "population_redq_update_only_cuda"),
+    PopulationRow("REDQ on Hopper, env steps without the update", "population_redq_hopper_collect"),
 )
 # How the population updated its members: update-only rows time population.vmap_update; env-step rows
 # record train.population.vectorize per row (JSONs from before that option were vmapped).
@@ -156,6 +157,8 @@ POPULATIONS = (
 def _vectorized(d: dict) -> str:
     if d.get("kind") == "update_only":
         return "vmap"
+    if d.get("kind") == "collect":  # acting vmapped, the members' envs in one vector env
+        return "one vector env"
     modes = {row.get("vectorize", "vmap") for row in d["rows"] if row["members"] > 1}
     return "/".join(sorted(modes)) or "vmap"
 

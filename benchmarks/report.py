@@ -144,7 +144,7 @@ def _reference_table(d: dict) -> list[str]:
 
 def _population_table(d: dict) -> list[str]:
     """``run.py population``: a population of P members vs P separate learners in one process, eager
-    and (where timed) compiled; env steps (``kind`` env_steps), the pure update alone (update_only) or
+    and (where timed) compiled; env steps (``kind`` env_steps), env steps without the update (collect), the pure update alone (update_only) or
     whole training runs of a config (whole_runs, by CPU time, with how the population updated)."""
     compiled = any("compiled" in r for r in d["rows"])
     if d.get("kind") == "whole_runs":
@@ -153,6 +153,11 @@ def _population_table(d: dict) -> list[str]:
         cells = lambda r: (f"{r['vectorize']} | {_fmt(r['cpu_time']['population_env_steps_per_cpu_s_total'])} | "  # noqa: E731
                            f"{_fmt(r['cpu_time']['separate_env_steps_per_cpu_s_total'])} | "
                            f"{_fmt(r['cpu_time']['total_throughput_ratio'])}x | {_fmt(r['total_throughput_ratio'])}x")
+    elif d.get("kind") == "collect":
+        head = ("| P | population: ms per env step (all members) | separate: ms per env step | ratio | "
+                "ratio (CPU time) |")
+        cells = lambda r: (f"{_fmt(r['population_ms_per_env_step'])} | {_fmt(r['separate_ms_per_env_step'])} | "  # noqa: E731
+                           f"{_fmt(r['total_throughput_ratio'])}x | {_fmt(r['cpu_time']['total_throughput_ratio'])}x")
     elif d.get("kind") == "update_only":
         head = "| P | population: update ms (all members) | separate: update ms | ratio |"
         cells = lambda r: (f"{_fmt(r['population_update_ms_all_members'], 1)} | "  # noqa: E731

@@ -1,5 +1,5 @@
 """Smoke test of ``benchmarks/run.py population`` (issue #24): the env-step timing of SAC and RLPD
-populations and the update-only timing of all seven algorithms (DRQN and DQN also on MinAtar
+populations (and without the update, ``--collect-only``) and the update-only timing of all seven algorithms (DRQN and DQN also on MinAtar
 shapes), tiny agents, one window each."""
 
 from __future__ import annotations
@@ -32,6 +32,13 @@ def test_env_step_timing_of_sac_and_rlpd_populations(tmp_path):
         assert d["kind"] == "env_steps" and d["algo"] == algo and row["members"] == 2
         assert row["total_throughput_ratio"] > 0 and row["population_env_steps_per_s_total"] > 0
         assert row["population_state_mb"] > 0 and "cpu" in d["machine"] and len(row["loadavg_end"]) == 3
+
+
+def test_collect_only_timing_of_a_population_without_its_update(tmp_path):
+    d = _bench(tmp_path, "--algo", "sac", "--collect-only")
+    (row,) = d["rows"]
+    assert d["kind"] == "collect" and row["members"] == 2 and row["total_throughput_ratio"] > 0
+    assert row["population_ms_per_env_step"] > 0 and row["cpu_time"]["separate_ms_per_env_step"] > 0
 
 
 def test_update_only_timing_of_every_algorithm(tmp_path):
@@ -82,7 +89,10 @@ def test_device_options_need_cuda_and_are_not_for_whole_runs():
     assert stderr("--algo", "redq", "--update-only", "--cuda-graph") == (2, "population: --cuda-graph needs --device cuda.")
     assert stderr("--runs", "configs/redq/pendulum.yaml", "--device", "cuda") == (
         2, "population: --runs times whole runs as configured; set train.compile, train.device and train.cuda_graph "
-           "with --set, not --compile, --update-only, --device, --cuda-graph or --env.")
+           "with --set, not --compile, --update-only, --collect-only, --device, --cuda-graph or --env.")
+    assert stderr("--algo", "redq", "--collect-only", "--compile") == (
+        2, "population: --collect-only times acting and storing without the update; drop --update-only, --compile "
+           "and --cuda-graph.")
     import torch
 
     if not torch.cuda.is_available():
@@ -107,3 +117,4 @@ def test_default_names_say_what_was_timed_where():
     assert default_name("redq", True, device="cuda") == "population_redq_update_only_cuda.json"
     assert default_name("redq", False, device="cuda", env="Hopper-v5") == "population_redq_hopper_cuda.json"
     assert default_name("drqn", True, "minatar") == "population_drqn_minatar_update_only.json"
+    assert default_name("redq", False, env="Hopper-v5", collect_only=True) == "population_redq_hopper_collect.json"

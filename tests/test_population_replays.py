@@ -377,3 +377,30 @@ def test_uniform_population_writes_one_copy_per_key_for_every_member(monkeypatch
     pop.sample(4, _gens(0))
     (members, slots), = writes  # both env steps' rows, every member's, in one write
     assert members.tolist() == [0, 1, 2, 0, 1, 2] and slots.tolist() == [0, 0, 0, 1, 1, 1]
+
+
+def test_uniform_population_add_rows_equals_each_members_add(monkeypatch):
+    """add_rows (every member's rows of an env step at once, member-major, some members with none, one
+    with more rows than its ring holds) stores what each member's add of its own rows stores, queued
+    as one write."""
+    from rlfunc.replay.population import PopulationReplay
+
+    monkeypatch.setattr(PopulationReplay, "FLUSH_ROWS", 30)
+    together, one_by_one = PopulationReplay(P, 11), PopulationReplay(P, 11)
+    g, sizes = torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)
+    for step in range(25):
+        counts = [int(c) for c in torch.randint(0, 4, (P,), generator=sizes)]
+        if step == 7:
+            counts[1] = 14  # more than the capacity: only its newest 11 rows are kept
+        rows = _transitions(g, sum(counts))
+        together.add_rows(counts, rows)
+        start = 0
+        for k, c in enumerate(counts):
+            one_by_one.member(k).add(rows[start : start + c])
+            start += c
+        assert together.sizes == one_by_one.sizes and together.cursors == one_by_one.cursors
+        if step % 5 == 4:
+            _equal_td(together.sample(6, _gens(step)), one_by_one.sample(6, _gens(step)))
+    _equal_td(together.storage, one_by_one.storage)
+    with pytest.raises(ValueError, match="counts summing to the 3 rows"):
+        together.add_rows([1, 1, 0], _transitions(g, 3))

@@ -4,6 +4,7 @@ from rlfunc.envs.factory import (
     WRAPPERS,
     build_wrappers,
     check_env_id,
+    env_fns,
     env_spaces,
     make_env,
     make_vector_env,
@@ -14,6 +15,7 @@ from rlfunc.envs.factory import (
 __all__ = [
     "make_env",
     "make_vector_env",
+    "env_fns",
     "check_env_id",
     "split_env_id",
     "suggest_env_ids",

@@ -17,6 +17,7 @@ import numpy as np
 __all__ = [
     "make_env",
     "make_vector_env",
+    "env_fns",
     "check_env_id",
     "split_env_id",
     "suggest_env_ids",
@@ -268,14 +269,25 @@ def make_vector_env(
     Sync, not Async: on the 2-core machines here ``AsyncVectorEnv`` measured
     2-10x slower (MACHINE-FACTS.md).
     """
+    return gym.vector.SyncVectorEnv(env_fns(env_id, num_envs, kwargs=kwargs, wrappers=wrappers, rescale_actions=rescale_actions))
+
+
+def env_fns(
+    env_id: str,
+    num_envs: int,
+    *,
+    kwargs: dict[str, Any] | None = None,
+    wrappers: list[Callable] | None = None,
+    rescale_actions: bool = True,
+) -> list[Callable[[], gym.Env]]:
+    """The constructors of ``num_envs`` copies (each :func:`make_env`'s env): what a vector env takes."""
     check_env_id(env_id)
     if num_envs < 1:
         raise ValueError(f"env.num_envs must be at least 1, got {num_envs}.")
-    fns = [
+    return [
         (lambda: _make_one(env_id, dict(kwargs or {}), list(wrappers or []), rescale_actions))
         for _ in range(num_envs)
     ]
-    return gym.vector.SyncVectorEnv(fns)
 
 
 def env_spaces(env) -> tuple[gym.Space, gym.Space]:

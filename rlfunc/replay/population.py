@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
 import torch
 from tensordict import TensorDict
 
@@ -54,7 +55,7 @@ class PopulationReplay:
         self._storage: TensorDict | None = None
         self.cursors = [0] * self.members
         self.sizes = [0] * self.members
-        self._queued: list[tuple[int, torch.Tensor, TensorDict]] = []  # (member, row slots on the CPU, rows)
+        self._queued: list[tuple[torch.Tensor, torch.Tensor, TensorDict]] = []  # (members, row slots on the CPU, rows)
         self._queued_rows = [0] * self.members
 
     def __len__(self) -> int:
@@ -79,7 +80,7 @@ class PopulationReplay:
         if not self._queued:
             return
         queued, self._queued, self._queued_rows = self._queued, [], [0] * self.members
-        members = torch.cat([torch.full((len(slots),), k, dtype=torch.long) for k, slots, _ in queued])
+        members = torch.cat([members for members, _, _ in queued])
         slots = torch.cat([slots for _, slots, _ in queued])
         rows = queued[0][2] if len(queued) == 1 else torch.cat([r for _, _, r in queued])
         self._storage[members.to(self.device), slots.to(self.device)] = rows.to(self.device)
@@ -92,23 +93,43 @@ class PopulationReplay:
         """Append ``rows`` (batch ``[n]``) to member ``k``'s buffer, overwriting its oldest when full."""
         if not 0 <= k < self.members:
             raise IndexError(f"member must be in [0, {self.members}), got {k}.")
+        self.add_rows([len(rows) if rows.batch_dims == 1 and i == k else 0 for i in range(self.members)], rows)
+
+    def add_rows(self, counts: Sequence[int], rows: TensorDict) -> None:
+        """Append every member's rows at once: ``rows`` (batch ``[n]``) member-major, the first
+        ``counts[0]`` member 0's, the next ``counts[1]`` member 1's, ...; the same as :meth:`add` of
+        each member's rows in turn, queued as one write."""
         if rows.batch_dims != 1:
             raise ValueError(f"add expects rows with batch_size [n], got {list(rows.batch_size)}.")
+        counts = [int(c) for c in counts]
+        if len(counts) != self.members or min(counts) < 0 or sum(counts) != rows.batch_size[0]:
+            raise ValueError(
+                f"add_rows needs {self.members} non-negative counts summing to the {rows.batch_size[0]} rows, got {counts}."
+            )
         n = rows.batch_size[0]
         if n == 0:
             return
         if self._storage is None:
             self._allocate(rows)
-        if n > self.capacity:
-            rows = rows[n - self.capacity :]
-            n = self.capacity
-        if self._queued_rows[k] + n > self.capacity or sum(self._queued_rows) + n > self.FLUSH_ROWS:
+        if max(counts) > self.capacity:  # only a member's newest `capacity` rows are kept
+            keep, start = [], 0
+            for c in counts:
+                keep.append(torch.arange(start + max(c - self.capacity, 0), start + c))
+                start += c
+            rows, counts = rows[torch.cat(keep)], [min(c, self.capacity) for c in counts]
+            n = sum(counts)
+        if any(q + c > self.capacity for q, c in zip(self._queued_rows, counts)) or sum(self._queued_rows) + n > self.FLUSH_ROWS:
             self.flush()  # no two queued rows in one slot; a bounded queue
-        slots = (torch.arange(n) + self.cursors[k]) % self.capacity
-        self._queued.append((k, slots, rows.clone()))  # a copy: the caller may reuse its buffers
-        self._queued_rows[k] += n
-        self.cursors[k] = (self.cursors[k] + n) % self.capacity
-        self.sizes[k] = min(self.sizes[k] + n, self.capacity)
+        members = np.repeat(np.arange(self.members), counts)
+        first = np.cumsum(counts) - counts  # each member's first row in `rows`
+        slots = (np.asarray(self.cursors)[members] + np.arange(n) - first[members]) % self.capacity
+        for k, c in enumerate(counts):
+            if c:
+                self._queued_rows[k] += c
+                self.cursors[k] = (self.cursors[k] + c) % self.capacity
+                self.sizes[k] = min(self.sizes[k] + c, self.capacity)
+        # rows.clone(): a copy, the caller may reuse its buffers
+        self._queued.append((torch.from_numpy(members), torch.from_numpy(slots), rows.clone()))
 
     def sample(self, batch_size: int, generators: Sequence[torch.Generator]) -> TensorDict:
         """``batch_size`` rows per member (batch ``[P, batch_size]``): member ``k``'s indices drawn

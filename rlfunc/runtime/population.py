@@ -26,9 +26,15 @@ a member draws its exploration noise, replay indices and update noise from its o
 generator in its single run's order, cuts and prioritizes windows with its single
 run's code, and nothing here repeats a learner's logic.
 
-Steps, per member as in its single run. Each member steps its own env (a vector
-env of ``env.num_envs`` copies, seeded from its seed as its single run seeds them;
-evaluation episodes from ``seed + 10000``) and counts its own env steps: a vector
+Steps, per member as in its single run. Every member's ``env.num_envs`` copies are
+sub-envs of one gymnasium vector env (:class:`~rlfunc.runtime.population_collector.PopulationCollector`:
+``P x num_envs`` copies, each member's seeded from its seed as its single run seeds them,
+stepped with its single run's reset rule; evaluation episodes from ``seed + 10000`` in
+each member's own env), so an env step of the population builds one set of rows and,
+where the learner only stores them (REDQ, SAC, RLPD), writes every member's into the
+batched replay at once (``population_observe``); acting moves every member's
+observations to the device in one copy and its actions back in one
+(``population_act_inputs`` / ``population_act_outputs``). Each member counts its own env steps: a vector
 env's autoreset step stores fewer rows, so members' counts can differ by a few
 steps while the run goes on. The loop runs in rounds (one vmapped act, every
 member's env step, then one sub-step per stored row, as the single run's loop
@@ -135,6 +141,7 @@ from tensordict import TensorDict
 
 from rlfunc.runtime.config import MAX_SEED, POPULATION_AND_DISTRIBUTED, ConfigError
 from rlfunc.runtime.graphs import FixedStateUpdate
+from rlfunc.runtime.population_collector import PopulationCollector
 from rlfunc.runtime.specs import parse_grid, parse_seeds
 
 __all__ = [
@@ -408,8 +415,7 @@ class PopulationTrainer:
 
     def __init__(self, config, run_dir: Path) -> None:
         from rlfunc.core import population
-        from rlfunc.envs import env_spaces
-        from rlfunc.runtime.collector import Collector
+        from rlfunc.envs import build_wrappers, env_fns, env_spaces
         from rlfunc.runtime.memory import Need, require_memory
         from rlfunc.runtime.perf import set_threads, tune_allocator
         from rlfunc.runtime.registry import get_algo
@@ -427,11 +433,16 @@ class PopulationTrainer:
         self.entry = get_algo(config.algo)
         self.algo = self.entry.algo
         self.device = torch.device(cfg.device)
-        envs = [_make_envs(m.config) for m in self.members]
-        self.envs = [e for e, _, _ in envs]
+        envs = [_make_envs(m.config, train_env=False) for m in self.members]
         self.eval_envs = [e for _, e, _ in envs]
-        self.frames_per_step = _frames_per_step(self.envs[0])
-        obs_space, act_space = env_spaces(self.envs[0])
+        # Every member's training envs, P x env.num_envs copies, in one vector env (issue #24 §5).
+        self.collector = PopulationCollector(
+            [env_fns(m.config.env.id, m.config.env.num_envs, kwargs=m.config.env.kwargs,
+                     wrappers=build_wrappers(m.config.env.wrappers)) for m in self.members],
+            vector=config.env.num_envs > 1,
+        )
+        self.frames_per_step = _frames_per_step(self.collector.env)
+        obs_space, act_space = env_spaces(self.collector.env)
         p = len(self.members)
         # Each member's learner, as its single run builds it: its config (REDQ's env-dependent target
         # entropy resolved), its initial state from its seed, its replay, its generator (seed + 1).
@@ -493,7 +504,6 @@ class PopulationTrainer:
 
         # A learner whose prepare_state writes nothing (TransitionLearner's) is not handed each member's view.
         self._prepares = type(self.learners[0]).prepare_state is not TransitionLearner.prepare_state
-        self.collectors = [Collector(env, seed=m.seed) for env, m in zip(self.envs, self.members)]
         self.gradient_steps_per_call = int(getattr(config.agent, "updates_per_step", 1))
         self.env_steps = [0] * p
         self.learner_calls = [0] * p
@@ -589,11 +599,18 @@ class PopulationTrainer:
         some members have finished, each active member's ``act_fn`` on its own parameters)."""
         p = len(self.members)
         active = list(range(p)) if active is None else active
+        c = self.collector
+        if len(active) == p > 1 and not self._looped:  # every member's inputs and actions at once, where the learner can
+            first = self.learners[0]
+            stacked = first.population_act_inputs(self.learners, c.all_obs(), self.env_steps)
+            if stacked is not None:
+                out = self._act(self.state["params"], *stacked)
+                together = first.population_act_outputs(out)
+                return together if together is not None else [self.learners[k].act_outputs(_index(out, k)) for k in range(p)]
         actions: list[np.ndarray | None] = [None] * p
         inputs = {}
         for k in active:
-            c = self.collectors[k]
-            got = self.learners[k].act_inputs(c.obs, self.env_steps[k], c.episode_start)
+            got = self.learners[k].act_inputs(c.obs(k), self.env_steps[k], c.episode_start(k))
             if isinstance(got, np.ndarray):  # no network acts (the uniform warm-up)
                 actions[k] = got
             else:
@@ -613,6 +630,22 @@ class PopulationTrainer:
     def observe(self, k: int, rows: TensorDict) -> None:
         """Member ``k``'s rows into its own replay (its learner's ``observe``)."""
         self.learners[k].observe(rows)
+
+    def collect(self, actions: list[np.ndarray | None]) -> tuple[list[int], list[list[tuple[int, float, int]]]]:
+        """One step of every member's envs (one vector env; ``None``: a member that has finished) and
+        every stored row into its member's replay: with a batched replay whose learner only stores its
+        rows, all members' rows in one write (the learner's ``population_observe``), else each
+        member's rows through its learner's ``observe``. Returns each member's stored rows and its
+        ended episodes ``(env_index, return, length)``."""
+        rows, counts, finished = self.collector.step(actions)
+        counts = counts.tolist()
+        if self.replay is None or not self.learners[0].population_observe(self.replay, rows, counts):
+            start = 0
+            for k, n in enumerate(counts):
+                if n:
+                    self.observe(k, rows[start : start + n])
+                start += n
+        return counts, finished
 
     def learn(self, ready: list[int] | None = None) -> None:
         """One population update for the members in ``ready`` (default: all): each one's batch and
@@ -822,8 +855,8 @@ class PopulationTrainer:
             "env_step": max(self.env_steps),
             "env_steps": list(self.env_steps),
             "updates": list(self.learner_calls),
-            "episodes": [c.episodes for c in self.collectors],
-            "env_rng": [c.rng_state() for c in self.collectors],
+            "episodes": list(self.collector.episodes),
+            "env_rng": [self.collector.rng_state(k) for k in range(p)],
             "evals": self.evals,
             "best": [r if math.isfinite(r) else None for r in self._best],
             "wall_s": self._wall_s(),
@@ -887,9 +920,10 @@ class PopulationTrainer:
                 td = tensors["members", str(k)].clone(recurse=False)
                 td["state"] = self.member_state(k).exclude("config")
                 self._with_state(k, lambda lr: lr.load_state_tensors(td))
-            for c, rng, episodes in zip(self.collectors, meta["env_rng"], meta["episodes"]):
-                c.restore(rng)
-                c.episodes = int(episodes)
+            self.collector.restore(meta["env_rng"])
+            if len(meta["episodes"]) != p:
+                raise CheckpointError(f"Checkpoint {str(checkpoint)!r} counts the episodes of {len(meta['episodes'])} members, not {p}.")
+            self.collector.episodes = [int(e) for e in meta["episodes"]]
             evals = [[(int(s), float(r)) for s, r in member] for member in meta["evals"]]
             best = [-math.inf if r is None else float(r) for r in meta.get("best", [None] * p)]
             env_steps, calls = [int(s) for s in meta["env_steps"]], [int(c) for c in meta["updates"]]
@@ -961,8 +995,7 @@ class PopulationTrainer:
         p, total = len(self.members), cfg.total_steps
         self._open_logs(resumed)
         if not resumed:
-            for c, m in zip(self.collectors, self.members):
-                c.reset(seed=m.seed)
+            self.collector.reset([m.seed for m in self.members])
         self._t0 = time.monotonic()
         verb = "resuming" if resumed else "training"
         how = " (vmapped)" if self.vectorize == "vmap" else " (each member's own update in turn: vectorize=loop)"
@@ -981,12 +1014,9 @@ class PopulationTrainer:
                 actions = self.explore(active)
                 if self.learns_before_env_step:
                     self.learn([k for k in active if self.learners[k].ready(self.env_steps[k])])
-                pending = [0] * p
+                pending, finished = self.collect(actions)
                 for k in active:
-                    rows, finished = self.collectors[k].step(actions[k])
-                    self.observe(k, rows)
-                    recent[k].extend(r for _, r, _ in finished)
-                    pending[k] = rows.batch_size[0]
+                    recent[k].extend(r for _, r, _ in finished[k])
                 first = max(self.env_steps)
                 while any(pending):
                     stepped = [k for k in range(p) if pending[k]]

@@ -90,9 +90,13 @@ class _StopRun(Exception):
     """Raised inside the loop when a stopping rule or callback ends the run."""
 
 
-def _make_envs(config: RunConfig):
+def _make_envs(config: RunConfig, train_env: bool = True):
+    """``(training env, evaluation env, the env's native action space)``; ``train_env=False``: no
+    training env (``None``: a population steps its members' copies in one vector env)."""
     wrappers = build_wrappers(config.env.wrappers)
-    if config.env.num_envs == 1:
+    if not train_env:
+        env = None
+    elif config.env.num_envs == 1:
         env = make_env(config.env.id, kwargs=config.env.kwargs, wrappers=wrappers)
     else:
         env = make_vector_env(config.env.id, config.env.num_envs, kwargs=config.env.kwargs, wrappers=wrappers)

@@ -178,6 +178,28 @@ class TransitionLearner:
         """The env's actions from :meth:`act_fn`'s result (recurrent learners keep their carry here)."""
         return out.cpu().numpy()
 
+    def population_act_inputs(self, learners: list, obs: np.ndarray, env_steps: list[int]) -> tuple | None:
+        """Every member's :meth:`act_inputs` at once, stacked ``[P, ...]`` (``obs``: ``[P, num_envs, ...]``,
+        row ``k`` member ``k``'s, whose learner is ``learners[k]``): the observations moved to the device in
+        one copy, each member's noise drawn from its own generator as its ``act_inputs`` draws it. ``None``
+        where this learner's ``act_inputs`` has no such form or a member is still in its uniform warm-up
+        (the population then calls each member's)."""
+        if type(self).act_inputs is not TransitionLearner.act_inputs or any(
+            step < lr.train_cfg.learning_starts for lr, step in zip(learners, env_steps)
+        ):
+            return None
+        obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+        n = obs.shape[1]
+        noise = [torch.randn((n, lr.act_dim), generator=lr.generator, device=lr.device) for lr in learners]
+        return obs_t, torch.stack(noise)
+
+    def population_act_outputs(self, out) -> list[np.ndarray] | None:
+        """Every member's :meth:`act_outputs` from a vmapped :meth:`act_fn`'s result ``[P, ...]`` with one
+        copy to the host; ``None`` where this learner's ``act_outputs`` does more (a recurrent carry)."""
+        if type(self).act_outputs is not TransitionLearner.act_outputs:
+            return None
+        return list(out.cpu().numpy())
+
     def explore(self, obs: np.ndarray, env_step: int, episode_start: np.ndarray | None = None) -> np.ndarray:
         inputs = self.act_inputs(obs, env_step, episode_start)
         if isinstance(inputs, np.ndarray):
@@ -185,7 +207,12 @@ class TransitionLearner:
         return self.act_outputs(self.act_fn(self.state["params"], *inputs))
 
     def observe(self, rows: TensorDict) -> None:
-        stored = TensorDict(
+        self.replay.add(self._stored(rows))
+
+    @staticmethod
+    def _stored(rows: TensorDict) -> TensorDict:
+        """What the replay keeps of a collector's rows."""
+        return TensorDict(
             {
                 "obs": rows["obs"].float(),
                 "action": rows["action"].float(),
@@ -195,7 +222,16 @@ class TransitionLearner:
             },
             batch_size=rows.batch_size,
         )
-        self.replay.add(stored)
+
+    def population_observe(self, replay, rows: TensorDict, counts: list[int]) -> bool:
+        """Every member's rows into :meth:`population_replay`'s ``replay`` at once (``rows`` member-major,
+        ``counts[k]`` of them member ``k``'s): what each member's :meth:`observe` of its own rows stores,
+        in one write. ``False`` (nothing stored) where this learner's ``observe`` does more than store
+        its rows: the population then calls each member's."""
+        if type(self).observe is not TransitionLearner.observe:
+            return False
+        replay.add_rows(counts, self._stored(rows))
+        return True
 
     # -- learning -----------------------------------------------------------
     def ready(self, env_step: int) -> bool:
