@@ -98,10 +98,10 @@ weights to 1e-5 of each tensor's scale (measured ~1e-6) for REDQ (one env and tw
 SAC, RLPD, DRQN, DQN, R2D2 and DrQ-v2.
 
 Speed. On one CPU thread a population's total throughput over P separate learners in
-the same process (``python benchmarks/run.py population``, CPU time, beside other jobs;
+the same process (``python benchmarks/run.py population``, CPU time, beside one other job;
 benchmarks/results/population_<algo>.json; docs/populations.md has the table) is, at
-REDQ's shape (N=10, G=20, 256x256, batch 256), 1.00x / 1.05x / 1.08x / 1.10x at
-P = 1 / 2 / 4 / 8, and for SAC 0.98x / 1.03x / 1.22x / 1.47x. A population of one
+REDQ's shape (N=10, G=20, 256x256, batch 256), 1.01x / 0.99x / 1.06x / 1.09x at
+P = 1 / 2 / 4 / 8, and for SAC 0.96x / 0.99x / 1.15x / 1.31x. A population of one
 runs its single run's calls (same cost, within the measurements' spread). Each REDQ
 member's update is matrix products that keep the core busy, which one batched product
 does hardly faster; batching saves per-op overhead, which matters more the smaller the
@@ -166,7 +166,7 @@ VECTORIZE = ("auto", "vmap", "loop")
 
 CPU_VMAP = ("redq", "sac", "drqn", "dqn")
 """Algorithms whose vmapped update is at least as fast as their members' separate updates on one CPU
-thread (benchmarks/results/population_<algo>*.json, P=2-8: REDQ 1.05-1.10x, SAC 1.03-1.47x, DRQN
+thread (benchmarks/results/population_<algo>*.json, P=2-8: REDQ 0.99-1.09x, SAC 0.99-1.31x, DRQN
 1.06-2.20x eager and 1.15-1.29x compiled, DQN 1.02-3.39x eager and 1.44-3.50x compiled; on MinAtar's
 frames DQN 1.04-1.95x eager and 1.06-1.28x compiled). Exceptions, :func:`resolve_vectorize`:
 DRQN with a conv torso, compiled (0.80-0.86x on MinAtar's frames, eager 1.01-1.16x), and DRQN
