@@ -66,3 +66,16 @@ def test_minari_copy_reads_back_equal(parts, tmp_path, monkeypatch):
     info = ld.write_minari(parts[0], "rlfunc/test-hopper-v0", tmp_path / "store", "Hopper-v5")
     assert info["transitions"] == len(ld._load(parts[0])["rewards"]) and len(info["sha256"]) == 64
     assert (tmp_path / "store" / "rlfunc" / "test-hopper-v0" / "data" / "metadata.json").is_file()
+
+
+def test_the_data_agent_is_sac_by_default_or_redq_with_overrides(tmp_path):
+    """The command that trains the data agent: configs/sac/<env>.yaml (D4RL's agents were SAC), or
+    --agent-algo redq with --agent-set overrides, every checkpoint kept; and the config it names parses."""
+    from rlfunc.runtime.cli import build_parser
+
+    assert ld.agent_command("hopper", tmp_path, 15000, 1)[:2] == ["train", "sac/hopper"]
+    cmd = ld.agent_command("hopper", tmp_path, 30000, 1, "redq", ["agent.updates_per_step=5"])
+    assert cmd[:2] == ["train", "redq/hopper"] and "--set=agent.updates_per_step=5" in cmd
+    assert "--set=train.keep_checkpoints=7" in cmd and "--set=train.total_steps=30000" in cmd
+    args = build_parser().parse_args(cmd)
+    assert args.config == "redq/hopper"
