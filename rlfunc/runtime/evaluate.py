@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["run_episodes"]
+__all__ = ["run_episodes", "run_episodes_together"]
 
 
 def run_episodes(policy, env, episodes: int, seed: int, stochastic: bool = False) -> list[float]:
@@ -40,4 +40,39 @@ def run_episodes(policy, env, episodes: int, seed: int, stochastic: bool = False
             total += float(reward)
             done = bool(terminated or truncated)
         returns.append(total)
+    return returns
+
+
+def run_episodes_together(act, envs: list, episodes: int, seeds: list[int]) -> list[list[float]]:
+    """Returns of ``episodes`` full episodes in each of ``envs``, all envs stepped in lockstep.
+
+    What :func:`run_episodes` gives for each env and its own policy (deterministic: a policy without
+    state between steps, e.g. :meth:`Policy.action_tensor <rlfunc.runtime.policy.Policy.action_tensor>`
+    of each env's), with one action call per step for all of them: ``act(obs, running)`` takes the
+    current observations ``[M, 1, *obs_shape]`` of the ``M`` envs still running, whose indices into
+    ``envs`` are ``running`` (row ``r`` is env ``running[r]``'s, as one observation its policy acts
+    on), and returns their actions ``[M, 1, ...]`` in the envs' normalised action space. Env ``i``'s
+    episode ``j`` starts from ``reset(seed=seeds[i] + j)``; an env leaves ``running`` once it has run
+    its episodes."""
+    if episodes < 1:
+        raise ValueError(f"episodes must be at least 1, got {episodes}.")
+    if len(seeds) != len(envs):
+        raise ValueError(f"run_episodes_together needs one seed per env ({len(envs)}), got {len(seeds)}.")
+    obs = [np.asarray(env.reset(seed=int(seed))[0]) for env, seed in zip(envs, seeds)]
+    returns: list[list[float]] = [[] for _ in envs]
+    totals = [0.0] * len(envs)
+    running = list(range(len(envs)))
+    while running:
+        actions = np.asarray(act(np.stack([obs[i] for i in running])[:, None], list(running)))
+        for r, i in enumerate(list(running)):
+            ob, reward, terminated, truncated, _ = envs[i].step(actions[r, 0])
+            totals[i] += float(reward)
+            obs[i] = np.asarray(ob)
+            if terminated or truncated:
+                returns[i].append(totals[i])
+                totals[i] = 0.0
+                if len(returns[i]) == episodes:
+                    running.remove(i)
+                else:
+                    obs[i] = np.asarray(envs[i].reset(seed=int(seeds[i]) + len(returns[i]))[0])
     return returns

@@ -198,6 +198,21 @@ class Policy:
             a = self.action_low + (a + 1.0) * 0.5 * (self.action_high - self.action_low)
         return a
 
+    @property
+    def stateless(self) -> bool:
+        """True when an action depends on the current observation alone (the actor-critic policies:
+        REDQ, SAC, RLPD, DrQ-v2), so :meth:`action_tensor` needs no :meth:`reset` between episodes."""
+        return not self._q_learning
+
+    def action_tensor(self, obs_t: torch.Tensor) -> torch.Tensor:
+        """The evaluation action (normalised, ``[n, ...]``) of a stateless policy for observations already
+        on its device (``[n, *obs_shape]``, float32), left on the device: :meth:`act_normalized`'s action
+        without its host copy, bit for bit, for callers that copy many policies' actions at once (a
+        population's evaluation, :func:`rlfunc.runtime.evaluate.run_episodes_together`)."""
+        if not self.stateless:
+            raise ValueError(f"This {self.algo_name} policy keeps state between steps; use act_normalized().")
+        return self._forward(obs_t, None, None)[0]
+
     # -- act(): evaluation with internal state ----------------------------------------------
     def act_normalized(self, obs: np.ndarray, deterministic: bool | None = None) -> np.ndarray:
         """Action in the training env's (rescaled, ``[-1, 1]``) action space; state kept inside.

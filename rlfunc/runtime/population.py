@@ -775,11 +775,36 @@ class PopulationTrainer:
     # -- evaluation, logs, checkpoints ------------------------------------------------------
     def evaluate(self, k: int) -> float:
         """Member ``k``'s evaluation (its seed's episodes), logged in its ``eval.csv``."""
-        from rlfunc.runtime.evaluate import run_episodes
+        return self.evaluate_members([k])[0]
+
+    def evaluate_members(self, ks: list[int]) -> list[float]:
+        """The evaluations of members ``ks`` (each its seed's episodes in its own eval env, logged in its
+        ``eval.csv``). Where the policy keeps nothing between steps (REDQ, SAC, RLPD, DrQ-v2), the
+        members' eval envs are stepped in lockstep (:func:`rlfunc.runtime.evaluate.run_episodes_together`):
+        each step moves every member's observation to the device in one copy, runs each member's own
+        policy on its row and brings every action back in one copy (on a GPU one synchronisation per
+        step instead of one per member). Each member's actions are its own policy's, bit for bit, so
+        ``rlfunc eval`` of ``member-<k>`` reproduces its ``eval.csv`` (a vmapped act over the members
+        would round differently). Recurrent and Q-learning policies (DRQN, DQN, R2D2) evaluate one
+        member after another."""
+        from rlfunc.runtime.evaluate import run_episodes, run_episodes_together
+
+        episodes = self.config.train.eval_episodes
+        seeds = [self.members[k].seed + 10_000 for k in ks]
+        policies = [self.policy(k) for k in ks]
+        if len(ks) > 1 and all(p.stateless for p in policies):
+            def act_all(obs: np.ndarray, running: list[int]) -> np.ndarray:
+                obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+                return torch.stack([policies[i].action_tensor(obs_t[r]) for r, i in enumerate(running)]).cpu().numpy()
+
+            returns = run_episodes_together(act_all, [self.eval_envs[k] for k in ks], episodes, seeds)
+        else:
+            returns = [run_episodes(pol, self.eval_envs[k], episodes, seed=seed) for k, pol, seed in zip(ks, policies, seeds)]
+        return [self._record_eval(k, r) for k, r in zip(ks, returns)]
+
+    def _record_eval(self, k: int, returns: list[float]) -> float:
         from rlfunc.runtime.trainer import eval_row
 
-        m = self.members[k]
-        returns = run_episodes(self.policy(k), self.eval_envs[k], self.config.train.eval_episodes, seed=m.seed + 10_000)
         mean = float(np.mean(returns))
         self.evals[k].append((self.env_steps[k], mean))
         row = eval_row(self.env_steps[k], self._frames(k), self._wall_s(), returns)
@@ -1032,6 +1057,7 @@ class PopulationTrainer:
                                 self._due[k] += 1
                         else:
                             self.learn(ready)
+                    evaluating = []
                     for k in stepped:
                         logs = self.env_steps[k] // cfg.log_every > prev[k] // cfg.log_every
                         if logs or self.env_steps[k] // cfg.eval_every > prev[k] // cfg.eval_every:
@@ -1043,8 +1069,10 @@ class PopulationTrainer:
                             window_t[k], window_steps[k] = now, 0
                             recent[k] = recent[k][-10:]
                         if self.env_steps[k] // cfg.eval_every > prev[k] // cfg.eval_every:
-                            self._check_finite()
-                            mean = self.evaluate(k)
+                            evaluating.append(k)
+                    if evaluating:  # together (nothing updates between a member's row and here)
+                        self._check_finite()
+                        for k, mean in zip(evaluating, self.evaluate_members(evaluating)):
                             last = mean if k == 0 else last
                 self._learn_due()  # before the checkpoint and the next act
                 if max(self.env_steps) // cfg.checkpoint_every > first // cfg.checkpoint_every:
@@ -1052,9 +1080,9 @@ class PopulationTrainer:
                     self.save()
                 progress.update(self.env_step, last)
             self._check_finite()
-            for k in range(p):
-                if not self.evals[k] or self.evals[k][-1][0] != self.env_steps[k]:
-                    mean = self.evaluate(k)
+            evaluating = [k for k in range(p) if not self.evals[k] or self.evals[k][-1][0] != self.env_steps[k]]
+            if evaluating:
+                for k, mean in zip(evaluating, self.evaluate_members(evaluating)):
                     last = mean if k == 0 else last
             if self._saved != tuple(self.env_steps):
                 self.save()
