@@ -21,6 +21,9 @@ policy) are made the same way, smaller, from the project's own agent:
    before the medium one, 5000 steps of that checkpoint at ``--replay-noise`` (the agent's
    own replay is not exported; the policy that acted in each stretch of training is);
 4. **medium-expert**: medium then expert; **random**: ``--random-steps`` uniform actions;
+   ``--medium-checkpoint PATH`` skips the data agent: the medium dataset comes from that policy
+   checkpoint (any ``rlfunc`` training or population-member checkpoint), and only random and
+   medium are made (expert, medium-replay and medium-expert need the agent's run);
 5. **Minari**: the medium dataset written again as a local Minari dataset
    (``minari.create_dataset_from_buffers``, id ``rlfunc/<env>-medium-v0`` under
    ``ROOT/minari``, read back through ``rlfunc.replay.offline`` and compared with the ``.npz``).
@@ -61,6 +64,9 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="the data agent's packaged config: configs/<algo>/<env>.yaml (default sac, as D4RL)")
     p.add_argument("--agent-set", action="append", default=[], metavar="KEY=VALUE",
                    help="a config override of the data agent (repeatable; recorded in the JSON)")
+    p.add_argument("--medium-checkpoint", type=Path, default=None,
+                   help="collect the medium dataset from this policy checkpoint instead of training a data agent "
+                        "(random and medium only)")
     p.add_argument("--medium-fraction", type=float, default=1 / 3, help="medium: the checkpoint nearest this fraction of the expert's return")
     p.add_argument("--steps", type=int, default=25_000, help="transitions in the medium and expert datasets")
     p.add_argument("--random-steps", type=int, default=10_000, help="transitions in the random dataset")
@@ -248,6 +254,8 @@ def run(args: argparse.Namespace, bench) -> int:
     machine = bench.machine_info(torch.device("cpu"), allocator_tuned=False)
     t0 = time.perf_counter()
     log: list[str] = []
+    if args.medium_checkpoint is not None:
+        return _from_checkpoint(args, bench, env_id, root, machine, t0)
     agent, reused = train_agent(args.env, root, args.agent_steps, args.threads, log, args.agent_algo, args.agent_set)
     medium, expert, evals = pick_checkpoints(agent, args.agent_steps, args.medium_fraction)
     print(f"data agent {agent}: expert = step {expert} (eval {evals[expert]:.1f}), "
@@ -257,16 +265,7 @@ def run(args: argparse.Namespace, bench) -> int:
     commands: dict[str, list[str]] = {}
 
     def collect(key: str, out: Path, steps: int, seed: int, checkpoint: Path | None, noise: float) -> Path:
-        """``rlfunc dataset collect`` into ``out`` (kept if it is there: a re-run reuses it); the
-        command is recorded either way."""
-        src = ["--checkpoint", str(checkpoint), "--noise", str(noise)] if checkpoint else ["--env", env_id, "--policy", "random"]
-        cmd = ["dataset", "collect", *src, "--steps", str(steps), "--seed", str(seed), "--out", str(out)]
-        if out.is_file():
-            commands.setdefault(key, []).append(shlex.join(["rlfunc", *cmd]))
-            return out
-        _rlfunc(cmd, commands.setdefault(key, []))
-        cut_last_row(out)
-        return out
+        return _collect(key, out, steps, seed, checkpoint, noise, env_id, commands)
 
     collect("random", paths["random"], args.random_steps, 1, None, 0.0)
     collect("medium", paths["medium"], args.steps, 2, _checkpoint(agent, medium), args.noise)
@@ -320,6 +319,62 @@ def run(args: argparse.Namespace, bench) -> int:
         ret = "n/a" if v["mean_return"] is None else f"{v['mean_return']:.1f}"
         print(f"  {k:14s} {v['transitions']:7d} transitions, {v['episodes_complete']:4d} episodes, mean return {ret}")
     print(f"  minari {minari_info['id']} ({minari_info['episodes']} episodes) under {minari_info['store']}")
+    print(f"wrote {out}")
+    return 0
+
+
+def _collect(key: str, out: Path, steps: int, seed: int, checkpoint: Path | None, noise: float, env_id: str,
+             commands: dict[str, list[str]]) -> Path:
+    """``rlfunc dataset collect`` into ``out`` (kept if it is there: a re-run reuses it); the command is
+    recorded either way."""
+    src = ["--checkpoint", str(checkpoint), "--noise", str(noise)] if checkpoint else ["--env", env_id, "--policy", "random"]
+    cmd = ["dataset", "collect", *src, "--steps", str(steps), "--seed", str(seed), "--out", str(out)]
+    if out.is_file():
+        commands.setdefault(key, []).append(shlex.join(["rlfunc", *cmd]))
+        return out
+    _rlfunc(cmd, commands.setdefault(key, []))
+    cut_last_row(out)
+    return out
+
+
+def _from_checkpoint(args: argparse.Namespace, bench, env_id: str, root: Path, machine: dict, t0: float) -> int:
+    """``--medium-checkpoint``: the random dataset and the medium one from the given policy checkpoint
+    (its last evaluation recorded), their Minari copy and the JSON."""
+    from rlfunc.runtime.checkpoint import load_checkpoint
+
+    checkpoint = args.medium_checkpoint.resolve()
+    _, meta = load_checkpoint(checkpoint)  # verified: a damaged or foreign file stops here
+    evals = meta.get("evals") or []
+    commands: dict[str, list[str]] = {}
+    paths = {k: root / f"{args.env}-{k}.npz" for k in ("random", "medium")}
+    _collect("random", paths["random"], args.random_steps, 1, None, 0.0, env_id, commands)
+    _collect("medium", paths["medium"], args.steps, 2, checkpoint, args.noise, env_id, commands)
+    datasets = {k: {**describe(p), "commands": commands.get(k, [])} for k, p in paths.items()}
+    datasets["medium"]["checkpoint"] = {"path": str(checkpoint), "algo": meta.get("algo"), "env_step": meta.get("env_step"),
+                                        "eval_return": evals[-1][1] if evals else None}
+    minari_info = write_minari(paths["medium"], f"rlfunc/{args.env}-medium-v0", root / "minari", env_id,
+                               str(meta.get("algo") or "policy"))
+    result = {
+        "machine": machine,
+        "env": env_id,
+        "agent": {"checkpoint": str(checkpoint), "algo": meta.get("algo"), "env_step": meta.get("env_step"),
+                  "evals": evals},
+        "datasets": datasets,
+        "minari": minari_info,
+        "settings": {"medium_checkpoint": str(checkpoint), "steps": args.steps, "random_steps": args.random_steps,
+                     "noise": args.noise,
+                     "mean_return": "mean return of the episodes that began in the file and ended by termination or the "
+                                    "env's 1000-step limit (cut episodes left out)",
+                     "wall_s": time.perf_counter() - t0},
+        "command": "python benchmarks/run.py locomotion-data " + " ".join(shlex.quote(a) for a in sys.argv[2:]),
+    }
+    if args.note:
+        result["note"] = args.note
+    out = args.out or bench.RESULTS_DIR / f"locomotion_data_{args.env}.json"
+    bench.write_json(out, result)
+    for k, v in datasets.items():
+        ret = "n/a" if v["mean_return"] is None else f"{v['mean_return']:.1f}"
+        print(f"  {k:14s} {v['transitions']:7d} transitions, {v['episodes_complete']:4d} episodes, mean return {ret}")
     print(f"wrote {out}")
     return 0
 

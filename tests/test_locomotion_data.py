@@ -79,3 +79,32 @@ def test_the_data_agent_is_sac_by_default_or_redq_with_overrides(tmp_path):
     assert "--set=train.keep_checkpoints=7" in cmd and "--set=train.total_steps=30000" in cmd
     args = build_parser().parse_args(cmd)
     assert args.config == "redq/hopper"
+
+
+def test_medium_data_from_a_given_policy_checkpoint(tmp_path):
+    """--medium-checkpoint: no data agent; the random and medium datasets (the medium one from that
+    checkpoint's policy), their Minari copy, and the JSON with the checkpoint's last evaluation."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import rlfunc
+
+    res = rlfunc.train("configs/redq/hopper.yaml", {
+        "train.total_steps": 300, "train.learning_starts": 100, "train.eval_every": 300, "train.eval_episodes": 1,
+        "train.checkpoint_every": 300, "train.progress": False, "train.replay_size": 1000,
+        "agent.hidden_sizes": [16, 16], "agent.num_critics": 2, "agent.updates_per_step": 1, "agent.batch_size": 16,
+    }, run_dir=tmp_path / "agent")
+    ckpt = tmp_path / "agent" / "checkpoints" / "step_000000300"
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "data.json"
+    done = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "run.py"), "locomotion-data", "--env", "hopper", "--medium-checkpoint",
+         str(ckpt), "--steps", "200", "--random-steps", "100", "--root", str(tmp_path / "data"), "--out", str(out)],
+        capture_output=True, text=True, timeout=300, cwd=root, env=dict(os.environ, MINARI_DATASETS_PATH=str(tmp_path)))
+    assert done.returncode == 0, done.stderr
+    d = json.loads(out.read_text())
+    assert set(d["datasets"]) == {"random", "medium"} and d["datasets"]["medium"]["transitions"] == 200
+    assert d["datasets"]["medium"]["checkpoint"]["eval_return"] == res.evals[-1][1]
+    assert d["agent"]["algo"] == "redq" and d["minari"]["transitions"] == 200 and "--medium-checkpoint" in d["command"]
