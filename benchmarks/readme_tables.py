@@ -79,8 +79,8 @@ ALGORITHMS = (
     AlgoRow("rlpd", "Ball et al. 2023", "`rlpd/hopper`, `rlpd/pendulum`",
             "D4RL locomotion ≈ 93–95 normalized @250k steps",
             (Learned("learn_rlpd", "rlpd", "Pendulum with prior data"),
-             Learned("learn_rlpd_hopper", "rlpd", "Hopper, local medium data, reduced update"),
-             Learned("learn_rlpd_hopper", "redq", "REDQ from scratch, same update"))),
+             Learned("learn_rlpd_hopper_20k", "rlpd", "Hopper, local medium data (return 837), reduced update"),
+             Learned("learn_rlpd_hopper_20k", "redq", "REDQ from scratch, same update"))),
     AlgoRow("drqv2", "Yarats et al. 2021", "`drqv2/cartpole_balance`",
             "DMC cartpole_balance 987 ± 13 @100k frames",
             (Learned("learn_drqv2_gpu", "drqv2", "cartpole_balance", 2, "NVIDIA H100"),
@@ -102,7 +102,7 @@ ALGORITHMS = (
             (Learned("learn_r2d2", "r2d2", "CartPole, velocities masked"),
              Learned("learn_r2d2_distributed", "r2d2", "the same on 2 Ray actor processes"),
              Learned("learn_minatar_100k", "r2d2_breakout", "MinAtar Breakout", digits=1),
-             Learned("learn_minatar_100k", "r2d2_breakout_flicker", "MinAtar Breakout, flicker", digits=1),
+             Learned("learn_minatar_300k", "r2d2_breakout_flicker", "MinAtar Breakout, flicker", digits=1),
              Learned("learn_minatar", "r2d2_seaquest_flicker", "MinAtar Seaquest, flicker", digits=1))),
 )
 
