@@ -306,19 +306,28 @@ def run(args: argparse.Namespace, bench) -> int:
         "settings": {
             "agent_steps": args.agent_steps, "agent_algo": args.agent_algo, "medium_fraction": args.medium_fraction, "steps": args.steps,
             "random_steps": args.random_steps, "noise": args.noise, "replay_noise": args.replay_noise,
-            "mean_return": "mean return of the episodes that began in the file and ended by termination or the "
-                           "env's 1000-step limit (cut episodes left out)",
+            "mean_return": MEAN_RETURN,
             "wall_s": time.perf_counter() - t0,
         },
     }
+    return _write(args, bench, result)
+
+
+MEAN_RETURN = ("mean return of the episodes that began in the file and ended by termination or the env's "
+               "1000-step limit (cut episodes left out)")
+
+
+def _write(args: argparse.Namespace, bench, result: dict) -> int:
+    """``result`` (with ``--note``) to ``--out`` or ``locomotion_data_<env>.json``, and a summary printed."""
     if args.note:
         result["note"] = args.note
     out = args.out or bench.RESULTS_DIR / f"locomotion_data_{args.env}.json"
     bench.write_json(out, result)
-    for k, v in datasets.items():
+    for k, v in result["datasets"].items():
         ret = "n/a" if v["mean_return"] is None else f"{v['mean_return']:.1f}"
         print(f"  {k:14s} {v['transitions']:7d} transitions, {v['episodes_complete']:4d} episodes, mean return {ret}")
-    print(f"  minari {minari_info['id']} ({minari_info['episodes']} episodes) under {minari_info['store']}")
+    m = result["minari"]
+    print(f"  minari {m['id']} ({m['episodes']} episodes) under {m['store']}")
     print(f"wrote {out}")
     return 0
 
@@ -363,20 +372,11 @@ def _from_checkpoint(args: argparse.Namespace, bench, env_id: str, root: Path, m
         "minari": minari_info,
         "settings": {"medium_checkpoint": str(checkpoint), "steps": args.steps, "random_steps": args.random_steps,
                      "noise": args.noise,
-                     "mean_return": "mean return of the episodes that began in the file and ended by termination or the "
-                                    "env's 1000-step limit (cut episodes left out)",
+                     "mean_return": MEAN_RETURN,
                      "wall_s": time.perf_counter() - t0},
         "command": "python benchmarks/run.py locomotion-data " + " ".join(shlex.quote(a) for a in sys.argv[2:]),
     }
-    if args.note:
-        result["note"] = args.note
-    out = args.out or bench.RESULTS_DIR / f"locomotion_data_{args.env}.json"
-    bench.write_json(out, result)
-    for k, v in datasets.items():
-        ret = "n/a" if v["mean_return"] is None else f"{v['mean_return']:.1f}"
-        print(f"  {k:14s} {v['transitions']:7d} transitions, {v['episodes_complete']:4d} episodes, mean return {ret}")
-    print(f"wrote {out}")
-    return 0
+    return _write(args, bench, result)
 
 
 def register(bench) -> None:
