@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
 import shlex
 import subprocess

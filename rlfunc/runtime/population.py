@@ -32,9 +32,10 @@ sub-envs of one gymnasium vector env (:class:`~rlfunc.runtime.population_collect
 stepped with its single run's reset rule; evaluation episodes from ``seed + 10000`` in
 each member's own env), so an env step of the population builds one set of rows and,
 where the learner only stores them (REDQ, SAC, RLPD), writes every member's into the
-batched replay at once (``population_observe``); acting moves every member's
-observations to the device in one copy and its actions back in one
-(``population_act_inputs`` / ``population_act_outputs``). Each member counts its own env steps: a vector
+batched replay at once (``population_observe``); vmapped REDQ, SAC and RLPD members,
+past their warm-up, act with every member's observations moved to the device in one
+copy and the actions back in one (``population_act_inputs`` / ``population_act_outputs``;
+other learners, and ``vectorize=loop``, build each member's inputs in turn). Each member counts its own env steps: a vector
 env's autoreset step stores fewer rows, so members' counts can differ by a few
 steps while the run goes on. The loop runs in rounds (one vmapped act, every
 member's env step, then one sub-step per stored row, as the single run's loop
