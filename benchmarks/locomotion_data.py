@@ -23,7 +23,8 @@ policy) are made the same way, smaller, from the project's own agent:
 4. **medium-expert**: medium then expert; **random**: ``--random-steps`` uniform actions;
    ``--medium-checkpoint PATH`` skips the data agent: the medium dataset comes from that policy
    checkpoint (any ``rlfunc`` training or population-member checkpoint), and only random and
-   medium are made (expert, medium-replay and medium-expert need the agent's run);
+   medium are made (medium-replay needs the agent's run); ``--expert-checkpoint PATH`` with it adds
+   the expert dataset from that checkpoint and medium-expert (medium then expert);
 5. **Minari**: the medium dataset written again as a local Minari dataset
    (``minari.create_dataset_from_buffers``, id ``rlfunc/<env>-medium-v0`` under
    ``ROOT/minari``, read back through ``rlfunc.replay.offline`` and compared with the ``.npz``).
@@ -65,7 +66,10 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="a config override of the data agent (repeatable; recorded in the JSON)")
     p.add_argument("--medium-checkpoint", type=Path, default=None,
                    help="collect the medium dataset from this policy checkpoint instead of training a data agent "
-                        "(random and medium only)")
+                        "(random and medium only, unless --expert-checkpoint is given too)")
+    p.add_argument("--expert-checkpoint", type=Path, default=None,
+                   help="with --medium-checkpoint: collect the expert dataset from this policy checkpoint and "
+                        "make medium-expert too")
     p.add_argument("--medium-fraction", type=float, default=1 / 3, help="medium: the checkpoint nearest this fraction of the expert's return")
     p.add_argument("--steps", type=int, default=25_000, help="transitions in the medium and expert datasets")
     p.add_argument("--random-steps", type=int, default=10_000, help="transitions in the random dataset")
@@ -253,6 +257,10 @@ def run(args: argparse.Namespace, bench) -> int:
     machine = bench.machine_info(torch.device("cpu"), allocator_tuned=False)
     t0 = time.perf_counter()
     log: list[str] = []
+    if args.expert_checkpoint is not None and args.medium_checkpoint is None:
+        print("--expert-checkpoint needs --medium-checkpoint too (without both, the data agent's run gives both).",
+              file=sys.stderr)
+        return 2
     if args.medium_checkpoint is not None:
         return _from_checkpoint(args, bench, env_id, root, machine, t0)
     agent, reused = train_agent(args.env, root, args.agent_steps, args.threads, log, args.agent_algo, args.agent_set)
@@ -345,32 +353,51 @@ def _collect(key: str, out: Path, steps: int, seed: int, checkpoint: Path | None
     return out
 
 
-def _from_checkpoint(args: argparse.Namespace, bench, env_id: str, root: Path, machine: dict, t0: float) -> int:
-    """``--medium-checkpoint``: the random dataset and the medium one from the given policy checkpoint
-    (its last evaluation recorded), their Minari copy and the JSON."""
+def _checkpoint_info(checkpoint: Path) -> dict:
+    """The policy checkpoint's algorithm, env step and last evaluation (loading verifies it: a damaged or
+    foreign file stops here)."""
     from rlfunc.runtime.checkpoint import load_checkpoint
 
-    checkpoint = args.medium_checkpoint.resolve()
-    _, meta = load_checkpoint(checkpoint)  # verified: a damaged or foreign file stops here
+    _, meta = load_checkpoint(checkpoint)
     evals = meta.get("evals") or []
+    return {"path": str(checkpoint), "algo": meta.get("algo"), "env_step": meta.get("env_step"),
+            "eval_return": evals[-1][1] if evals else None, "evals": evals}
+
+
+def _from_checkpoint(args: argparse.Namespace, bench, env_id: str, root: Path, machine: dict, t0: float) -> int:
+    """``--medium-checkpoint`` (and ``--expert-checkpoint``): the random dataset, the medium one from the
+    given policy checkpoint (its last evaluation recorded), with an expert checkpoint the expert and
+    medium-expert datasets too, the medium data's Minari copy and the JSON."""
+    medium = _checkpoint_info(args.medium_checkpoint.resolve())
+    expert = _checkpoint_info(args.expert_checkpoint.resolve()) if args.expert_checkpoint is not None else None
     commands: dict[str, list[str]] = {}
-    paths = {k: root / f"{args.env}-{k}.npz" for k in ("random", "medium")}
+    keys = ("random", "medium") + (("expert", "medium-expert") if expert else ())
+    paths = {k: root / f"{args.env}-{k}.npz" for k in keys}
     _collect("random", paths["random"], args.random_steps, 1, None, 0.0, env_id, commands)
-    _collect("medium", paths["medium"], args.steps, 2, checkpoint, args.noise, env_id, commands)
+    _collect("medium", paths["medium"], args.steps, 2, Path(medium["path"]), args.noise, env_id, commands)
+    if expert:
+        _collect("expert", paths["expert"], args.steps, 3, Path(expert["path"]), args.noise, env_id, commands)
+        if not paths["medium-expert"].is_file():
+            concatenate([paths["medium"], paths["expert"]], paths["medium-expert"], "medium-expert: medium then expert")
+        commands["medium-expert"] = ["medium then expert, concatenated (benchmarks/locomotion_data.py: concatenate)"]
     datasets = {k: {**describe(p), "commands": commands.get(k, [])} for k, p in paths.items()}
-    datasets["medium"]["checkpoint"] = {"path": str(checkpoint), "algo": meta.get("algo"), "env_step": meta.get("env_step"),
-                                        "eval_return": evals[-1][1] if evals else None}
+    datasets["medium"]["checkpoint"] = {k: v for k, v in medium.items() if k != "evals"}
+    if expert:
+        datasets["expert"]["checkpoint"] = {k: v for k, v in expert.items() if k != "evals"}
     minari_info = write_minari(paths["medium"], f"rlfunc/{args.env}-medium-v0", root / "minari", env_id,
-                               str(meta.get("algo") or "policy"))
+                               str(medium["algo"] or "policy"))
+    agent = {"checkpoint": medium["path"], "algo": medium["algo"], "env_step": medium["env_step"], "evals": medium["evals"]}
+    if expert:
+        agent["expert"] = {"checkpoint": expert["path"], "algo": expert["algo"], "env_step": expert["env_step"],
+                           "evals": expert["evals"]}
     result = {
         "machine": machine,
         "env": env_id,
-        "agent": {"checkpoint": str(checkpoint), "algo": meta.get("algo"), "env_step": meta.get("env_step"),
-                  "evals": evals},
+        "agent": agent,
         "datasets": datasets,
         "minari": minari_info,
-        "settings": {"medium_checkpoint": str(checkpoint), "steps": args.steps, "random_steps": args.random_steps,
-                     "noise": args.noise,
+        "settings": {"medium_checkpoint": medium["path"], "expert_checkpoint": expert["path"] if expert else None,
+                     "steps": args.steps, "random_steps": args.random_steps, "noise": args.noise,
                      "mean_return": MEAN_RETURN,
                      "wall_s": time.perf_counter() - t0},
         "command": "python benchmarks/run.py locomotion-data " + " ".join(shlex.quote(a) for a in sys.argv[2:]),

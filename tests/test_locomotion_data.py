@@ -108,3 +108,32 @@ def test_medium_data_from_a_given_policy_checkpoint(tmp_path):
     assert set(d["datasets"]) == {"random", "medium"} and d["datasets"]["medium"]["transitions"] == 200
     assert d["datasets"]["medium"]["checkpoint"]["eval_return"] == res.evals[-1][1]
     assert d["agent"]["algo"] == "redq" and d["minari"]["transitions"] == 200 and "--medium-checkpoint" in d["command"]
+
+    # --expert-checkpoint: the same call again reuses random and medium (same checksums) and adds expert
+    # and medium-expert (medium then expert).
+    done = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "run.py"), "locomotion-data", "--env", "hopper", "--medium-checkpoint",
+         str(ckpt), "--expert-checkpoint", str(ckpt), "--steps", "200", "--random-steps", "100",
+         "--root", str(tmp_path / "data"), "--out", str(out)],
+        capture_output=True, text=True, timeout=300, cwd=root, env=dict(os.environ, MINARI_DATASETS_PATH=str(tmp_path)))
+    assert done.returncode == 0, done.stderr
+    e = json.loads(out.read_text())
+    assert set(e["datasets"]) == {"random", "medium", "expert", "medium-expert"}
+    assert e["datasets"]["medium"]["sha256"] == d["datasets"]["medium"]["sha256"]
+    assert e["datasets"]["random"]["sha256"] == d["datasets"]["random"]["sha256"]
+    assert e["datasets"]["expert"]["transitions"] == 200 and e["datasets"]["medium-expert"]["transitions"] == 400
+    assert e["datasets"]["expert"]["checkpoint"]["eval_return"] == res.evals[-1][1]
+    assert e["agent"]["expert"]["env_step"] == 300 and "--expert-checkpoint" in e["command"]
+
+
+def test_expert_checkpoint_alone_is_refused_in_one_sentence(tmp_path):
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "run.py"), "locomotion-data", "--env", "hopper", "--expert-checkpoint",
+         str(tmp_path / "nowhere"), "--root", str(tmp_path / "data"), "--out", str(tmp_path / "x.json")],
+        capture_output=True, text=True, timeout=120, cwd=root)
+    assert done.returncode == 2 and "--expert-checkpoint needs --medium-checkpoint too" in done.stderr
+    assert not (tmp_path / "x.json").exists()
