@@ -8,7 +8,10 @@ collect`` reads every run directory there back (:func:`rlfunc.scale.results.coll
 labels kept) into ``benchmarks/results/learn_minatar.json``, the learn JSON's schema, with the
 machine, the budget, the overrides and the commands. Separate from ``benchmarks/run.py learn``
 so that each (algorithm, game, flicker) cell keeps its own label and runs can be added seed by
-seed as CPU time allows.
+seed as CPU time allows. ``run ... --steps N --extend-from K`` starts each missing ``N``-step run
+from a copy of the finished ``K``-step run of the same label and seed (the ``K``-step directory is
+kept as it was) and resumes it to ``N`` env steps (``rlfunc resume --total-steps N``), so a longer
+budget does not retrain what a shorter one already trained.
 
 The budget (:data:`BUDGET`): ``--steps`` env steps (frames: MinAtar has no frame skip) per
 run, far below the MinAtar paper's 5M; the overrides shorten the warm-up and the epsilon
@@ -69,20 +72,50 @@ def _cmd(label: str, seed: int, steps: int) -> list[str]:
     overrides = [f"train.seed={seed}", f"train.total_steps={steps}", *OVERRIDES[_algo(label)]]
     run_dir = _run_dir(label, seed, steps)
     if (run_dir / "checkpoints").is_dir():
-        return ["nice", "-n", "10", sys.executable, "-m", "rlfunc.runtime.cli", "resume", str(run_dir)]
+        return ["nice", "-n", "10", sys.executable, "-m", "rlfunc.runtime.cli", "resume", str(run_dir),
+                "--total-steps", str(steps)]
     sets = [x for o in overrides for x in ("--set", o)]
     return ["nice", "-n", "10", sys.executable, "-m", "rlfunc.runtime.cli", "train", TABLE[label],
             "--run-dir", str(run_dir), *sets]
 
 
-def run(labels: list[str], seeds: list[int], steps: int) -> int:
+def extend(label: str, seed: int, steps: int, from_steps: int) -> Path | None:
+    """The ``steps``-budget run directory made from a copy of the finished ``from_steps`` one (the
+    source is left as it was); ``None`` where the target exists already or there is no finished
+    source to copy. Raises ``ValueError`` if ``from_steps`` is not below ``steps``."""
+    import shutil
+
     from rlfunc.scale.results import run_finished
 
+    if from_steps >= steps:
+        raise ValueError(f"--extend-from {from_steps} must be below --steps {steps}.")
+    source, target = _run_dir(label, seed, from_steps), _run_dir(label, seed, steps)
+    if target.exists() or not run_finished(source):
+        return None
+    shutil.copytree(source, target)
+    return target
+
+
+def _done(run_dir: Path, steps: int) -> bool:
+    """Whether the run reached ``steps`` env steps or a stopping rule ended it (a copy made by
+    :func:`extend` is finished by its own config's shorter budget, not by this one)."""
+    from rlfunc.scale.results import collected_run, run_finished
+
+    if not run_finished(run_dir):
+        return False
+    rec = collected_run(run_dir)
+    return rec["env_steps"] >= steps or rec["env_steps"] < rec["total_steps"]  # the latter: a stopping rule
+
+
+def run(labels: list[str], seeds: list[int], steps: int, extend_from: int | None = None) -> int:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     for seed in seeds:  # seed-major: each seed of every label before the next seed
         for label in labels:
+            if extend_from is not None and (copied := extend(label, seed, steps, extend_from)) is not None:
+                print(f"{copied.name}: a copy of {_run_dir(label, seed, extend_from).name}, resumed to {steps} steps",
+                      flush=True)
             run_dir = _run_dir(label, seed, steps)
-            if run_dir.is_dir() and run_finished(run_dir):
+            if _done(run_dir, steps):
                 continue
             cmd = _cmd(label, seed, steps)
             print(" ".join(cmd), flush=True)
@@ -152,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("labels", nargs="+", choices=sorted(TABLE), metavar="LABEL")
     r.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     r.add_argument("--steps", type=int, default=BUDGET["steps"])
+    r.add_argument("--extend-from", type=int, default=None, metavar="K",
+                   help="start each missing run from a copy of the finished K-step run of its label and seed")
     c = sub.add_parser("collect", help="write the learn JSON from the run directories")
     c.add_argument("--out", type=Path, default=None,
                    help="JSON path (default: learn_minatar.json, or learn_minatar_<K>k.json with --steps)")
@@ -159,7 +194,11 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--note", default=NOTE, help="how the runs shared the machine (recorded in the JSON)")
     args = p.parse_args(argv)
     if args.cmd == "run":
-        return run(args.labels, args.seeds, args.steps)
+        try:
+            return run(args.labels, args.seeds, args.steps, args.extend_from)
+        except ValueError as e:
+            print(e, file=sys.stderr)
+            return 2
     return collect(args.out, args.note, args.steps)
 
 
