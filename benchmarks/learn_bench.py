@@ -294,8 +294,8 @@ def run_learn_merge(args: argparse.Namespace) -> int:
     write_json(args.out, result)
     dirs = [r["run_dir"] for r in runs if r.get("run_dir") and Path(r["run_dir"]).is_dir()]
     png = None
-    if len(dirs) == len(runs):
-        png = plot_runs(dirs, args.out.with_suffix(".png"), title=args.title)
+    if len(dirs) == len(runs):  # one curve per label of the merged JSON
+        png = plot_runs(dirs, args.out.with_suffix(".png"), title=args.title, labels=[r["algo"] for r in runs])
     else:
         print("some run directories are gone: no PNG (plot_runs reads each run's eval.csv).", file=sys.stderr)
     print_table(

@@ -304,3 +304,36 @@ def test_plot_names_a_section_one_group_lacks_once_and_draws_seeds_evaluated_at_
         matplotlib.axes.Axes.plot = real_plot
     assert [label for label, _ in drawn] == ["r2d2 CartPole-v1 distributed (n=2)", "r2d2 CartPole-v1 no distributed (n=2)"]
     assert drawn[0][1] == [1009.0, 2002.0, 2011.0, 3001.0]  # within [1009, 3001], the range both seeds cover
+
+
+def test_plot_runs_with_labels_draws_one_curve_per_label(tmp_path):
+    """A merged learn JSON's labels name and group the curves (learn-merge passes them): runs whose
+    configs differ only in a long data path get the short label, not the path."""
+    import matplotlib
+    import pytest
+
+    matplotlib.use("Agg")
+    from rlfunc.runtime.plot import plot_runs
+
+    dirs = []
+    for name, data in (("e0", "expert"), ("e1", "expert"), ("m0", "medium")):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "config.yaml").write_text(f"algo: rlpd\nenv: {{id: Hopper-v5}}\ndata: {{path: /long/path/hopper-{data}.npz}}\n")
+        (d / "eval.csv").write_text("step,time_s,mean_return,std_return,episodes\n1000,0.0,1.0,0.0,5\n2000,0.0,2.0,0.0,5\n")
+        dirs.append(d)
+    drawn = []
+    real_plot = matplotlib.axes.Axes.plot
+
+    def spy(self, x, y, *args, **kwargs):
+        drawn.append(kwargs.get("label"))
+        return real_plot(self, x, y, *args, **kwargs)
+
+    matplotlib.axes.Axes.plot = spy
+    try:
+        plot_runs(dirs, tmp_path / "p.png", labels=["rlpd_expert", "rlpd_expert", "rlpd_medium"])
+    finally:
+        matplotlib.axes.Axes.plot = real_plot
+    assert drawn == ["rlpd_expert (n=2)", "rlpd_medium (n=1)"]
+    with pytest.raises(ValueError, match="pass one label per run"):
+        plot_runs(dirs, tmp_path / "q.png", labels=["rlpd_expert"])

@@ -118,9 +118,24 @@ def group_runs(run_dirs: list[str | Path]) -> dict[str, list[str | Path]]:
     return labelled
 
 
-def plot_runs(run_dirs: list[str | Path], out: str | Path, title: str | None = None) -> Path:
+def _curves(run_dirs: list[str | Path], labels: list[str] | None) -> dict[str, list[str | Path]]:
+    """The runs of each curve: by the given labels (one per run, in the order first seen), else
+    :func:`group_runs`."""
+    if labels is None:
+        return group_runs(run_dirs)
+    if len(labels) != len(run_dirs):
+        raise ValueError(f"plot_runs got {len(labels)} labels for {len(run_dirs)} runs; pass one label per run.")
+    grouped: dict[str, list[str | Path]] = {}
+    for d, label in zip(run_dirs, labels):
+        grouped.setdefault(label, []).append(d)
+    return grouped
+
+
+def plot_runs(run_dirs: list[str | Path], out: str | Path, title: str | None = None,
+              labels: list[str] | None = None) -> Path:
     """Plot eval curves; runs of one setting (:func:`group_runs`: the same resolved config but for
     the seed and bookkeeping) are averaged (line) with a min-max band, labelled by what differs.
+    ``labels`` (one per run, e.g. a merged learn JSON's) groups and names the curves instead.
 
     Curves of different seeds are aligned on the steps they share. When every run logs env
     frames (action repeat, e.g. DrQ-v2), the x axis is frames, as in the papers' curves;
@@ -134,7 +149,7 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, title: str | None = N
     except ImportError as exc:
         raise RuntimeError("Plotting needs matplotlib: pip install -e '.[plots]'.") from exc
     x = "frames" if all(_logs_frames(d) for d in run_dirs) else "step"
-    groups = {label: [read_evals(d, x) for d in members] for label, members in group_runs(run_dirs).items()}
+    groups = {label: [read_evals(d, x) for d in members] for label, members in _curves(run_dirs, labels).items()}
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for label, curves in groups.items():
         common = sorted(set.intersection(*[set(s.tolist()) for s, _ in curves]))
