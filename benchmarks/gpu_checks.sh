@@ -167,7 +167,9 @@ fi
 #                    P = POP_MEMBERS (1 2 4 8 10 16 32): the vmapped update of P members (one graph) against
 #                    P single updates (P graphs) at the Hopper shapes -> population_redq_update_only_cuda.json
 #                    (#24's GPU goal: P=10 costs <= 2x P=1); POP_COMPILE (default "1 10": --compile at those P,
-#                    both sides compiled per step as the trainers compile them; "" for eager only)
+#                    both sides compiled per step as the trainers compile them; "" for eager only); then the
+#                    same eager + graph with TF32 matmuls on both sides (--matmul-precision high, as JAX computes
+#                    float32 matmuls on these GPUs by default) -> population_redq_update_only_matmul_high_cuda.json
 #   population_env   benchmarks/run.py population --algo redq --env Hopper-v5 --device cuda --cuda-graph, P = POP_MEMBERS
 #                    (default 1 2 4 8 10): full env steps (act, Hopper step, store, learn) of P members as one
 #                    population against P single learners in one process, eager and compiled at P = POP_COMPILE
@@ -191,6 +193,8 @@ fi
 # PACK=0 packs nothing (runs continue only on a warm machine: set GPU_WORK to an ignored folder of the
 # checkout, e.g. runs/gpu_work, which the device tool keeps between calls); BUNDLE=1 puts the logs and
 # plots into OUT/bundle_logs.tgz and every run's CSVs and config into OUT/work_csv.tgz (the tool returns 8 files).
+# MATMUL=high runs the training stages' float32 matmuls in TF32 (train.matmul_precision; recorded in each
+# run's config.yaml); unset keeps full float32, as the official PyTorch code.
 # TINY=1 is a CPU dry run of these stages (tiny agents, TINY_STEPS env steps, no compile; MIN_STAGE_S=10
 # lets a short budget start them) to check the shell logic: pack, carry, resume, JSON.
 # The device machine lacks tensordict, gymnasium, mujoco, dm-control and minari: `bash benchmarks/gpu_wheels.sh`
@@ -215,6 +219,8 @@ else
     DEV=cuda
     ACCEL=(--set train.device=cuda --set train.compile=true --set train.cuda_graph=true)
     POP_ACCEL=(--set train.device=cuda --set train.compile=true --set train.cuda_graph=true)
+    # MATMUL=high: the populations and runs compute float32 matmuls in TF32 (train.matmul_precision)
+    [ -n "${MATMUL:-}" ] && POP_ACCEL+=(--set "train.matmul_precision=$MATMUL")
     SIZE=()
     DATA_ARGS=(--agent-steps 30000)
 fi
@@ -290,6 +296,11 @@ if want population_update; then
     stage "population_update: benchmarks/run.py population --update-only --algo redq ${PU[*]}"
     timeout -k 10 $(( $(left) < 300 ? $(left) : 300 )) $PY benchmarks/run.py population --update-only --algo redq "${PU[@]}" \
         --repeats 3 --steps 10 --out "$OUT/population_redq_update_only_cuda.json" 2>&1 | tee "$OUT/population_update.log" | tail -12
+    # TF32: each member's ~24 GFLOP of float32 products per env step is what P=10 adds over P=1 on the card.
+    if [ "${TINY:-0}" = 1 ]; then PT=(--device cpu --quick --members 1 2); else PT=(--device cuda --cuda-graph --members ${POP_MEMBERS:-1 2 4 8 10 16 32}); fi
+    timeout -k 10 $(( $(left) < 150 ? $(left) : 150 )) $PY benchmarks/run.py population --update-only --algo redq "${PT[@]}" \
+        --matmul-precision high --repeats 3 --steps 10 --out "$OUT/population_redq_update_only_matmul_high_cuda.json" 2>&1 \
+        | tee -a "$OUT/population_update.log" | tail -8
 fi
 
 if want population_env; then

@@ -85,6 +85,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env", default="Pendulum-v1",
                    help="env steps: the env id (default Pendulum-v1; Hopper-v5 for the paper's REDQ shapes, with the "
                         "mujoco extra)")
+    p.add_argument("--matmul-precision", default=None, choices=("highest", "high", "medium"),
+                   help="torch.set_float32_matmul_precision for both sides (train.matmul_precision; high: TF32 on "
+                        "Ampere+ GPUs); recorded in the JSON and named in its default file name")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     p.add_argument("--repeats", type=int, default=5, help="timed windows per variant (default 5)")
     p.add_argument("--steps", type=int, default=3, help="env steps (or updates) per timed window (default 3)")
@@ -624,15 +627,18 @@ CUDA_NOTE = (
 
 
 def default_name(algo: str, update_only: bool, obs: str = "vector", device: str = "cpu", env: str = "Pendulum-v1",
-                 collect_only: bool = False) -> str:
+                 collect_only: bool = False, matmul_precision: str | None = None) -> str:
     """``population_<algo>.json`` for env steps, ``population_<algo>_update_only.json`` for the pure
     update (REDQ, SAC and RLPD have both; one name each, so neither run overwrites the other);
     ``population_<algo>_minatar_update_only.json`` for the MinAtar shapes (DRQN, DQN, R2D2);
     ``..._cuda.json`` for timings on a GPU; env steps of another env than Pendulum name it
-    (``population_redq_hopper_cuda.json``); ``--collect-only`` adds ``_collect``."""
+    (``population_redq_hopper_cuda.json``); ``--collect-only`` adds ``_collect``, a
+    ``--matmul-precision`` other than highest ``_matmul_<precision>``."""
     env_part = "" if update_only or env == "Pendulum-v1" else "_" + env.split("-")[0].split("/")[-1].lower()
     return (f"population_{algo}{'_minatar' if obs == 'minatar' else ''}{env_part}{'_update_only' if update_only else ''}"
-            f"{'_collect' if collect_only and not update_only else ''}{'_cuda' if device == 'cuda' else ''}.json")
+            f"{'_collect' if collect_only and not update_only else ''}"
+            f"{f'_matmul_{matmul_precision}' if matmul_precision not in (None, 'highest') else ''}"
+            f"{'_cuda' if device == 'cuda' else ''}.json")
 
 
 def run_whole_runs(args: argparse.Namespace, run) -> int:
@@ -644,9 +650,10 @@ def run_whole_runs(args: argparse.Namespace, run) -> int:
     from rlfunc.runtime.perf import set_threads, tune_allocator
 
     if (args.update_only or args.collect_only or args.compile is not None or args.device != "cpu" or args.cuda_graph
-            or args.env != "Pendulum-v1"):
-        print("population: --runs times whole runs as configured; set train.compile, train.device and train.cuda_graph "
-              "with --set, not --compile, --update-only, --collect-only, --device, --cuda-graph or --env.", file=sys.stderr)
+            or args.env != "Pendulum-v1" or args.matmul_precision):
+        print("population: --runs times whole runs as configured; set train.compile, train.device, train.cuda_graph and "
+              "train.matmul_precision with --set, not --compile, --update-only, --collect-only, --device, --cuda-graph, "
+              "--matmul-precision or --env.", file=sys.stderr)
         return 2
     raw = load_config(args.runs)  # a missing or bad config is its own one-sentence error
     algo, stem = raw["algo"], Path(args.runs).stem
@@ -686,7 +693,7 @@ def run_whole_runs(args: argparse.Namespace, run) -> int:
 def run_population(args: argparse.Namespace, run) -> int:
     import torch
 
-    from rlfunc.runtime.perf import set_threads
+    from rlfunc.runtime.perf import set_matmul_precision, set_threads
 
     if args.runs:
         return run_whole_runs(args, run)
@@ -714,6 +721,7 @@ def run_population(args: argparse.Namespace, run) -> int:
         print("population: --out names one file; pass one --algo with it.", file=sys.stderr)
         return 2
     set_threads(args.threads)
+    set_matmul_precision(args.matmul_precision)  # the trainers keep it (their train.matmul_precision is null)
     # As every trainer (and so every population) does: without it, freed buffers go back to the OS and are
     # zero-filled again on first touch, which penalizes whichever side allocates more per call.
     from rlfunc.runtime.perf import tune_allocator
@@ -725,7 +733,8 @@ def run_population(args: argparse.Namespace, run) -> int:
         out = None
         if args.out or not args.quick:
             out = Path(args.out) if args.out else run.RESULTS_DIR / default_name(algo, args.update_only, args.obs,
-                                                                                  device.type, args.env, args.collect_only)
+                                                                                  device.type, args.env, args.collect_only,
+                                                                                  args.matmul_precision)
         if args.update_only:
             kind, unit = "update_only", "update ms per learner call, all P members (no env, no replay)"
             agent = _update_shape(_update_problem(algo, args.quick, args.obs)[1])
@@ -747,6 +756,7 @@ def run_population(args: argparse.Namespace, run) -> int:
                 "threads": args.threads,
                 "device": str(device),
                 "cuda_graph": bool(args.cuda_graph),
+                "matmul_precision": torch.get_float32_matmul_precision(),
                 "repeats": args.repeats,
                 "steps_per_window": args.steps,
                 "machine": machine,

@@ -169,7 +169,10 @@ def _population_table(d: dict) -> list[str]:
                            f"{_fmt(r['separate_env_steps_per_s_total'])} | {_fmt(r['total_throughput_ratio'])}x | "
                            f"{_fmt(r['population_update_ms_per_env_step'], 1)} | {_fmt(r['separate_update_ms_per_env_step'], 1)}")
     width = head.count("|") - 1
-    lines = [d["notes"], "", head + (" compiled: ratio |" if compiled else ""),
+    precision = d.get("matmul_precision")
+    notes = d["notes"] + (f" float32 matmul precision: {precision} (torch.set_float32_matmul_precision)."
+                          if precision not in (None, "highest") else "")
+    lines = [notes, "", head + (" compiled: ratio |" if compiled else ""),
              "|" + "---|" * (width + (1 if compiled else 0))]
     for r in d["rows"]:
         extra = f" {_fmt(r['compiled']['total_throughput_ratio'])}x |" if "compiled" in r else (" - |" if compiled else "")

@@ -228,6 +228,7 @@ SECTION_CASES = [
     ("drqv2", {"train.device": "cuda:x"}, r"train\.device must be 'cpu' or 'cuda\[:N\]'"),
     ("redq", {"train.run_dir": ""}, r"train\.run_dir must be a directory path"),
     ("redq", {"train.compile_mode": "fast"}, r"train\.compile_mode must be 'step' or 'full'"),
+    ("redq", {"train.matmul_precision": "tf32"}, r"train\.matmul_precision must be 'highest', 'high', 'medium' or null"),
     ("redq", {"train.progress": "sometimes"}, r"train\.progress must be of type bool"),
     ("redq", {"train.total_steps": 1.5}, r"train\.total_steps must be of type int"),
     ("redq", {"env.num_envs": 0}, r"env\.num_envs must be a positive integer, got 0\."),

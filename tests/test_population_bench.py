@@ -39,6 +39,12 @@ def test_collect_only_timing_of_a_population_without_its_update(tmp_path):
     (row,) = d["rows"]
     assert d["kind"] == "collect" and row["members"] == 2 and row["total_throughput_ratio"] > 0
     assert row["population_ms_per_env_step"] > 0 and row["cpu_time"]["separate_ms_per_env_step"] > 0
+    assert d["matmul_precision"] == "highest"  # torch's default, recorded
+
+
+def test_matmul_precision_is_set_for_both_sides_and_recorded(tmp_path):
+    d = _bench(tmp_path, "--algo", "redq", "--update-only", "--matmul-precision", "high")
+    assert d["matmul_precision"] == "high" and d["kind"] == "update_only"
 
 
 def test_update_only_timing_of_every_algorithm(tmp_path):
@@ -88,8 +94,9 @@ def test_device_options_need_cuda_and_are_not_for_whole_runs():
     assert stderr("--algo", "redq", "--cuda-graph") == (2, "population: --cuda-graph needs --device cuda.")
     assert stderr("--algo", "redq", "--update-only", "--cuda-graph") == (2, "population: --cuda-graph needs --device cuda.")
     assert stderr("--runs", "configs/redq/pendulum.yaml", "--device", "cuda") == (
-        2, "population: --runs times whole runs as configured; set train.compile, train.device and train.cuda_graph "
-           "with --set, not --compile, --update-only, --collect-only, --device, --cuda-graph or --env.")
+        2, "population: --runs times whole runs as configured; set train.compile, train.device, train.cuda_graph and "
+           "train.matmul_precision with --set, not --compile, --update-only, --collect-only, --device, --cuda-graph, "
+           "--matmul-precision or --env.")
     assert stderr("--algo", "redq", "--collect-only", "--compile") == (
         2, "population: --collect-only times acting and storing without the update; drop --update-only, --compile "
            "and --cuda-graph.")
@@ -118,3 +125,5 @@ def test_default_names_say_what_was_timed_where():
     assert default_name("redq", False, device="cuda", env="Hopper-v5") == "population_redq_hopper_cuda.json"
     assert default_name("drqn", True, "minatar") == "population_drqn_minatar_update_only.json"
     assert default_name("redq", False, env="Hopper-v5", collect_only=True) == "population_redq_hopper_collect.json"
+    assert default_name("redq", True, device="cuda", matmul_precision="high") == "population_redq_update_only_matmul_high_cuda.json"
+    assert default_name("redq", True, matmul_precision="highest") == "population_redq_update_only.json"

@@ -124,6 +124,7 @@ class TrainSection:
     compile_mode: str = "step"  # "step" (per critic/policy step) or "full" (whole update)
     cuda_graph: bool = False  # record the update as a CUDA graph (rlfunc.runtime.graphs); needs device cuda
     threads: int = 0  # 0: leave torch's default
+    matmul_precision: str | None = None  # float32 matmuls: null keeps torch's; "high": TF32 on Ampere+ GPUs, as JAX there
     run_dir: str = "runs"
     progress: bool = True
     on_checkpoint_error: str = "stop"  # a failed checkpoint write (full disk): "stop" the run, or "continue" without it
@@ -180,6 +181,11 @@ class TrainSection:
             raise ConfigError(f"train.compile_mode must be 'step' or 'full', got {self.compile_mode!r}.")
         if self.threads < 0:
             raise ConfigError(f"train.threads must be >= 0 (0 keeps torch's default), got {self.threads}.")
+        if self.matmul_precision not in (None, "highest", "high", "medium"):
+            raise ConfigError(
+                f"train.matmul_precision must be 'highest', 'high', 'medium' or null (torch's setting), "
+                f"got {self.matmul_precision!r}."
+            )
         if not self.run_dir.strip():
             raise ConfigError("train.run_dir must be a directory path, got an empty string.")
         import torch

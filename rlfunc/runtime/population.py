@@ -418,7 +418,7 @@ class PopulationTrainer:
         from rlfunc.core import population
         from rlfunc.envs import build_wrappers, env_fns, env_spaces
         from rlfunc.runtime.memory import Need, require_memory
-        from rlfunc.runtime.perf import set_threads, tune_allocator
+        from rlfunc.runtime.perf import set_matmul_precision, set_threads, tune_allocator
         from rlfunc.runtime.registry import get_algo
         from rlfunc.runtime.trainer import _frames_per_step, _make_envs
 
@@ -429,6 +429,7 @@ class PopulationTrainer:
         tune_allocator()
         if cfg.threads:
             set_threads(cfg.threads)
+        set_matmul_precision(cfg.matmul_precision)
         if cfg.device.startswith("cuda") and not torch.cuda.is_available():
             raise ConfigError("train.device is 'cuda' but no CUDA device is available; set train.device=cpu.")
         self.entry = get_algo(config.algo)

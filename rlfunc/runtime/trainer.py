@@ -57,7 +57,7 @@ from rlfunc.runtime.config import (
 from rlfunc.runtime.callbacks import check as check_callbacks
 from rlfunc.runtime.callbacks import from_config as stopping_rules
 from rlfunc.runtime.evaluate import run_episodes
-from rlfunc.runtime.perf import set_threads, tune_allocator
+from rlfunc.runtime.perf import set_matmul_precision, set_threads, tune_allocator
 from rlfunc.runtime.registry import get_algo
 from rlfunc.runtime.run_log import CsvLog, Progress, TensorBoardLog, WandbLog
 
@@ -133,6 +133,7 @@ class Trainer:
         tune_allocator()
         if config.train.threads:
             set_threads(config.train.threads)
+        set_matmul_precision(config.train.matmul_precision)
         if config.train.device.startswith("cuda") and not torch.cuda.is_available():
             raise ConfigError("train.device is 'cuda' but no CUDA device is available; set train.device=cpu.")
         self.entry = get_algo(config.algo)
