@@ -268,8 +268,12 @@ def _configure_learn_merge(p: argparse.ArgumentParser) -> None:
 def run_learn_merge(args: argparse.Namespace) -> int:
     """Runs trained once serve two comparisons: ``learn --algo drqn`` (DRQN vs DQN) and
     ``learn --algo r2d2 --only r2d2`` give ``learn_r2d2.json`` = R2D2 + those DRQN runs,
-    without training DRQN twice. Each run keeps its own JSON's machine and settings."""
-    from rlfunc.runtime.plot import plot_runs
+    without training DRQN twice. Each run keeps its own JSON's machine and settings. The PNG is
+    drawn from the runs' ``eval.csv`` where every run directory is still there, else from the
+    JSONs' ``evals``."""
+    import numpy as np
+
+    from rlfunc.runtime.plot import plot_curves, plot_runs
 
     runs: list[dict] = []
     sources: list[dict] = []
@@ -294,10 +298,16 @@ def run_learn_merge(args: argparse.Namespace) -> int:
     write_json(args.out, result)
     dirs = [r["run_dir"] for r in runs if r.get("run_dir") and Path(r["run_dir"]).is_dir()]
     png = None
-    if len(dirs) == len(runs):  # one curve per label of the merged JSON
+    if len(dirs) == len(runs):  # one curve per label of the merged JSON, from each run's eval.csv
         png = plot_runs(dirs, args.out.with_suffix(".png"), title=args.title, labels=[r["algo"] for r in runs])
+    elif all(r.get("evals") for r in runs):  # run directories gone: the JSONs' own evaluations (env steps)
+        groups: dict[str, list] = {}
+        for r in runs:
+            steps, returns = zip(*r["evals"])
+            groups.setdefault(r["algo"], []).append((np.array(steps), np.array(returns)))
+        png = plot_curves(groups, args.out.with_suffix(".png"), title=args.title)
     else:
-        print("some run directories are gone: no PNG (plot_runs reads each run's eval.csv).", file=sys.stderr)
+        print("some runs have neither a run directory nor evaluations: no PNG.", file=sys.stderr)
     print_table(
         [{"algo": k, **v} for k, v in result["summary"].items()],
         [("algo", "algo", ""), ("seeds", "seeds", "d"), ("median final return", "median_final_return", ".1f")],

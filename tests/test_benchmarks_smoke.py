@@ -124,6 +124,19 @@ def test_learn_merge_combines_runs_of_two_learn_files(tmp_path):
     merged = json.loads(out.read_text())
     assert [r["algo"] for r in merged["runs"]] == ["r2d2", "r2d2", "r2d2_single_process", "r2d2_single_process"]
     assert merged["summary"]["r2d2_single_process"]["median_final_return"] == 450.0
+    # Run directories gone (runs/ is not kept): the PNG comes from the JSONs' own evaluations
+    import shutil
+
+    shutil.rmtree(tmp_path / "r0")
+    out.with_suffix(".png").unlink()
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "run.py"), "learn-merge", str(tmp_path / "a.json"),
+         f"{tmp_path / 'b.json'}:drqn", "--out", str(out)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "no PNG" not in proc.stderr
+    assert out.with_suffix(".png").stat().st_size > 1000
 
 
 def test_learn_collect_reads_back_runs_cut_off_before_learn_wrote_its_json(tmp_path):

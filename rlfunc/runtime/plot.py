@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-__all__ = ["plot_runs", "read_evals", "run_label", "run_setting", "group_runs", "NOT_A_SETTING"]
+__all__ = ["plot_runs", "plot_curves", "read_evals", "run_label", "run_setting", "group_runs", "NOT_A_SETTING"]
 
 
 def read_evals(run_dir: str | Path, x: str = "step") -> tuple[np.ndarray, np.ndarray]:
@@ -141,6 +141,16 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, title: str | None = N
     frames (action repeat, e.g. DrQ-v2), the x axis is frames, as in the papers' curves;
     otherwise it is environment steps.
     """
+    x = "frames" if all(_logs_frames(d) for d in run_dirs) else "step"
+    groups = {label: [read_evals(d, x) for d in members] for label, members in _curves(run_dirs, labels).items()}
+    return plot_curves(groups, out, title=title, frames=x == "frames")
+
+
+def plot_curves(groups: dict[str, list[tuple[np.ndarray, np.ndarray]]], out: str | Path,
+                title: str | None = None, frames: bool = False) -> Path:
+    """Plot ``{label: [(steps, returns) per seed]}`` as :func:`plot_runs` does (mean line, min-max
+    band); for curves whose run directories are gone, e.g. a learn JSON's ``evals``. ``frames``
+    labels the x axis env frames instead of environment steps."""
     try:
         import matplotlib
 
@@ -148,8 +158,6 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, title: str | None = N
         import matplotlib.pyplot as plt
     except ImportError as exc:
         raise RuntimeError("Plotting needs matplotlib: pip install -e '.[plots]'.") from exc
-    x = "frames" if all(_logs_frames(d) for d in run_dirs) else "step"
-    groups = {label: [read_evals(d, x) for d in members] for label, members in _curves(run_dirs, labels).items()}
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for label, curves in groups.items():
         common = sorted(set.intersection(*[set(s.tolist()) for s, _ in curves]))
@@ -169,7 +177,7 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, title: str | None = N
         ax.plot(common, mean, marker="o" if len(common) <= 5 else None, label=f"{label} (n={len(curves)})")
         if len(curves) > 1:
             ax.fill_between(common, ys.min(axis=0), ys.max(axis=0), alpha=0.25)
-    ax.set_xlabel("env frames" if x == "frames" else "environment steps")
+    ax.set_xlabel("env frames" if frames else "environment steps")
     ax.set_ylabel("evaluation return")
     if title:
         ax.set_title(title)
