@@ -92,6 +92,8 @@ ALGORITHMS = (
     AlgoRow("drqn", "Hausknecht & Stone 2015", "`drqn/cartpole_novel`",
             "Flickering Pong 12.1 ± 2.2", (Learned("learn_drqn", "drqn", "CartPole, velocities masked"),
                                             Learned("learn_minatar_450k", "drqn_breakout", "MinAtar Breakout", digits=1),
+             Learned("learn_minatar_drqn_stored_state", "drqn_breakout_stored_state",
+                     "MinAtar Breakout, windows from the stored actor state (not the paper's zero state)", digits=1),
              Learned("learn_minatar_300k", "drqn_breakout_flicker", "MinAtar Breakout, flicker", digits=1),
              Learned("learn_minatar_100k", "drqn_seaquest_flicker", "MinAtar Seaquest, flicker", digits=1))),
     AlgoRow("dqn", "Mnih et al. 2015 (DRQN's control)", "`dqn/cartpole_novel`",
