@@ -3,10 +3,11 @@
 Each fault class of the reliability issue (#22) is made here on a real run's
 checkpoint and read back through the command line (``rlfunc eval``,
 ``rlfunc resume``, ``rlfunc dataset collect``) and ``rlfunc.load``: a crafted
-pickle payload, truncated / empty / byte-flipped / deleted / extra files, a
-manifest claiming another dtype or shape, another algorithm's tensors,
-non-finite weights, an edited meta.json, a ``latest`` pointing outside, a full
-disk while writing, leftovers of killed writes.
+pickle payload, a stored config naming a module to import or a wrapper that
+writes files, a huge stored ``obs_shape``, truncated / empty / byte-flipped /
+deleted / extra files, a manifest claiming another dtype or shape, another
+algorithm's tensors, non-finite weights, an edited meta.json, a ``latest``
+pointing outside, a full disk while writing, leftovers of killed writes.
 """
 
 from __future__ import annotations
@@ -497,25 +498,176 @@ def test_an_impossible_allocation_is_one_sentence(tmp_path, capsys, monkeypatch)
     assert not (tmp_path / "r").exists()
 
 
+def forget_module(monkeypatch, name: str) -> None:
+    """``name`` is not imported now, and is forgotten again after the test."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, name, None)
+    del sys.modules[name]
+
+
 def test_loading_never_imports_a_module_the_stored_config_names(run, tmp_path, monkeypatch, capsys):
     """A stored config may name a user's module (env.id module:Env-v0, a module:Class wrapper):
-    rlfunc.load and rlfunc export never import it; making the env (rlfunc eval) does, as gym.make would."""
+    rlfunc.load and rlfunc export never import it, and making its env (eval, resume, dataset collect,
+    rlfunc.evaluate) imports it only with --allow-import MODULE (allow_import= in Python), refusing
+    in one sentence before the env is made otherwise."""
     (tmp_path / "side_effect_mod.py").write_text(
         "import pathlib\npathlib.Path(__file__).with_name('imported').write_text('yes')\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
+    forget_module(monkeypatch, "side_effect_mod")
 
     def edit(meta):
         meta["config"]["env"]["id"] = "side_effect_mod:Pendulum-v1"
         meta["config"]["env"]["wrappers"] = [{"side_effect_mod:Nothing": {}}]
 
     ckpt = newest(run)
-    rewrite_meta(ckpt, edit)
+    for c in (ckpt, run / "checkpoints" / "step_000000150"):
+        rewrite_meta(c, edit)
+    before = tree_digest(run / "checkpoints")
     policy = rlfunc.load(ckpt)
     assert policy.run_config.env.id == "side_effect_mod:Pendulum-v1"
     assert main(["export", str(ckpt), "--out", str(tmp_path / "exported")]) == 0
+    refused = [
+        ["eval", str(ckpt), "--episodes", "1"],
+        ["eval", str(tmp_path / "exported"), "--episodes", "1"],
+        ["resume", str(run), "--total-steps", "350"],
+        ["dataset", "collect", "--checkpoint", str(ckpt), "--steps", "5", "--out", str(tmp_path / "d.npz")],
+        ["eval", str(ckpt), "--episodes", "1", "--allow-import", "side_effect"],  # a prefix is not its package
+    ]
+    for argv in refused:
+        assert main(argv) == 2, argv
+        line = one_error_line(capsys)
+        assert "'side_effect_mod'" in line and "--allow-import side_effect_mod" in line, line
+    with pytest.raises(ValueError, match="allow_import=\\['side_effect_mod'\\]"):
+        rlfunc.evaluate(policy, episodes=1)
     assert not (tmp_path / "imported").exists()
-    # running the env imports the module (and here finds it has no such wrapper: one sentence)
-    assert main(["eval", str(ckpt), "--episodes", "1"]) == 2
+    assert not (tmp_path / "d.npz").exists()
+    assert tree_digest(run / "checkpoints") == before, "a refused resume must not touch the run"
+    # allowed: the module is imported (and here has no such wrapper: one sentence)
+    assert main(["eval", str(ckpt), "--episodes", "1", "--allow-import", "side_effect_mod"]) == 2
     assert "has no 'Nothing'" in one_error_line(capsys)
     assert (tmp_path / "imported").exists()
+
+
+def test_allowed_module_makes_the_env(run, tmp_path, monkeypatch, capsys):
+    """With --allow-import, eval and rlfunc.evaluate make the stored env:Env-v0 as gym.make would; a
+    module already imported in the process (here by the first call) needs no flag."""
+    import sys
+
+    (tmp_path / "registers_nothing.py").write_text("IMPORTED = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    forget_module(monkeypatch, "registers_nothing")
+    rewrite_meta(newest(run), lambda meta: meta["config"]["env"].update(id="registers_nothing:Pendulum-v1"))
+    with pytest.raises(ValueError, match="--allow-import registers_nothing"):
+        rlfunc.evaluate(newest(run), episodes=1)
+    assert "registers_nothing" not in sys.modules
+    assert main(["eval", str(newest(run)), "--episodes", "1", "--allow-import", "registers_nothing"]) == 0
+    assert "mean return" in capsys.readouterr().out
+    assert sys.modules["registers_nothing"].IMPORTED
+    assert len(rlfunc.evaluate(newest(run), episodes=1)["returns"]) == 1
+
+
+def _record_video_run(run: Path, folder: Path, name: str) -> None:
+    def edit(meta):
+        meta["config"]["env"]["kwargs"] = {"render_mode": "rgb_array"}
+        meta["config"]["env"]["wrappers"] = [{name: {"video_folder": str(folder), "name_prefix": "planted"}}]
+
+    for c in sorted((run / "checkpoints").glob("step_*")):
+        rewrite_meta(c, edit)
+
+
+@pytest.mark.parametrize(
+    "name, allow",
+    [
+        ("gymnasium.wrappers.RecordVideo", "gymnasium.wrappers.RecordVideo"),
+        ("gymnasium.wrappers:RecordVideo", "gymnasium.wrappers"),  # an imported module names no I/O wrapper either
+    ],
+)
+def test_a_stored_wrapper_cannot_write_files(run, tmp_path, capsys, name, allow):
+    """A checkpoint's env.wrappers may hold only wrappers that do no I/O: gymnasium's RecordVideo with
+    a video_folder of the file's choosing is refused by eval, resume and dataset collect unless allowed."""
+    planted = tmp_path / "planted"
+    _record_video_run(run, planted, name)
+    for argv in (
+        ["eval", str(run), "--episodes", "1"],
+        ["resume", str(run), "--total-steps", "350"],
+        ["dataset", "collect", "--checkpoint", str(run), "--steps", "5", "--out", str(tmp_path / "d.npz")],
+    ):
+        assert main(argv) == 2, argv
+        line = one_error_line(capsys)
+        assert repr(name) in line and f"--allow-import {allow}" in line, line
+    with pytest.raises(ValueError, match="env.wrappers entry"):
+        rlfunc.evaluate(run, episodes=1)
+    assert not planted.exists()
+
+
+def test_loaded_wrapper_allowlist():
+    """What the packaged configs use (and gymnasium's other I/O-free transforms) is applied from a
+    loaded file; a rendering or writing wrapper only when allowed; the user's own config is unaffected."""
+    from rlfunc.envs import build_wrappers
+    from rlfunc.envs.factory import from_loaded_file
+
+    packaged = [
+        {"gymnasium.wrappers.AtariPreprocessing": {"noop_max": 30, "frame_skip": 4, "screen_size": 84,
+                                                   "terminal_on_life_loss": False, "grayscale_obs": True,
+                                                   "scale_obs": False}},
+        {"flicker": {"p": 0.5}}, {"time_limit": {"max_episode_steps": 5000}}, "mask_velocity",
+        {"pixels": {"size": 84, "frame_stack": 3, "action_repeat": 2}},
+        {"gymnasium.wrappers.FrameStackObservation": {"stack_size": 4}},
+        "rlfunc.envs.wrappers:ScaleObservation",
+    ]
+    video = [{"gymnasium.wrappers.RecordVideo": {"video_folder": "/tmp/x"}}]
+    with from_loaded_file():
+        assert len(build_wrappers(packaged)) == len(packaged)
+        for bad in (video, ["gymnasium.wrappers.HumanRendering"], ["gymnasium.wrappers.JaxToNumpy"]):
+            with pytest.raises(ValueError, match="--allow-import gymnasium.wrappers"):
+                build_wrappers(bad)
+    with from_loaded_file(["gymnasium.wrappers.RecordVideo"]):
+        assert len(build_wrappers(video)) == 1
+    assert len(build_wrappers(video)) == 1  # a config the user wrote
+
+
+@pytest.mark.parametrize("shape", [[200000, 100000], [10**13]])
+def test_a_huge_stored_obs_shape_is_refused_before_building(run, monkeypatch, capsys, shape):
+    """meta.json's obs_shape is checked against the stored parameters before any space or network is
+    built from it (a crafted [200000, 100000] would allocate tens of GiB)."""
+    from rlfunc.runtime import api
+
+    def no_build(*a, **k):
+        raise AssertionError("spaces were built from the crafted obs_shape")
+
+    rewrite_meta(newest(run), lambda meta: meta.update(obs_shape=shape))
+    monkeypatch.setattr(api, "_expected_params", no_build)
+    with pytest.raises(CheckpointError, match="obs_shape"):
+        rlfunc.load(newest(run))
+    assert main(["eval", str(newest(run)), "--episodes", "1"]) == 2
+    assert "obs_shape" in one_error_line(capsys)
+
+
+def test_huge_stored_hidden_sizes_allocate_nothing(run):
+    """The parameter structure a stored config builds is computed on the meta device: a crafted
+    agent.hidden_sizes of 10^5 x 10^5 (40 GB of float32) is refused at once as another configuration's."""
+    rewrite_meta(newest(run), lambda meta: meta["config"]["agent"].update(hidden_sizes=[100000, 100000]))
+    with pytest.raises(CheckpointError, match="another configuration"):
+        rlfunc.load(newest(run))
+
+
+def test_a_dataset_with_non_numeric_action_bounds_is_one_sentence(tmp_path):
+    import gymnasium as gym
+    import numpy as np
+
+    from rlfunc.replay.offline import DatasetError, load_dataset
+
+    n = 10
+    good = dict(observations=np.zeros((n, 3), np.float32), actions=np.zeros((n, 1), np.float32),
+                rewards=np.zeros(n, np.float32), next_observations=np.zeros((n, 3), np.float32),
+                terminals=np.zeros(n, bool))
+    env = gym.make("Pendulum-v1")
+    for key, value in (("action_low", np.array(["x"])), ("action_high", np.array([1 + 2j]))):
+        path = tmp_path / f"{key}.npz"
+        np.savez(path, **good, **{key: value})
+        with pytest.raises(DatasetError, match=f"'{key}' has dtype .*real numbers"):
+            load_dataset(path, env.observation_space, env.action_space)
+    np.savez(tmp_path / "ok.npz", **good, action_low=np.array([-2.0]), action_high=np.array([2]))
+    assert len(load_dataset(tmp_path / "ok.npz", env.observation_space, env.action_space)) == n

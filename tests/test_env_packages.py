@@ -211,12 +211,15 @@ def test_train_eval_resume_and_collect_a_package_env(tmp_path, capsys):
     assert all(-40.0 <= float(row.split(",")[col]) <= 0.0 for row in evals[1:])
 
     _forget_module()  # a new process: only the stored config can bring the env back
-    assert main(["eval", str(run), "--episodes", "2"]) == 0
+    assert main(["eval", str(run), "--episodes", "2"]) == 2  # a module a loaded file names is not imported unasked
+    assert f"--allow-import {MODULE}" in _one_line_error(capsys)
+    assert MODULE not in sys.modules
+    assert main(["eval", str(run), "--episodes", "2", "--allow-import", MODULE]) == 0
     assert "mean return" in capsys.readouterr().out
     assert MODULE in sys.modules
 
     _forget_module()
-    assert main(["resume", str(run), "--total-steps", "450"]) == 0
+    assert main(["resume", str(run), "--total-steps", "450", "--allow-import", MODULE]) == 0
     assert "env steps: 450" in capsys.readouterr().out
 
     _forget_module()
@@ -231,7 +234,7 @@ def test_train_eval_resume_and_collect_a_package_env(tmp_path, capsys):
     _forget_module()
     wrapped = tmp_path / "wrapped.npz"
     assert main(["dataset", "collect", "--checkpoint", str(run), "--policy", "random", "--steps", "60",
-                 "--out", str(wrapped)]) == 0
+                 "--allow-import", MODULE, "--out", str(wrapped)]) == 0
     capsys.readouterr()
     with np.load(wrapped) as data:
         assert data["observations"].shape == (60, 4)  # the run's flatten wrapper
@@ -257,5 +260,5 @@ def test_resume_of_a_run_whose_module_is_gone_is_one_line(tmp_path, capsys, monk
     capsys.readouterr()
     _forget_module()
     monkeypatch.setattr(sys, "path", [p for p in sys.path if not p.rstrip("/").endswith("tests")])
-    assert main(["resume", str(run), "--total-steps", "300"]) == 2
+    assert main(["resume", str(run), "--total-steps", "300", "--allow-import", MODULE]) == 2
     assert "names module 'pkg_envs_example', which is not installed" in _one_line_error(capsys)

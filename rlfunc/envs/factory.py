@@ -24,12 +24,128 @@ __all__ = [
     "env_spaces",
     "build_wrappers",
     "WRAPPERS",
+    "from_loaded_file",
+    "LOADED_GYMNASIUM_WRAPPERS",
+    "LOADED_ENV_MODULES",
 ]
 
 _MUJOCO_HINT = "install MuJoCo with `pip install -e '.[mujoco]'` (mujoco==3.17.0)"
 
 
 _USER_IMPORTS = contextvars.ContextVar("rlfunc_user_imports", default=True)
+_LOADED = contextvars.ContextVar("rlfunc_loaded_config", default=None)
+"""``None``: envs are made from the user's own config. Otherwise a tuple of what the user allowed
+(:func:`from_loaded_file`): the env and wrappers come from a file rlfunc read."""
+
+LOADED_GYMNASIUM_WRAPPERS = frozenset({
+    "AtariPreprocessing", "ClipAction", "ClipReward", "DelayObservation", "DiscretizeAction",
+    "DiscretizeObservation", "DtypeObservation", "FilterObservation", "FlattenObservation",
+    "FrameStackObservation", "GrayscaleObservation", "MaxAndSkipObservation", "NormalizeObservation",
+    "NormalizeReward", "RecordEpisodeStatistics", "RepeatAction", "RescaleAction", "RescaleObservation",
+    "ReshapeObservation", "ResizeObservation", "StickyAction", "TimeAwareObservation", "TimeLimit",
+})
+"""The ``gymnasium.wrappers`` classes an env made from a loaded file's config may use without
+``--allow-import``: transforms of observations, actions and rewards, time limits, frame stacking and
+Atari preprocessing, which read no file, write none and render nothing. Not here: ``RecordVideo``
+(writes files where its arguments say), ``HumanRendering``, ``AddRenderObservation``,
+``RenderCollection`` and the other render wrappers, ``Transform*`` (they need a function, which a
+config cannot hold), and the array-conversion wrappers (they import jax or torch converters).
+rlfunc's own :data:`WRAPPERS` are all allowed; they do no I/O either."""
+
+
+LOADED_ENV_MODULES = frozenset({"ale_py"})
+"""Modules an ``env.id`` of a loaded file's config may name (``ale_py:ALE/Pong-v5``, as the packaged
+Atari configs do) without ``--allow-import``: installed env packages whose import only registers
+their envs."""
+
+
+@contextlib.contextmanager
+def from_loaded_file(allow_import=()):
+    """Within this block, envs are made from a config read from a file (a checkpoint's, a run's
+    directory's, an export's): ``rlfunc eval``, ``rlfunc resume``, ``rlfunc dataset collect
+    --checkpoint`` and :func:`rlfunc.evaluate` enter it.
+
+    A downloaded checkpoint must not be able to run code or write files (docs/checkpoints.md), yet its
+    config may name a module (``env.id`` ``module:Env-v0``, a ``module:ClassName`` wrapper), whose
+    import runs it, or a gymnasium wrapper with I/O (``RecordVideo(video_folder=...)`` writes where the
+    file says). So here a module is imported only if it is already imported in this process or the
+    user named it (or a package above it) in ``allow_import`` (or it is one of
+    :data:`LOADED_ENV_MODULES`); a wrapper must be rlfunc's own, one of
+    :data:`LOADED_GYMNASIUM_WRAPPERS`, or be named (``gymnasium.wrappers.RecordVideo``, or its module)
+    in ``allow_import``. Anything else is one ``ValueError`` sentence, raised before the env is made,
+    naming what to pass. A config the user wrote (``rlfunc train``) is not affected.
+    """
+    if isinstance(allow_import, str):
+        allow_import = [allow_import]
+    token = _LOADED.set(tuple(str(a).strip() for a in allow_import or ()))
+    try:
+        yield
+    finally:
+        _LOADED.reset(token)
+
+
+def _allowed(name: str) -> bool:
+    """Whether the user allowed ``name`` (a module, or ``gymnasium.wrappers.ClassName``): it, or a
+    package above it, is in :func:`from_loaded_file`'s ``allow_import``."""
+    return any(name == a or name.startswith(a + ".") for a in _LOADED.get() or () if a)
+
+
+def _refuse_loaded(what: str, name: str, why: str) -> ValueError:
+    return ValueError(
+        f"The loaded run's config names {what}, {why}; if you trust the file, pass --allow-import {name} "
+        f"(allow_import=[{name!r}] in Python)."
+    )
+
+
+def _check_loaded_import(module: str, what: str) -> None:
+    """Under :func:`from_loaded_file`: refuse to import ``module`` (named in ``what``) unless allowed."""
+    import sys
+
+    own = {target.partition(":")[0] for target in WRAPPERS.values()}  # rlfunc's wrapper modules, gymnasium's
+    if _LOADED.get() is None or module in sys.modules or module in LOADED_ENV_MODULES or module in own:
+        return
+    if not _allowed(module):
+        raise _refuse_loaded(
+            f"module {module!r} in {what}", module, "and rlfunc does not import a module that a loaded file names"
+        )
+
+
+def _check_loaded_wrapper(name: str, cls: type | None = None) -> None:
+    """Under :func:`from_loaded_file`: refuse the wrapper entry ``name`` (its class ``cls`` once known)
+    unless it is rlfunc's own, an I/O-free gymnasium wrapper, or allowed."""
+    if _LOADED.get() is None or name in WRAPPERS:
+        return
+    if name.startswith("gymnasium.wrappers."):
+        attr = name[len("gymnasium.wrappers."):]
+        if attr in LOADED_GYMNASIUM_WRAPPERS or _allowed(name):
+            return
+        raise _refuse_loaded(
+            f"env.wrappers entry {name!r}", name,
+            "which is not one of the wrappers rlfunc applies from a loaded file (those that read, write and render "
+            "nothing)",
+        )
+    module = name.partition(":")[0]
+    if cls is None or _allowed(module) or name in (_LOADED.get() or ()):
+        return
+    if cls not in _safe_wrapper_classes():
+        raise _refuse_loaded(
+            f"env.wrappers entry {name!r}", module,
+            "a class that is not one of the wrappers rlfunc applies from a loaded file (rlfunc's own and gymnasium's "
+            "that read, write and render nothing)",
+        )
+
+
+def _safe_wrapper_classes() -> set:
+    """The classes of :data:`WRAPPERS` and :data:`LOADED_GYMNASIUM_WRAPPERS` (all imported already)."""
+    import importlib
+
+    import gymnasium.wrappers as gw
+
+    out = {getattr(gw, n) for n in LOADED_GYMNASIUM_WRAPPERS}
+    for target in WRAPPERS.values():
+        mod, _, attr = target.partition(":")
+        out.add(getattr(importlib.import_module(mod), attr))
+    return out
 
 
 @contextlib.contextmanager
@@ -38,9 +154,9 @@ def without_user_imports():
     ``module:ClassName``) are checked for form only and their modules are not imported.
 
     Used when a config comes from a file rlfunc wrote (a checkpoint's or a run's config):
-    reading or loading a checkpoint never imports a module it names; making its env
-    (``rlfunc eval``, ``resume``, ``dataset collect``) does, as ``gym.make`` would, so that
-    module must be installed by the user.
+    reading or loading a checkpoint never imports a module it names. Making its env
+    (``rlfunc eval``, ``resume``, ``dataset collect``) happens under :func:`from_loaded_file`,
+    which imports such a module only if the user allowed it.
     """
     token = _USER_IMPORTS.set(False)
     try:
@@ -194,6 +310,7 @@ def check_env_id(env_id: str) -> None:
             if not all(part.isidentifier() for part in module.split(".")):
                 raise ValueError(f"Environment id {env_id!r} names module {module!r}, which is not a Python module name.")
             return  # checked when the env is made (without_user_imports)
+        _check_loaded_import(module, f"env.id {env_id!r}")
         _import_named(module, f"Environment id {env_id!r}")
     if the_id in gym.registry:
         return
@@ -416,6 +533,7 @@ def _wrapper_class(name: Any) -> type:
 
     if not isinstance(name, str):
         raise _unknown_wrapper(name)
+    _check_loaded_wrapper(name)
     if name in WRAPPERS:
         mod, _, attr = WRAPPERS[name].partition(":")
         return getattr(importlib.import_module(mod), attr)
@@ -438,18 +556,36 @@ def _wrapper_class(name: Any) -> type:
         module, _, attr = name.partition(":")
         if not attr or not all(part.isidentifier() for part in attr.split(".")):
             raise ValueError(f"env.wrappers entry {name!r} must be module:ClassName, e.g. my_package.wrappers:MyWrapper.")
+        _check_loaded_import(module, f"env.wrappers entry {name!r}")
         obj: Any = _import_named(module, f"env.wrappers entry {name!r}")
+        # from a loaded file, a module's __getattr__ (which may import more, as gymnasium.wrappers' does)
+        # is not called unless the user allowed the module
+        static = _LOADED.get() is not None and not _allowed(module)
         for part in attr.split("."):
-            if not hasattr(obj, part):
+            found = inspect.getattr_static(obj, part, _MISSING) if static else getattr(obj, part, _MISSING)
+            if found is _MISSING:
                 raise ValueError(f"env.wrappers entry {name!r}: module {module!r} has no {attr!r}.")
-            obj = getattr(obj, part)
+            obj = found
         if not (isinstance(obj, type) and issubclass(obj, gym.Wrapper)):
             raise ValueError(
                 f"env.wrappers entry {name!r} is not a gymnasium.Wrapper class; name a class whose __init__ takes the "
                 "env first."
             )
+        _check_loaded_wrapper(name, obj)
         return obj
     raise _unknown_wrapper(name)
+
+
+_MISSING = object()
+
+
+def _lazy_gymnasium_wrapper(name: str) -> bool:
+    """Whether ``name`` is ``gymnasium.wrappers.ClassName`` of a wrapper gymnasium imports only when it
+    is first used (a module of its own, e.g. the jax and torch converters)."""
+    import gymnasium.wrappers as gw
+
+    attr = name[len("gymnasium.wrappers."):] if name.startswith("gymnasium.wrappers.") else ""
+    return attr in _gymnasium_wrapper_names() and attr not in vars(gw)
 
 
 def _is_callable_type(tp: Any) -> bool:
@@ -506,8 +642,8 @@ def build_wrappers(spec: list) -> list[Callable]:
             kwargs = dict(kwargs or {})
         else:
             raise ValueError(f"env.wrappers entries must be a name or {{name: {{arguments}}}}, got {item!r}.")
-        if isinstance(name, str) and ":" in name and not _USER_IMPORTS.get():
-            # a user's module (without_user_imports): imported and checked when the env is made
+        if isinstance(name, str) and not _USER_IMPORTS.get() and (":" in name or _lazy_gymnasium_wrapper(name)):
+            # a module to import (without_user_imports): imported and checked when the env is made
             out.append(functools.partial(_wrap_later, {name: kwargs}))
             continue
         cls = _wrapper_class(name)

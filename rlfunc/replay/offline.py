@@ -428,6 +428,12 @@ def validate_arrays(
     high = np.asarray(act_space.high, dtype=np.float64)
     for key, want in (("action_low", low), ("action_high", high)):
         if key in arrays:
+            a = arrays[key]
+            if not isinstance(a, np.ndarray) or not _is_real(a):  # a crafted file: strings, objects, complex
+                raise DatasetError(
+                    f"{source}: {key!r} has dtype {getattr(a, 'dtype', type(a).__name__)}; it must hold the env's "
+                    "action bounds as real numbers."
+                )
             got = np.asarray(arrays[key], dtype=np.float64).reshape(want.shape) if np.size(arrays[key]) == want.size else None
             if got is None or not np.allclose(got, want, rtol=1e-5, atol=1e-6):
                 raise DatasetError(

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -60,7 +61,16 @@ def _load_parts(path: str | Path):
     params = state.get("params") if isinstance(state, TensorDict) and "params" in state.keys() else None
     if not isinstance(params, TensorDict):
         raise CheckpointError(f"Checkpoint {str(ckpt)!r} has no parameter tensors (state/params); use a checkpoint `rlfunc train` wrote.")
-    expected = _expected_params(config, *spaces)
+    stored = sum(t.numel() for t in params.values(True, True) if isinstance(t, torch.Tensor))
+    if math.prod(spaces[0]) > max(stored, _OBS_ELEMENTS_MIN_BOUND):
+        raise CheckpointError(
+            f"Checkpoint {str(ckpt)!r} has an obs_shape of {math.prod(spaces[0])} elements in meta.json, more than the "
+            f"{stored} parameters it holds could take in; use a checkpoint `rlfunc train` wrote."
+        )
+    try:
+        expected = _expected_params(config, *spaces)
+    except ValueError as exc:  # the algorithm cannot take these spaces (e.g. a 3-D obs_shape for REDQ)
+        raise CheckpointError(f"Checkpoint {str(ckpt)!r} does not fit its config: {exc}") from None
     check_structure(ckpt, TensorDict({"params": params}, []), expected, "params")
     return ckpt, meta, config, spaces, params
 
@@ -122,6 +132,16 @@ def _stored_spaces(ckpt: Path, meta: dict[str, Any]):
     return tuple(obs_shape), low, high, num_actions
 
 
+_OBS_ELEMENTS_MIN_BOUND = 2**22
+"""An ``obs_shape`` of up to this many elements (4 x 1024 x 1024) is always built; a larger one must not
+exceed the checkpoint's parameter count. Every network here takes an observation in through weights
+that grow with its size (an MLP's first layer, the linear or LSTM layer after a conv torso's flattened
+output: measured, at least 1.7 parameters per observation element, for DrQ-v2 with feature and hidden
+sizes of 1, and over 100 at the algorithms' defaults), so a genuine
+checkpoint passes; the bound stops a crafted meta.json ``obs_shape`` from allocating gigabytes (the
+``gym.spaces.Box`` bounds) before the parameter shapes are compared (review of the checkpoint loader)."""
+
+
 def _expected_params(config, obs_shape, low, high, num_actions) -> TensorDict:
     """The parameter structure ``config``'s algorithm builds for these spaces, as ``{"params": ...}``."""
     import gymnasium as gym
@@ -133,7 +153,10 @@ def _expected_params(config, obs_shape, low, high, num_actions) -> TensorDict:
         act_space = gym.spaces.Box(-1.0, 1.0, shape=low.shape, dtype=np.float32)
     else:
         act_space = gym.spaces.Discrete(num_actions)
-    state = get_algo(config.algo).algo.init(config.agent, obs_space, act_space, seed=0, device="cpu")
+    # on the meta device (also the default of tensors made without a device): shapes and dtypes only, so a
+    # crafted config (hidden sizes, action count) allocates nothing
+    with torch.device("meta"):
+        state = get_algo(config.algo).algo.init(config.agent, obs_space, act_space, seed=0, device="meta")
     return TensorDict({"params": state["params"]}, batch_size=[])
 
 
@@ -241,6 +264,7 @@ def evaluate(
     stochastic: bool = False,
     device: str = "cpu",
     video_dir: str | Path | None = None,
+    allow_import: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Run ``episodes`` episodes; returns ``{"mean", "std", "returns", "videos"}``.
 
@@ -253,10 +277,21 @@ def evaluate(
     ``<algo>-<env>-episode-<i>.mp4`` with gymnasium's ``RecordVideo`` (needs
     moviepy: ``pip install 'rlfunc[video]'``; MuJoCo and DMC envs render
     headless through EGL); ``videos`` lists the files.
+
+    The env and wrappers of a loaded policy's stored config are made under
+    :func:`rlfunc.envs.factory.from_loaded_file`, since the file may be someone else's: a module
+    it names (``env.id`` ``module:Env-v0``, a ``module:ClassName`` wrapper) is imported only if it
+    is already imported or listed in ``allow_import`` (a package allows its submodules), and a
+    gymnasium wrapper that may render or write files (``RecordVideo``) only if listed there as
+    ``gymnasium.wrappers.ClassName``; otherwise a ``ValueError`` sentence, before the env is made.
+    The module of an ``env_id`` passed here is the caller's own, so it is allowed.
     """
+    import contextlib
+
     import gymnasium as gym
 
-    from rlfunc.envs import build_wrappers, make_env
+    from rlfunc.envs import build_wrappers, check_env_id, make_env, split_env_id
+    from rlfunc.envs.factory import from_loaded_file
     from rlfunc.runtime.evaluate import run_episodes
 
     if episodes < 1:
@@ -271,9 +306,15 @@ def evaluate(
     env_cfg = run_config.env if run_config is not None else None
     the_id = env_id or env_cfg.id
     kwargs = env_cfg.kwargs if env_cfg and (env_id is None or env_id == env_cfg.id) else None
-    if video_dir is not None:
-        kwargs = _video_env_kwargs(the_id, kwargs)
-    env = make_env(the_id, kwargs=kwargs, wrappers=build_wrappers(env_cfg.wrappers) if env_cfg else None)
+    allowed = [allow_import] if isinstance(allow_import, str) else list(allow_import)
+    if env_id is not None and split_env_id(env_id)[0] is not None:
+        allowed.append(split_env_id(env_id)[0])  # the caller wrote it
+    with from_loaded_file(allowed) if env_cfg is not None else contextlib.nullcontext():
+        wrappers = build_wrappers(env_cfg.wrappers) if env_cfg else None
+        check_env_id(the_id)  # before _render_modes, whose gym.spec would import a module:Env-v0's module
+        if video_dir is not None:
+            kwargs = _video_env_kwargs(the_id, kwargs)
+        env = make_env(the_id, kwargs=kwargs, wrappers=wrappers)
     prefix = None
     if video_dir is not None:
         if "rgb_array" not in (env.metadata.get("render_modes") or []):

@@ -25,6 +25,25 @@ never leaves a half-written checkpoint behind and never harms the previous
 one; ``latest`` (a one-line text file, also replaced atomically) names the
 newest complete one. :func:`clean_leftovers` removes what a killed write left.
 
+``latest`` names the head of the run's line of checkpoints, which is not always
+the highest step: a resume that fell back past a damaged newer checkpoint
+leaves that one on disk (until it is overwritten or pruned) while the run goes
+on from the older one, and ``best/`` keeps the best evaluation, not the newest.
+A write killed between renaming its checkpoint into place and updating
+``latest`` leaves a complete checkpoint newer than the one ``latest`` names;
+each checkpoint records the name ``latest`` held when it was written
+(``written_after`` in meta.json), so that one is recognised as the head while
+a leftover of an abandoned line is not (:func:`latest_checkpoint`).
+
+Names are ``step_`` and the step, zero-padded to 9 digits
+(``step_000001000``); from 10**9 on the step's own digits
+(``step_1000000000``). They are ordered by the number.
+
+A run directory being trained in is locked (:func:`lock_run_dir`, an advisory
+``flock`` on its ``.rlfunc.lock`` held while the process trains there and
+released by the kernel if it dies), so a second process cannot train or
+resume in it, or clean up a write the first one is making.
+
 Format 1 (rlfunc 0.1, a tensordict memmap without a manifest) is still read,
 by a parser of its JSON metadata that accepts plain tensors only.
 """
@@ -32,6 +51,7 @@ by a parser of its JSON metadata that accepts plain tensors only.
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import json
 import math
@@ -46,6 +66,8 @@ from typing import Any, Iterator
 import torch
 from tensordict import TensorDict
 
+from rlfunc.runtime.config import ConfigError
+
 __all__ = [
     "save_checkpoint",
     "load_checkpoint",
@@ -58,6 +80,12 @@ __all__ = [
     "check_structure",
     "load_newest_good",
     "meta_checksum",
+    "checkpoint_name",
+    "recorded_best_return",
+    "prune_best",
+    "lock_run_dir",
+    "unlock_run_dir",
+    "LOCK_FILE",
     "CheckpointError",
     "CheckpointWriteError",
     "DTYPES",
@@ -81,7 +109,11 @@ DTYPES: dict[str, torch.dtype] = {
 """The tensor dtypes a checkpoint may hold (by their manifest names)."""
 
 _DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
-_NAME_RE = re.compile(r"^step_\d{9}$")
+_NAME = r"step_(?:\d{9}|[1-9]\d{9,18})"
+_NAME_RE = re.compile(rf"^{_NAME}$")
+"""``step_`` and the step: 9 digits, zero-padded, below 10**9; the step's own digits (no leading
+zero, so each step has one name) from 10**9 to :data:`MAX_STEP`."""
+MAX_STEP = 10**19 - 1
 _META_MAX_BYTES = 256 * 2**20  # a meta.json larger than this is not one rlfunc wrote
 _CHUNK = 16 * 2**20
 
@@ -95,6 +127,64 @@ class CheckpointWriteError(OSError):
 
     def __str__(self) -> str:
         return str(self.strerror)
+
+
+def checkpoint_name(step: int) -> str:
+    """The name of the checkpoint of ``step``: ``step_000001000``; ``step_1000000000`` from 10**9 on."""
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP:
+        raise ValueError(f"A checkpoint's step must be an integer from 0 to {MAX_STEP}, got {step!r}.")
+    return f"step_{step:09d}"
+
+
+def _step(path: Path | str) -> int:
+    """The step of a checkpoint named like :data:`_NAME_RE`."""
+    return int(Path(path).name[len("step_") :])
+
+
+def _cut(text: str, limit: int = 120) -> str:
+    """``text`` cut to ``limit`` characters."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """``repr(value)``, cut to ``limit`` characters (a crafted value may be megabytes long)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**limit:
+        return "a number too long to print"
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# -- opening files safely ----------------------------------------------------------------
+
+_O_READ = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+class _NotRegular(OSError):
+    """Raised by :func:`_open_regular` for a FIFO, device, socket or directory."""
+
+
+def _open_regular(path: Path):
+    """``path`` opened for reading in binary mode: never through a symlink (``O_NOFOLLOW``), never
+    blocking on a FIFO (``O_NONBLOCK``), and only if it is a regular file (else :class:`_NotRegular`)."""
+    fd = os.open(path, _O_READ)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _NotRegular(errno.EINVAL, "not a regular file")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _why_unopened(exc: OSError) -> str:
+    """What is wrong with a file :func:`_open_regular` refused, as the end of a sentence about it."""
+    if isinstance(exc, _NotRegular):
+        return "is not a regular file (a FIFO, device or directory is in its place)"
+    if exc.errno in (errno.ELOOP, errno.EMLINK):
+        return "is a symbolic link, not a regular file rlfunc wrote"
+    if isinstance(exc, FileNotFoundError):
+        return "is missing"
+    return f"cannot be opened ({exc.strerror or exc})"
 
 
 # -- writing ------------------------------------------------------------------------------
@@ -162,15 +252,19 @@ def save_checkpoint(directory: str | Path, name: str, tensors: TensorDict, meta:
 
     Raises :class:`CheckpointWriteError` (one sentence) if the disk is full or
     not writable; the temporary directory is removed and the previous
-    checkpoint and ``latest`` are untouched.
+    checkpoint and ``latest`` are untouched. meta.json records the name
+    ``latest`` held before (``written_after``; see :func:`latest_checkpoint`).
     """
     directory = Path(directory)
-    if not _NAME_RE.match(name):
-        raise ValueError(f"checkpoint names look like step_000001000, got {name!r}")
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise ValueError(f"Checkpoint names look like step_000001000 (see checkpoint_name), got {_short(name)}.")
     final = directory / name
     tmp = directory / f".{name}.tmp-{os.getpid()}"
+    previous = None
     try:
         directory.mkdir(parents=True, exist_ok=True)
+        previous = latest_checkpoint(directory)
+        written_after = _read_pointer(directory)
         if tmp.exists():
             shutil.rmtree(tmp)
         (tmp / "tensors").mkdir(parents=True)
@@ -190,20 +284,24 @@ def save_checkpoint(directory: str | Path, name: str, tensors: TensorDict, meta:
                 }
             )
         _fsync_dir(tmp / "tensors")
-        meta = dict(meta, format_version=FORMAT_VERSION, manifest=manifest, batch_sizes=_batch_sizes(tensors))
+        meta = dict(
+            meta, format_version=FORMAT_VERSION, manifest=manifest, batch_sizes=_batch_sizes(tensors), written_after=written_after
+        )
         meta["checksum"] = meta_checksum(meta)
         _write_bytes(tmp / "meta.json", json.dumps(meta, indent=1, sort_keys=True).encode())
         _fsync_dir(tmp)
-        if final.exists():
+        if os.path.lexists(final):
             old = directory / f".{name}.old-{os.getpid()}"
             os.replace(final, old)
             os.replace(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
+            _remove(old)
         else:
             os.replace(tmp, final)
         _fsync_dir(directory)
         latest_tmp = directory / f".latest.tmp-{os.getpid()}"
-        with open(latest_tmp, "w") as f:
+        latest_tmp.unlink(missing_ok=True)  # a leftover (or a planted link) is never written through
+        fd = os.open(latest_tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        with os.fdopen(fd, "w") as f:
             f.write(name + "\n")
             f.flush()
             os.fsync(f.fileno())
@@ -212,11 +310,13 @@ def save_checkpoint(directory: str | Path, name: str, tensors: TensorDict, meta:
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         reason = "the disk is full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else (exc.strerror or str(exc))
-        previous = latest_checkpoint(directory) if directory.is_dir() else None
         kept = f"the previous checkpoint {previous.name} is intact" if previous else "no earlier checkpoint exists"
         raise CheckpointWriteError(
             exc.errno, f"Could not write checkpoint {name} in {str(directory)!r} ({reason}); {kept}; free space or fix the permissions, then `rlfunc resume` the run."
         ) from exc
+    except BaseException:  # a tensor that cannot be stored, Ctrl-C: leave no temporary directory
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return final
 
 
@@ -233,12 +333,12 @@ def clean_leftovers(directory: str | Path) -> list[str]:
     if not directory.is_dir():
         return done
     for entry in sorted(directory.iterdir()):
-        replaced = re.fullmatch(r"\.(step_\d{9})\.old-\d+", entry.name)
-        if replaced and not (directory / replaced.group(1)).exists():
+        replaced = re.fullmatch(rf"\.({_NAME})\.old-\d+", entry.name)
+        if replaced and not os.path.lexists(directory / replaced.group(1)):
             os.replace(entry, directory / replaced.group(1))
             done.append(f"restored {replaced.group(1)} from an interrupted replacement")
             continue
-        if not (replaced or re.fullmatch(r"\.(step_\d{9}\.tmp|latest\.tmp)-\d+", entry.name)):
+        if not (replaced or re.fullmatch(rf"\.({_NAME}\.tmp|latest\.tmp)-\d+", entry.name)):
             continue
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry, ignore_errors=True)
@@ -248,16 +348,26 @@ def clean_leftovers(directory: str | Path) -> list[str]:
     return done
 
 
+def _remove(path: Path) -> None:
+    """Delete a checkpoint directory (a symlink in its place: the link only, never what it points to)."""
+    if path.is_symlink() or not path.is_dir():
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def prune_checkpoints(directory: str | Path, keep: int) -> list[str]:
-    """Delete all but the ``keep`` newest checkpoints in ``directory`` (``train.keep_checkpoints``);
-    never the one ``latest`` names. Returns the names deleted."""
+    """Delete all but the ``keep`` newest checkpoints of the run's line in ``directory``
+    (``train.keep_checkpoints``; :func:`latest_checkpoint` first, then older ones, then leftovers of
+    an abandoned line); never the head :func:`latest_checkpoint` returns. Returns the names deleted."""
     directory = Path(directory)
-    pointer = latest_checkpoint(directory)
+    ordered = _ordered(directory)
+    head = ordered[0] if ordered else None
     deleted = []
-    for old in list_checkpoints(directory)[keep:]:
-        if pointer is not None and old.name == pointer.name:
+    for old in ordered[keep:]:
+        if old == head:
             continue
-        shutil.rmtree(old, ignore_errors=True)
+        _remove(old)
         deleted.append(old.name)
     return deleted
 
@@ -266,26 +376,67 @@ def prune_checkpoints(directory: str | Path, keep: int) -> list[str]:
 
 
 def list_checkpoints(directory: str | Path) -> list[Path]:
-    """Complete-looking checkpoints in ``directory`` (``step_*`` with a meta.json), newest first."""
+    """Complete-looking checkpoints in ``directory`` (``step_*`` with a meta.json), newest (highest step) first.
+
+    Entries that are not what rlfunc writes (a symlink instead of the directory or of its
+    meta.json, a FIFO) are listed too, so that reading them refuses them with a sentence."""
     directory = Path(directory)
     if not directory.is_dir():
         return []
-    found = [p for p in directory.iterdir() if _NAME_RE.match(p.name) and (p / "meta.json").is_file()]
-    return sorted(found, key=lambda p: p.name, reverse=True)
+    try:
+        entries = list(directory.iterdir())
+    except OSError:
+        return []
+    found = [p for p in entries if _NAME_RE.match(p.name) and os.path.lexists(p / "meta.json")]
+    return sorted(found, key=_step, reverse=True)
+
+
+def _read_pointer(directory: Path) -> str | None:
+    """The checkpoint name in ``directory/latest`` (a regular file of one line), or ``None``."""
+    try:
+        with _open_regular(directory / "latest") as f:
+            text = f.read(64)
+    except OSError:
+        return None
+    name = text.decode("utf-8", errors="replace").strip()
+    return name if _NAME_RE.match(name) else None
+
+
+def _written_after(ckpt: Path) -> str | None:
+    """The name ``latest`` held when ``ckpt`` was written (its meta.json's ``written_after``), or ``None``."""
+    try:
+        value = _read_meta(ckpt).get("written_after")
+    except CheckpointError:
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _ordered(directory: Path) -> list[Path]:
+    """The checkpoints in ``directory`` in the order to use them: the run's head first, then older ones
+    newest first, then the leftovers of an abandoned line.
+
+    ``latest`` names the head, unless a newer checkpoint was written after it (its ``written_after``
+    is ``latest``'s name: a write killed between renaming the checkpoint into place and updating
+    ``latest``); then the newest such one is. A checkpoint newer than the one ``latest`` names that
+    was written before it is a leftover of a line a resume abandoned (it had fallen back past it),
+    used only when nothing else verifies. Without a valid ``latest``: by step, newest first."""
+    complete = list_checkpoints(directory)
+    pointer = _read_pointer(directory)
+    named = next((c for c in complete if c.name == pointer), None)
+    if named is None:
+        return complete
+    newer = [c for c in complete if _step(c) > _step(named)]
+    after = [c for c in newer if _written_after(c) == named.name]
+    stale = [c for c in newer if c not in after]
+    older = [c for c in complete if _step(c) < _step(named)]
+    return [*after, named, *older, *stale]
 
 
 def latest_checkpoint(directory: str | Path) -> Path | None:
-    """The newest complete checkpoint in ``directory`` (``None`` if there is none)."""
-    directory = Path(directory)
-    pointer = directory / "latest"
-    try:
-        name = pointer.read_text(errors="replace").strip() if pointer.is_file() else ""
-    except OSError:
-        name = ""
-    if _NAME_RE.match(name) and (directory / name / "meta.json").is_file():
-        return directory / name
-    complete = list_checkpoints(directory)
-    return complete[0] if complete else None
+    """The newest complete checkpoint of the run's line in ``directory`` (``None`` if there is none):
+    the one ``latest`` names, or one written after it whose ``latest`` update a crash prevented."""
+    ordered = _ordered(Path(directory))
+    return ordered[0] if ordered else None
 
 
 def _checkpoints_dir(path: Path) -> Path | None:
@@ -295,14 +446,38 @@ def _checkpoints_dir(path: Path) -> Path | None:
     return None
 
 
+def _refuse_links(ckpt: Path) -> None:
+    """A checkpoint directory, its meta.json and tensors/ are what rlfunc writes: no symlinks, no FIFOs."""
+    if ckpt.is_symlink():
+        raise CheckpointError(
+            f"Checkpoint {str(ckpt)!r} is a symbolic link, not a directory rlfunc wrote; pass the directory it points to "
+            "if you trust it, or use another checkpoint."
+        )
+    try:
+        mode = os.lstat(ckpt / "meta.json").st_mode
+    except FileNotFoundError:
+        raise _damaged(ckpt, "meta.json is missing") from None
+    except OSError as exc:
+        raise _damaged(ckpt, f"meta.json cannot be read ({exc.strerror or exc})") from None
+    if stat.S_ISLNK(mode):
+        raise _damaged(ckpt, "meta.json is a symbolic link, not a regular file rlfunc wrote")
+    if not stat.S_ISREG(mode):
+        raise _damaged(ckpt, "meta.json is not a regular file (a FIFO, device or directory is in its place)")
+
+
 def resolve_checkpoint(path: str | Path) -> Path:
-    """A run directory, a ``checkpoints`` directory or a checkpoint -> checkpoint dir."""
+    """A run directory, a ``checkpoints`` directory or a checkpoint -> checkpoint dir.
+
+    A run's (or a ``checkpoints`` directory's) checkpoint is :func:`latest_checkpoint`'s. A
+    checkpoint that is a symlink, or whose meta.json is a symlink or not a regular file, is refused
+    (:class:`CheckpointError`, one sentence) before anything opens it."""
     path = Path(path)
-    if not path.exists():
+    if not os.path.lexists(path):
         raise CheckpointError(f"No run or checkpoint at {str(path)!r}; check the path.")
     if not path.is_dir():
         raise CheckpointError(f"{str(path)!r} is a file, not a run directory or checkpoint; pass the directory `rlfunc train` created.")
-    if (path / "meta.json").exists():
+    if os.path.lexists(path / "meta.json"):
+        _refuse_links(path)
         return path
     directory = _checkpoints_dir(path)
     found = latest_checkpoint(directory) if directory is not None else None
@@ -310,18 +485,24 @@ def resolve_checkpoint(path: str | Path) -> Path:
         raise CheckpointError(
             f"{str(path)!r} holds no complete checkpoint (no step_*/meta.json); pass a run directory that has trained past its first checkpoint."
         )
+    _refuse_links(found)
     return found
 
 
 def checkpoint_candidates(path: str | Path) -> list[Path]:
-    """Every checkpoint ``path`` could mean, the preferred first: a checkpoint itself,
-    else a run's (or a ``checkpoints`` directory's) checkpoints, newest first."""
+    """Every checkpoint ``path`` could mean, the preferred first: a checkpoint itself, else a run's
+    (or a ``checkpoints`` directory's) checkpoints: the head of its line (:func:`latest_checkpoint`),
+    then older ones newest first, then leftovers of an abandoned line."""
     path = Path(path)
-    first = resolve_checkpoint(path)
-    if (path / "meta.json").exists():
-        return [first]
-    rest = [p for p in list_checkpoints(first.parent) if p != first]
-    return [first, *rest]
+    if os.path.lexists(path / "meta.json"):
+        return [resolve_checkpoint(path)]
+    if not os.path.lexists(path) or not path.is_dir():
+        resolve_checkpoint(path)  # its sentence
+    directory = _checkpoints_dir(path)
+    ordered = _ordered(directory) if directory is not None else []
+    if not ordered:
+        resolve_checkpoint(path)  # its sentence
+    return ordered
 
 
 # -- reading ------------------------------------------------------------------------------
@@ -331,45 +512,61 @@ def _damaged(ckpt: Path, what: str) -> CheckpointError:
     return CheckpointError(f"Checkpoint {str(ckpt)!r} is damaged or was not written by rlfunc: {what}; use an earlier checkpoint.")
 
 
-def _read_meta(ckpt: Path) -> dict[str, Any]:
-    meta_path = ckpt / "meta.json"
+def _read_json(ckpt: Path, file: Path, limit: int = _META_MAX_BYTES) -> Any:
+    """Parse the JSON file ``file`` of checkpoint ``ckpt`` (a regular file, no symlink, at most
+    ``limit`` bytes); anything else is a :class:`CheckpointError` naming it."""
+    rel = file.relative_to(ckpt)
     try:
-        with open(meta_path, "rb") as f:
-            raw = f.read(_META_MAX_BYTES + 1)
+        with _open_regular(file) as f:
+            raw = f.read(limit + 1)
     except OSError as exc:
-        raise _damaged(ckpt, f"meta.json cannot be read ({exc.strerror or exc})") from None
-    if len(raw) > _META_MAX_BYTES:
-        raise _damaged(ckpt, "meta.json is larger than any rlfunc writes")
+        raise _damaged(ckpt, f"{rel} {_why_unopened(exc)}") from None
+    if len(raw) > limit:
+        raise _damaged(ckpt, f"{rel} is larger than any rlfunc writes")
     try:
-        meta = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise _damaged(ckpt, f"meta.json is not valid JSON ({exc})") from None
+        return json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, an integer of more than 4300 digits
+        raise _damaged(ckpt, f"{rel} is not valid JSON ({_cut(str(exc))})") from None
+
+
+def _read_meta(ckpt: Path) -> dict[str, Any]:
+    meta = _read_json(ckpt, ckpt / "meta.json")
     if not isinstance(meta, dict):
         raise _damaged(ckpt, "meta.json does not hold a mapping")
     version = meta.get("format_version")
-    if version not in READABLE_FORMATS:
+    if type(version) is not int or version not in READABLE_FORMATS:  # not True (== 1), not 2.0
         raise CheckpointError(
-            f"Checkpoint {str(ckpt)!r} has format {version!r}, this rlfunc reads {list(READABLE_FORMATS)}; "
+            f"Checkpoint {str(ckpt)!r} has format {_short(version)}, this rlfunc reads {list(READABLE_FORMATS)}; "
             "load it with the rlfunc version that wrote it."
         )
     return meta
+
+
+def _is_count(value: Any, limit: int = 2**63 - 1) -> bool:
+    """A JSON integer from 0 to ``limit`` (not a bool, not a float)."""
+    return type(value) is int and 0 <= value <= limit
+
+
+def _is_shape(value: Any) -> bool:
+    return isinstance(value, list) and len(value) <= 64 and all(_is_count(d) for d in value)
 
 
 def _check_entry(ckpt: Path, i: int, entry: Any) -> tuple[tuple[str, ...], torch.dtype, tuple[int, ...], int, str]:
     if not isinstance(entry, dict):
         raise _damaged(ckpt, f"manifest entry {i} is not a mapping")
     key, dtype, shape, size, digest = (entry.get(k) for k in ("key", "dtype", "shape", "bytes", "blake2b"))
-    if not (isinstance(key, list) and key and all(isinstance(k, str) and k for k in key)):
+    if not (isinstance(key, list) and key and len(key) <= 64 and all(isinstance(k, str) and k for k in key)):
         raise _damaged(ckpt, f"manifest entry {i} has no valid key")
     where = "/".join(key)
-    if dtype not in DTYPES:
-        raise _damaged(ckpt, f"tensor {where} has dtype {dtype!r}, not one of {sorted(DTYPES)}")
-    if not (isinstance(shape, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)):
-        raise _damaged(ckpt, f"tensor {where} has an invalid shape {shape!r}")
+    where = where if len(where) <= 200 else where[:197] + "..."
+    if not (isinstance(dtype, str) and dtype in DTYPES):
+        raise _damaged(ckpt, f"tensor {where} has dtype {_short(dtype)}, not one of {sorted(DTYPES)}")
+    if not _is_shape(shape):
+        raise _damaged(ckpt, f"tensor {where} has an invalid shape {_short(shape)}")
     itemsize = torch.empty((), dtype=DTYPES[dtype]).element_size()
     expected = math.prod(shape) * itemsize
-    if size != expected:
-        raise _damaged(ckpt, f"tensor {where} records {size!r} bytes, but {dtype} {shape} needs {expected}")
+    if not (_is_count(size) and size == expected):
+        raise _damaged(ckpt, f"tensor {where} records {_short(size)} bytes, but {dtype} {_short(shape)} needs {_short(expected)}")
     if not (isinstance(digest, str) and re.fullmatch(r"[0-9a-f]{64}", digest)):
         raise _damaged(ckpt, f"tensor {where} has no valid checksum")
     return tuple(key), DTYPES[dtype], tuple(shape), expected, digest
@@ -378,17 +575,12 @@ def _check_entry(ckpt: Path, i: int, entry: Any) -> tuple[tuple[str, ...], torch
 def _read_tensor(ckpt: Path, file: Path, where: str, dtype: torch.dtype, shape: tuple[int, ...], size: int, digest: str | None) -> torch.Tensor:
     """Read one tensor file read-only (no symlinks, regular files only), check size and checksum."""
     rel = file.relative_to(ckpt)
-    nofollow = getattr(os, "O_NOFOLLOW", 0)
     try:
-        f = open(file, "rb", opener=lambda p, flags: os.open(p, flags | nofollow))
-    except FileNotFoundError:
-        raise _damaged(ckpt, f"{rel} (tensor {where}) is missing") from None
+        f = _open_regular(file)
     except OSError as exc:
-        raise _damaged(ckpt, f"{rel} (tensor {where}) cannot be opened ({exc.strerror or exc})") from None
+        raise _damaged(ckpt, f"{rel} (tensor {where}) {_why_unopened(exc)}") from None
     with f:
         st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise _damaged(ckpt, f"{rel} (tensor {where}) is not a regular file")
         if st.st_size != size:
             raise _damaged(ckpt, f"{rel} (tensor {where}) has {st.st_size} bytes, the manifest says {size} (truncated or overwritten)")
         buf = bytearray(size)
@@ -411,7 +603,11 @@ def _read_tensor(ckpt: Path, file: Path, where: str, dtype: torch.dtype, shape: 
 
 
 def _load_v2(ckpt: Path, meta: dict[str, Any]) -> TensorDict:
-    if meta.get("checksum") != meta_checksum(meta):
+    try:
+        signed = meta.get("checksum") == meta_checksum(meta)
+    except (ValueError, TypeError, RecursionError):  # nested too deep to serialise again
+        signed = False
+    if not signed:
         raise _damaged(ckpt, "meta.json does not match its checksum (it was edited or damaged)")
     manifest = meta.get("manifest")
     if not isinstance(manifest, list):
@@ -423,7 +619,9 @@ def _load_v2(ckpt: Path, meta: dict[str, Any]) -> TensorDict:
     expected_files = {f"{i:05d}.bin" for i in range(len(entries))}
     _refuse_extras(ckpt, ckpt, {"meta.json", "tensors"})
     tensors_dir = ckpt / "tensors"
-    if not tensors_dir.is_dir() or tensors_dir.is_symlink():
+    if tensors_dir.is_symlink():
+        raise _damaged(ckpt, "tensors/ is a symbolic link, not a directory rlfunc wrote")
+    if not tensors_dir.is_dir():
         raise _damaged(ckpt, "tensors/ is missing")
     _refuse_extras(ckpt, tensors_dir, expected_files)
     flat = {}
@@ -432,6 +630,10 @@ def _load_v2(ckpt: Path, meta: dict[str, Any]) -> TensorDict:
     batch_sizes = meta.get("batch_sizes", [])
     if not isinstance(batch_sizes, list) or not all(isinstance(b, dict) for b in batch_sizes):
         raise _damaged(ckpt, "meta.json has invalid batch_sizes")
+    for b in batch_sizes:
+        key, shape = b.get("key"), b.get("shape")
+        if not (isinstance(key, list) and all(isinstance(k, str) for k in key) and _is_shape(shape)):
+            raise _damaged(ckpt, f"batch size {_short(shape)} of {_short(key)} is invalid")
     return _nest(ckpt, flat, [(b.get("key"), b.get("shape")) for b in batch_sizes])
 
 
@@ -456,16 +658,15 @@ def _nest(ckpt: Path, flat: dict[tuple[str, ...], torch.Tensor], batch_sizes: li
             raise _damaged(ckpt, f"tensor {'/'.join(key)} collides with another entry") from None
     for key, shape in sorted(batch_sizes, key=lambda b: len(b[0]) if isinstance(b[0], list) else 0):
         ok_key = isinstance(key, list) and all(isinstance(k, str) for k in key)
-        ok_shape = isinstance(shape, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
-        if not (ok_key and ok_shape):
-            raise _damaged(ckpt, f"batch size {shape!r} of {key!r} is invalid")
+        if not (ok_key and _is_shape(shape)):
+            raise _damaged(ckpt, f"batch size {_short(shape)} of {_short(key)} is invalid")
         try:
             sub = td.get(tuple(key)) if key else td
             if not isinstance(sub, TensorDict):
                 raise KeyError(key)
             sub.batch_size = torch.Size(shape)
-        except (KeyError, ValueError, TypeError, RuntimeError):
-            raise _damaged(ckpt, f"batch size {shape} of {'/'.join(key) or 'the root'} does not fit its tensors") from None
+        except (KeyError, ValueError, TypeError, RuntimeError, OverflowError, IndexError):
+            raise _damaged(ckpt, f"batch size {_short(shape)} of {_short('/'.join(key)) if key else 'the root'} does not fit its tensors") from None
     return td
 
 
@@ -479,12 +680,13 @@ def _load_v1(ckpt: Path) -> TensorDict:
         if depth > 32:
             raise _damaged(ckpt, "tensors/ is nested deeper than rlfunc writes")
         rel = directory.relative_to(ckpt)
-        try:
-            info = json.loads((directory / "meta.json").read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-            raise _damaged(ckpt, f"{rel}/meta.json cannot be read") from None
+        if directory.is_symlink() or not directory.is_dir():
+            raise _damaged(ckpt, f"{rel} is not a directory rlfunc wrote (a symbolic link, or missing)")
+        info = _read_json(ckpt, directory / "meta.json")
         if not isinstance(info, dict) or info.get("_type") != "<class 'tensordict._td.TensorDict'>":
-            raise _damaged(ckpt, f"{rel}/meta.json describes {info.get('_type') if isinstance(info, dict) else info!r}, not a plain TensorDict")
+            raise _damaged(ckpt, f"{rel}/meta.json describes {_short(info.get('_type') if isinstance(info, dict) else info)}, not a plain TensorDict")
+        if info.get("shape") and not _is_shape(info.get("shape")):
+            raise _damaged(ckpt, f"{rel}/meta.json has an invalid batch size {_short(info.get('shape'))}")
         if info.get("shape"):
             batch_sizes.append((list(prefix), info.get("shape")))
         allowed = {"meta.json"}
@@ -492,17 +694,18 @@ def _load_v1(ckpt: Path) -> TensorDict:
             if name in ("shape", "device", "_type", "_format_version", "_class", "names"):
                 continue
             if not isinstance(spec, dict) or not re.fullmatch(r"[A-Za-z0-9_]+", name):
-                raise _damaged(ckpt, f"{rel}/meta.json has an entry {name!r} rlfunc did not write")
+                raise _damaged(ckpt, f"{rel}/meta.json has an entry {_short(name)} rlfunc did not write")
             if spec.get("type") == "TensorDict" and set(spec) == {"type"}:
                 allowed.add(name)
                 walk(directory / name, prefix + (name,), depth + 1)
                 continue
-            dtype = str(spec.get("dtype", "")).removeprefix("torch.")
+            dtype = spec.get("dtype", "")
+            dtype = dtype.removeprefix("torch.") if isinstance(dtype, str) else None
             shape = spec.get("shape")
             if set(spec) - {"device", "shape", "dtype", "is_nested"} or spec.get("is_nested") or dtype not in DTYPES:
                 raise _damaged(ckpt, f"{rel}/{name} is not a plain tensor (a non-tensor or object entry rlfunc did not write)")
-            if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)):
-                raise _damaged(ckpt, f"{rel}/{name} has an invalid shape {shape!r}")
+            if not _is_shape(shape):
+                raise _damaged(ckpt, f"{rel}/{name} has an invalid shape {_short(shape)}")
             allowed.add(f"{name}.memmap")
             size = math.prod(shape) * torch.empty((), dtype=DTYPES[dtype]).element_size()
             flat[prefix + (name,)] = _read_tensor(ckpt, directory / f"{name}.memmap", "/".join(prefix + (name,)), DTYPES[dtype], tuple(shape), size, None)
@@ -533,8 +736,14 @@ def load_checkpoint(path: str | Path) -> tuple[TensorDict, dict[str, Any]]:
     Tensors are ordinary in-memory copies; the files are opened read-only.
     """
     ckpt = resolve_checkpoint(path)
-    meta = _read_meta(ckpt)
-    tensors = _load_v2(ckpt, meta) if meta["format_version"] == 2 else _load_v1(ckpt)
+    try:
+        meta = _read_meta(ckpt)
+        tensors = _load_v2(ckpt, meta) if meta["format_version"] == 2 else _load_v1(ckpt)
+    except CheckpointError:
+        raise
+    except (TypeError, ValueError, KeyError, IndexError, OverflowError, RecursionError) as exc:
+        # every field is type-checked above; this is the net under a crafted value that slipped past
+        raise _damaged(ckpt, f"meta.json holds a value rlfunc did not write ({type(exc).__name__}: {_cut(str(exc))})") from None
     _check_finite(ckpt, tensors)
     meta.pop("manifest", None)
     meta.pop("checksum", None)
@@ -573,8 +782,12 @@ def check_structure(ckpt: Path, tensors: TensorDict, expected: TensorDict, root:
 def load_newest_good(path: str | Path, log=None) -> tuple[Path, TensorDict, dict[str, Any]]:
     """The newest checkpoint under ``path`` that verifies -> ``(checkpoint, tensors, meta)``.
 
-    Each damaged newer checkpoint is skipped with a line (to ``log``, default
-    stderr) naming it and why. Raises the newest one's :class:`CheckpointError`
+    Tried in :func:`checkpoint_candidates`' order: the head of the run's line
+    (:func:`latest_checkpoint`: what ``latest`` names, or a complete checkpoint
+    written after it whose ``latest`` update a crash prevented), then older
+    ones by step, newest first, then leftovers of a line an earlier resume
+    abandoned. Each damaged one is skipped with a line (to ``log``, default
+    stderr) naming it and why. Raises the first one's :class:`CheckpointError`
     if none verifies.
     """
     log = log or (lambda line: print(line, file=sys.stderr))
@@ -590,3 +803,150 @@ def load_newest_good(path: str | Path, log=None) -> tuple[Path, TensorDict, dict
     if len(errors) > 1:
         raise CheckpointError(f"No checkpoint under {str(path)!r} verifies ({len(errors)} tried); the newest: {errors[0]}")
     raise errors[0]
+
+
+# -- the best policy (train.keep_best) -------------------------------------------------------
+
+
+def _eval_return(meta: dict[str, Any]) -> float | None:
+    value = meta.get("eval_return")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        value = float(value)
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def recorded_best_return(directory: str | Path) -> float:
+    """The best evaluation return that a ``train.keep_best`` policy in ``directory`` (a run's
+    ``best/``) records and verifies with; ``-inf`` if there is none.
+
+    A resumed run starts its best return from it as well as from its checkpoint's evaluations: an
+    evaluation after the last checkpoint may have saved a better policy before the run was killed,
+    and a worse one must not replace it."""
+    best = -math.inf
+    for ckpt in list_checkpoints(directory):
+        try:
+            _, meta = load_checkpoint(ckpt)
+        except CheckpointError:
+            continue
+        value = _eval_return(meta)
+        if value is not None and value > best:
+            best = value
+    return best
+
+
+def prune_best(directory: str | Path, kept: Path, eval_return: float) -> list[str]:
+    """After ``kept``, a best policy of ``eval_return``, was written to ``directory``: delete the other
+    policies there. A policy there that verifies and records a better return is never deleted; then
+    ``kept`` is (a better policy is never replaced by a worse one). Returns the names deleted."""
+    kept = Path(kept)
+    worse, better = [], False
+    for other in list_checkpoints(directory):
+        if other.name == kept.name:
+            continue
+        try:
+            _, meta = load_checkpoint(other)
+        except CheckpointError:
+            meta = {}
+        value = _eval_return(meta)
+        if value is not None and value > eval_return:
+            better = True
+        else:
+            worse.append(other)
+    if better:
+        worse.append(kept)
+    for old in worse:
+        _remove(old)
+    return [old.name for old in worse]
+
+
+# -- the run directory's lock ----------------------------------------------------------------
+
+LOCK_FILE = ".rlfunc.lock"
+"""The file in a run directory that the process training there holds an exclusive ``flock`` on."""
+
+_LOCKS: dict[str, int] = {}  # real path of a run directory -> fd of its lock file, held by this process
+
+
+def _forget_locks_in_child() -> None:
+    """A forked child (an env worker) must not keep its parent's run locked after the parent dies."""
+    for fd in _LOCKS.values():
+        if fd >= 0:
+            try:
+                os.close(fd)  # the parent's lock stays: flock belongs to the parent's open file description
+            except OSError:
+                pass
+    _LOCKS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_locks_in_child)
+
+
+def lock_run_dir(run_dir: str | Path) -> bool:
+    """Take ``run_dir``'s lock for this process, or refuse with one :class:`ConfigError` sentence if
+    another live process holds it (it is training or resuming there).
+
+    The lock is an advisory ``flock`` on ``run_dir/.rlfunc.lock`` (which also records the holder's
+    pid): the kernel releases it when the process ends, killed or not, so a crashed run never stays
+    locked. Taking it again in the same process does nothing; :func:`unlock_run_dir` releases it.
+    On a file system without locks, a warning is printed and the run goes on unlocked. Returns
+    whether this call took it (``False``: this process held it already)."""
+    run_dir = Path(run_dir)
+    key = os.path.realpath(run_dir)
+    if key in _LOCKS:
+        return False
+    path = run_dir / LOCK_FILE
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EMLINK):
+            raise ConfigError(f"{str(path)!r} is a symbolic link, not the lock file rlfunc writes; remove it and run again.") from None
+        raise ConfigError(
+            f"Cannot lock run directory {str(run_dir)!r} ({exc.strerror or exc}); fix its permissions or pick another run directory."
+        ) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ConfigError(f"{str(path)!r} is not a regular file, not the lock file rlfunc writes; remove it and run again.")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                print(
+                    f"rlfunc: warning: the file system of {str(run_dir)!r} cannot lock files ({exc.strerror or exc}); "
+                    "nothing stops a second process from training in this run directory at the same time.",
+                    file=sys.stderr,
+                )
+                os.close(fd)
+                _LOCKS[key] = -1
+                return True
+            try:
+                holder = os.pread(fd, 32, 0).decode("ascii", errors="replace").strip()
+            except OSError:
+                holder = ""
+            pid = f" (pid {holder})" if holder.isdigit() else ""
+            raise ConfigError(
+                f"Run directory {str(run_dir)!r} is in use by another rlfunc process{pid} that is training there; "
+                "wait for it to end (or stop it) before training or resuming in this directory."
+            ) from None
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError:
+            pass  # the pid is only for the message above
+    except BaseException:
+        os.close(fd)
+        raise
+    _LOCKS[key] = fd
+    return True
+
+
+def unlock_run_dir(run_dir: str | Path) -> None:
+    """Release ``run_dir``'s lock if this process holds it (the lock file stays; it is reused)."""
+    fd = _LOCKS.pop(os.path.realpath(Path(run_dir)), None)
+    if fd is not None and fd >= 0:
+        os.close(fd)

@@ -41,6 +41,19 @@ def _version() -> str:
         return __version__
 
 
+_ALLOW_IMPORT_HELP = (
+    "trust the stored config of the run or checkpoint this far: import MODULE where its env.id or env.wrappers "
+    "name it (a package allows its submodules), or apply the gymnasium wrapper gymnasium.wrappers.CLASS, which may "
+    "render or write files; repeatable. Without it rlfunc imports no module a loaded file names (unless already "
+    "imported) and applies only rlfunc's and gymnasium's I/O-free wrappers (docs/checkpoints.md)"
+)
+
+
+def _add_allow_import(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--allow-import", dest="allow_import", action="append", default=[], metavar="MODULE",
+                        help=_ALLOW_IMPORT_HELP)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``rlfunc`` argument parser, every subcommand included (``sweep`` from
     :mod:`rlfunc.scale.cli`); building it runs no command and does not import Ray."""
@@ -77,10 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--device", default="cpu", help="where the policy runs: cpu (default), cuda, cuda:N")
     e.add_argument("--video", default=None, metavar="DIR",
                    help="record every episode to DIR as mp4 (gymnasium's RecordVideo; needs pip install 'rlfunc[video]')")
+    _add_allow_import(e)
 
     r = sub.add_parser("resume", help="continue an interrupted run from its newest checkpoint that verifies")
     r.add_argument("run_dir", help="the run directory `rlfunc train` created")
     r.add_argument("--total-steps", type=_positive_int, default=None, help="train to this many env steps instead")
+    _add_allow_import(r)
 
     x = sub.add_parser("export", help="write a run's policy as a small weights-only checkpoint to share")
     x.add_argument("path", help="run directory or checkpoint directory to export (default: its newest checkpoint)")
@@ -108,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="'random': uniform actions (default: checkpoint if given)")
     dc.add_argument("--seed", type=_nonnegative_int, default=0)
     dc.add_argument("--out", required=True, help="output .npz file")
+    _add_allow_import(dc)
 
     from rlfunc.scale.cli import add_sweep_parser  # Ray itself is imported only when a sweep runs
 
@@ -189,14 +205,14 @@ def _run(args: argparse.Namespace) -> None:
     elif args.command == "resume":
         from rlfunc.runtime.trainer import resume
 
-        _report(resume(args.run_dir, total_steps=args.total_steps))
+        _report(resume(args.run_dir, total_steps=args.total_steps, allow_import=args.allow_import))
     elif args.command == "eval":
         from rlfunc.runtime.api import check_device, evaluate
 
         check_device(args.device)
         out = evaluate(
             args.path, episodes=args.episodes, seed=args.seed, stochastic=args.stochastic, device=args.device,
-            video_dir=args.video,
+            video_dir=args.video, allow_import=args.allow_import,
         )
         how = " (stochastic)" if args.stochastic else ""
         print(f"mean return {out['mean']:.2f} +- {out['std']:.2f} over {len(out['returns'])} episodes{how}")
@@ -228,6 +244,7 @@ def _run(args: argparse.Namespace) -> None:
             noise=args.noise,
             policy=policy,
             seed=args.seed,
+            allow_import=args.allow_import,
         )
         ret = "n/a" if out["mean_return"] is None else f"{out['mean_return']:.2f}"
         print(
@@ -298,8 +315,10 @@ def _report(res) -> None:
         final = "n/a" if member.final_return is None else f"{member.final_return:.2f}"
         print(f"{member.run_dir}: final eval return {final}")
     if hasattr(res, "members"):
+        grads = sorted({m.gradient_steps for m in res.members})  # members' counts drift with their episodes
+        grad = f"{grads[0]}" if len(grads) == 1 else f"{grads[0]}-{grads[-1]}"
         print(f"population of {len(res.members)} in {res.run_dir}: env steps {res.env_steps} per member, "
-              f"gradient steps {res.gradient_steps} per member, wall time {res.wall_s:.0f}s")
+              f"gradient steps {grad} per member, wall time {res.wall_s:.0f}s")
         return
     final = "n/a" if res.final_return is None else f"{res.final_return:.2f}"
     print(f"run directory: {res.run_dir}")

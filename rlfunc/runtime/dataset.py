@@ -37,6 +37,7 @@ def collect(
     noise: float = 0.0,
     policy: str = "checkpoint",
     seed: int = 0,
+    allow_import: str | list[str] | tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Collect ``steps`` transitions into ``out`` (``.npz``); returns a summary dict.
 
@@ -47,7 +48,26 @@ def collect(
     gymnasium's ``module:Env-v0`` (the module is imported first, so it can
     register the id); an env without Box observations and actions is refused
     in one sentence (``--env`` applies no wrappers).
+
+    With ``checkpoint``, its env is made from the checkpoint's config, a file that may be someone
+    else's: under :func:`rlfunc.envs.factory.from_loaded_file`, a module that config names is imported
+    only if it is already imported, is the module of ``env_id`` (the caller's own), or is named in
+    ``allow_import`` (``--allow-import MODULE``).
     """
+    if checkpoint is None:
+        return _collect(out, None, env_id, steps, noise, policy, seed)
+    from rlfunc.envs import split_env_id
+    from rlfunc.envs.factory import from_loaded_file
+
+    allowed = [allow_import] if isinstance(allow_import, str) else list(allow_import)
+    if env_id and split_env_id(env_id)[0]:
+        allowed.append(split_env_id(env_id)[0])  # a module the caller typed in env_id is theirs
+    with from_loaded_file(allowed):
+        return _collect(out, checkpoint, env_id, steps, noise, policy, seed)
+
+
+def _collect(out, checkpoint, env_id, steps, noise, policy, seed) -> dict[str, Any]:
+    """:func:`collect`'s body (``checkpoint``'s env under :func:`~rlfunc.envs.factory.from_loaded_file`)."""
     import gymnasium as gym
 
     from rlfunc.envs import build_wrappers, make_env, split_env_id

@@ -19,7 +19,11 @@
 from __future__ import annotations
 
 import csv
+import errno
+import io
 import math
+import os
+import stat
 import sys
 import time
 from pathlib import Path
@@ -37,6 +41,10 @@ class CsvLog:
     seen. A column that appears only later still is not logged (with a
     warning), never rewritten into the file. ``truncate_after``: on resume,
     drop rows logged after that step (the state they describe was not saved).
+
+    The file is only ever a regular file of the run directory: one that is a symlink (or a FIFO,
+    a directory) is refused with one :class:`~rlfunc.runtime.config.ConfigError` sentence, and
+    every open is ``O_NOFOLLOW``, so a resume never writes through a link to a file elsewhere.
     """
 
     def __init__(self, path: Path, truncate_after: int | None = None) -> None:
@@ -44,8 +52,8 @@ class CsvLog:
         self.fields: list[str] | None = None
         self._pending: list[dict[str, Any]] = []
         self._warned: set[str] = set()
-        if path.exists():
-            with open(path, newline="") as f:
+        if _check_regular(path):
+            with _open(path, "r") as f:
                 reader = csv.DictReader(f)
                 rows = list(reader)
                 self.fields = list(reader.fieldnames or []) or None
@@ -66,7 +74,7 @@ class CsvLog:
         if new:
             self._warned.update(new)
             print(f"rlfunc: warning: {self.path.name} has no column for {', '.join(new)}; not logged there.", file=sys.stderr)
-        with open(self.path, "a", newline="") as f:
+        with _open(self.path, "a") as f:
             csv.DictWriter(f, fieldnames=self.fields, extrasaction="ignore").writerow(row)
 
     def close(self) -> None:
@@ -77,7 +85,7 @@ class CsvLog:
 
     def _start(self, rows: list[dict[str, Any]]) -> None:
         self.fields = list(dict.fromkeys(k for r in rows for k in r))
-        with open(self.path, "w", newline="") as f:
+        with _open(self.path, "w") as f:
             w = csv.DictWriter(f, fieldnames=self.fields, extrasaction="ignore")
             w.writeheader()
             w.writerows(rows)
@@ -90,13 +98,64 @@ def _step(row: dict[str, str]) -> float:
         return math.inf
 
 
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+
+
+def _refusal(path: Path, what: str):
+    from rlfunc.runtime.config import ConfigError
+
+    return ConfigError(
+        f"{str(path)!r} {what}, not a log file rlfunc wrote; rlfunc writes its logs only to regular files "
+        "in the run directory, so remove it (or put a copy of the file in its place) and run again."
+    )
+
+
+def _check_regular(path: Path) -> bool:
+    """Whether the log ``path`` exists; a symlink or anything but a regular file there is refused."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return False
+    if stat.S_ISLNK(mode):
+        raise _refusal(path, "is a symbolic link")
+    if not stat.S_ISREG(mode):
+        raise _refusal(path, "is not a regular file")
+    return True
+
+
+def _opener(path: str, flags: int) -> int:
+    return os.open(path, flags | _NOFOLLOW | _NONBLOCK | getattr(os, "O_CLOEXEC", 0), 0o644)
+
+
+def _open(path: Path, mode: str) -> io.TextIOWrapper:
+    """``open(path, mode, newline="")`` that never follows a symlink (``O_NOFOLLOW``), never
+    blocks on a FIFO (``O_NONBLOCK``) and accepts a regular file only."""
+    try:
+        f = open(path, mode, newline="", opener=_opener)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EMLINK):
+            raise _refusal(path, "is a symbolic link") from None
+        if exc.errno == errno.ENXIO:  # a FIFO opened for writing with no reader
+            raise _refusal(path, "is not a regular file") from None
+        raise
+    if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+        f.close()
+        raise _refusal(path, "is not a regular file")
+    return f
+
+
 def _rewrite(path: Path, fields: list[str], rows: list[dict[str, Any]]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-    tmp.replace(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.unlink(missing_ok=True)  # a leftover, or a link planted there, is replaced, never written through
+    try:
+        with _open(tmp, "x") as f:
+            w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+            w.writeheader()
+            w.writerows(rows)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 class TensorBoardLog:

@@ -36,13 +36,19 @@ from tensordict import TensorDict
 
 from rlfunc.envs import build_wrappers, env_spaces, make_env, make_vector_env
 from rlfunc.runtime.checkpoint import (
+    LOCK_FILE,
     CheckpointError,
     CheckpointWriteError,
     check_structure,
+    checkpoint_name,
     clean_leftovers,
     load_newest_good,
+    lock_run_dir,
+    prune_best,
     prune_checkpoints,
+    recorded_best_return,
     save_checkpoint,
+    unlock_run_dir,
 )
 from rlfunc.replay.offline import DatasetError
 from rlfunc.runtime.collector import Collector
@@ -194,7 +200,7 @@ class Trainer:
         tensors = self.learner.state_tensors()
         if not self.config.train.checkpoint_replay:
             tensors = tensors.exclude("replay")
-        path = save_checkpoint(self.ckpt_dir, f"step_{self.env_step:09d}", tensors, meta)
+        path = save_checkpoint(self.ckpt_dir, checkpoint_name(self.env_step), tensors, meta)
         self._last_good_ckpt = path
         self._saved = (self.env_step, len(self.evals))
         prune_checkpoints(self.ckpt_dir, keep=self.config.train.keep_checkpoints)
@@ -215,18 +221,20 @@ class Trainer:
             print(f"rlfunc: warning: {exc} Training continues without this checkpoint.", file=sys.stderr)
 
     def _save_best(self, mean: float) -> None:
-        """``train.keep_best``: the policy of the best evaluation so far, weights only, in ``best/``."""
+        """``train.keep_best``: the policy of the best evaluation so far, weights only, in ``best/``
+        (a better one already there, saved after the checkpoint a resume started from, is never
+        replaced: :meth:`restore` starts the best return from it)."""
         if not self.config.train.keep_best or not mean > self._best_return:
             return
         self._best_return = mean
         tensors = TensorDict({"state": {"params": self.learner.state["params"]}}, batch_size=[])
         meta = {**self._policy_meta(), "env_step": self.env_step, "eval_return": mean, "weights_only": True}
         try:
-            save_checkpoint(self.best_dir, f"step_{self.env_step:09d}", tensors, meta)
+            path = save_checkpoint(self.best_dir, checkpoint_name(self.env_step), tensors, meta)
         except CheckpointWriteError as exc:
             print(f"rlfunc: warning: {exc} The best policy so far is not saved.", file=sys.stderr)
             return
-        prune_checkpoints(self.best_dir, keep=1)
+        prune_best(self.best_dir, path, mean)
 
     def restore(self, checkpoint: Path, tensors, meta: dict[str, Any]) -> None:
         """Continue from a verified checkpoint (see :func:`rlfunc.runtime.checkpoint.load_newest_good`)."""
@@ -253,7 +261,7 @@ class Trainer:
             evals = [(int(s), float(r)) for s, r in meta.get("evals", [])]
             prior_wall = float(meta.get("wall_s", 0.0))  # older checkpoints lack it: counted from 0
             self.collector.restore(meta["env_rng"])
-        except (KeyError, TypeError, ValueError, IndexError, RuntimeError) as exc:
+        except (KeyError, TypeError, ValueError, IndexError, RuntimeError, OverflowError) as exc:
             if isinstance(exc, (CheckpointError, DatasetError)):  # already one sentence about the file
                 raise
             raise CheckpointError(
@@ -264,7 +272,8 @@ class Trainer:
         self.env_step, self.learner_calls, self.collector.episodes = env_step, calls, episodes
         self.evals, self._prior_wall = evals, prior_wall
         self._last_good_ckpt = Path(checkpoint)
-        self._best_return = max([r for _, r in evals], default=-math.inf)
+        # best/ may hold a better policy than these evaluations show: one saved after this checkpoint
+        self._best_return = max([r for _, r in evals] + [recorded_best_return(self.best_dir)])
         if without_replay:
             # train.learning_starts in env (agent) steps; a learner counting windows waits on its replay itself
             steps = getattr(self.learner, "learning_starts_unit", "env steps") in ("env steps", "agent steps")
@@ -313,8 +322,17 @@ class Trainer:
 
     # -- the loop -----------------------------------------------------------------
     def run(self, resumed: bool = False) -> TrainResult:
-        cfg = self.config.train
+        """Train in the run directory, holding its lock (:func:`~rlfunc.runtime.checkpoint.lock_run_dir`)
+        until the run ends: another process training there is refused with one sentence."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        lock_run_dir(self.run_dir)
+        try:
+            return self._run(resumed)
+        finally:
+            unlock_run_dir(self.run_dir)
+
+    def _run(self, resumed: bool) -> TrainResult:
+        cfg = self.config.train
         for directory in (self.ckpt_dir, self.best_dir):
             for line in clean_leftovers(directory):
                 print(f"rlfunc: {directory}: {line}", file=sys.stderr)
@@ -356,8 +374,8 @@ class Trainer:
             try:
                 if self.env_step > 0 and self.learner.params_finite():
                     saved = self.save()
-            except Exception:  # never mask the original error
-                pass
+            except Exception as save_error:  # never mask the original error, but say what was not saved
+                report_unsaved(self.env_step, self._last_good_ckpt, save_error)
             if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, RunInterrupted):
                 where = f"saved at step {self.env_step}" if saved else f"last checkpoint {self._last_good_ckpt}"
                 raise RunInterrupted(f"interrupted; {where}; continue with `rlfunc resume {self.run_dir}`") from None
@@ -590,11 +608,25 @@ def _save_on_sigterm() -> Callable[[], None]:
     return lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
+def report_unsaved(env_step: int, last_good: Path | None, error: BaseException) -> None:
+    """One line on stderr when the state could not be saved on the way out of a crash (the crash's
+    own error follows): the steps since the last checkpoint are not saved, and the user should know."""
+    why = str(error) if isinstance(error, CheckpointWriteError) else f"{type(error).__name__}: {error}"
+    kept = f"the newest checkpoint kept is {last_good}" if last_good else "no checkpoint was written"
+    print(
+        f"rlfunc: warning: the state at env step {env_step} could not be saved on the way out ({' '.join(why.split())}); {kept}.",
+        file=sys.stderr,
+    )
+
+
 def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file, fsync and rename: never half-written."""
+    """Write ``text`` to ``path`` through a temporary file, fsync and rename: never half-written
+    (and never written through a symlink or a leftover at the temporary name)."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "w") as f:
+        tmp.unlink(missing_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
@@ -614,30 +646,57 @@ def _new_run_dir(config: RunConfig) -> Path:
     return path
 
 
+def _refuse_held_run(run_dir: Path) -> None:
+    held = [name for name in RUN_FILES if os.path.lexists(run_dir / name)]
+    if held:
+        raise ConfigError(
+            f"Run directory {str(run_dir)!r} already holds a run ({', '.join(held)}); continue it with "
+            f"`rlfunc resume {run_dir}` or pick another --run-dir."
+        )
+
+
 def prepare_run_dir(run_dir: Path) -> bool:
-    """Refuse a directory that holds another run; create it and prove it is writable, before
-    any env is built. Returns whether the directory was created here (to remove it if the run
-    never starts)."""
+    """Refuse a directory that another live process trains in, or that holds another run; create
+    it, prove it is writable and take its lock (:func:`~rlfunc.runtime.checkpoint.lock_run_dir`,
+    released when the run ends), before any env is built. Returns whether the directory was
+    created here (to remove it if the run never starts: :func:`discard_new_run_dir`)."""
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError(f"Run directory {str(run_dir)!r} is a file; pass a directory with --run-dir.")
-    if run_dir.is_dir():
-        held = [name for name in RUN_FILES if (run_dir / name).exists()]
-        if held:
-            raise ConfigError(
-                f"Run directory {str(run_dir)!r} already holds a run ({', '.join(held)}); continue it with "
-                f"`rlfunc resume {run_dir}` or pick another --run-dir."
-            )
-    created = not run_dir.exists()
-    probe = run_dir / f".rlfunc-write-test-{os.getpid()}"
+    took = False
     try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise ConfigError(
-            f"Cannot write to run directory {str(run_dir)!r} ({exc.strerror or exc}); pick another --run-dir or fix its permissions."
-        ) from None
+        if os.path.lexists(run_dir / LOCK_FILE):
+            took = lock_run_dir(run_dir)  # a live process training there: refused as in use, first
+        if run_dir.is_dir():
+            _refuse_held_run(run_dir)  # refused without writing anything into it
+        created = not run_dir.exists()
+        probe = run_dir / f".rlfunc-write-test-{os.getpid()}"
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            probe.write_text("")
+            probe.unlink()
+        except OSError as exc:
+            raise ConfigError(
+                f"Cannot write to run directory {str(run_dir)!r} ({exc.strerror or exc}); pick another --run-dir or fix its permissions."
+            ) from None
+        took = lock_run_dir(run_dir) or took
+        _refuse_held_run(run_dir)  # a run another process started there since the check above
+    except BaseException:
+        if took:
+            unlock_run_dir(run_dir)
+        raise
     return created
+
+
+def discard_new_run_dir(run_dir: Path, created: bool) -> None:
+    """A run that never started: release its lock and, if this process created the directory and
+    nothing but the lock file is in it, remove it."""
+    unlock_run_dir(run_dir)
+    if not created or not run_dir.is_dir():
+        return
+    entries = [p.name for p in run_dir.iterdir()]
+    if set(entries) <= {LOCK_FILE}:
+        (run_dir / LOCK_FILE).unlink(missing_ok=True)
+        run_dir.rmdir()
 
 
 def _start(run_config: RunConfig, run_dir: Path, created: bool, callbacks: list | None) -> Trainer:
@@ -645,8 +704,7 @@ def _start(run_config: RunConfig, run_dir: Path, created: bool, callbacks: list 
     try:
         return Trainer(run_config, run_dir, callbacks)
     except BaseException:
-        if created and run_dir.is_dir() and not any(run_dir.iterdir()):
-            run_dir.rmdir()
+        discard_new_run_dir(run_dir, created)
         raise
 
 
@@ -692,10 +750,28 @@ def train(
     return _start(run_config, run_dir, created, callbacks).run()
 
 
-def resume(run_dir: str | Path, total_steps: int | None = None, callbacks: list | None = None) -> TrainResult:
+def resume(
+    run_dir: str | Path,
+    total_steps: int | None = None,
+    callbacks: list | None = None,
+    allow_import: str | list[str] | tuple[str, ...] = (),
+) -> TrainResult:
     """Continue the run in ``run_dir`` from its newest checkpoint that verifies (optionally to a new
     ``total_steps``). The config is the one stored in that checkpoint; the run's ``config.yaml`` is
-    only a copy for people. Damaged newer checkpoints are skipped with a line saying why."""
+    only a copy for people. Damaged newer checkpoints are skipped with a line saying why. A run
+    directory another live process trains in is refused with one sentence before anything is done.
+
+    The env is made from the checkpoint's config, a file that may be someone else's, so under
+    :func:`rlfunc.envs.factory.from_loaded_file`: a module it names (``env.id`` ``module:Env-v0``, a
+    ``module:ClassName`` wrapper) is imported only if it is already imported or named in
+    ``allow_import`` (``rlfunc resume --allow-import MODULE``)."""
+    from rlfunc.envs.factory import from_loaded_file
+
+    with from_loaded_file(allow_import):
+        return _resume(run_dir, total_steps, callbacks)
+
+
+def _resume(run_dir: str | Path, total_steps: int | None, callbacks: list | None) -> TrainResult:
     from rlfunc.runtime import population
     from rlfunc.runtime.api import is_weights_only
 
@@ -716,23 +792,27 @@ def resume(run_dir: str | Path, total_steps: int | None = None, callbacks: list 
         raise ConfigError(
             f"{str(run_dir)!r} has no checkpoints/ to resume from; pass the directory `rlfunc train` created, once it has saved a checkpoint."
         )
-    for line in clean_leftovers(run_dir / "checkpoints"):
-        print(f"rlfunc: {run_dir / 'checkpoints'}: {line}", file=sys.stderr)
-    checkpoint, tensors, meta = load_newest_good(run_dir)
-    raw = meta.get("config")
-    if not isinstance(raw, dict):
-        raise CheckpointError(f"Checkpoint {str(checkpoint)!r} holds no run config; it was not written by `rlfunc train`.")
-    if total_steps is not None:
-        raw = apply_overrides(raw, {"train.total_steps": total_steps})
-    run_config = build_config(raw, resolved=True)  # a config rlfunc wrote, possibly an older version's
-    if total_steps is not None and total_steps < int(meta.get("env_step", 0)):
-        raise ConfigError(
-            f"--total-steps {total_steps} is below the {meta.get('env_step')} env steps the run already has; pass a larger number."
-        )
-    if run_config.distributed is not None:  # fresh Ray actors, the learner from the checkpoint
-        from rlfunc.scale import distributed
+    lock_run_dir(run_dir)  # another process training here: refused before anything is touched
+    try:
+        for line in clean_leftovers(run_dir / "checkpoints"):
+            print(f"rlfunc: {run_dir / 'checkpoints'}: {line}", file=sys.stderr)
+        checkpoint, tensors, meta = load_newest_good(run_dir)
+        raw = meta.get("config")
+        if not isinstance(raw, dict):
+            raise CheckpointError(f"Checkpoint {str(checkpoint)!r} holds no run config; it was not written by `rlfunc train`.")
+        if total_steps is not None:
+            raw = apply_overrides(raw, {"train.total_steps": total_steps})
+        run_config = build_config(raw, resolved=True)  # a config rlfunc wrote, possibly an older version's
+        if total_steps is not None and total_steps < int(meta.get("env_step", 0)):
+            raise ConfigError(
+                f"--total-steps {total_steps} is below the {meta.get('env_step')} env steps the run already has; pass a larger number."
+            )
+        if run_config.distributed is not None:  # fresh Ray actors, the learner from the checkpoint
+            from rlfunc.scale import distributed
 
-        return distributed.resume(run_config, run_dir, checkpoint, tensors, meta, callbacks)
-    trainer = Trainer(run_config, run_dir, callbacks)
-    trainer.restore(checkpoint, tensors, meta)
-    return trainer.run(resumed=True)
+            return distributed.resume(run_config, run_dir, checkpoint, tensors, meta, callbacks)
+        trainer = Trainer(run_config, run_dir, callbacks)
+        trainer.restore(checkpoint, tensors, meta)
+        return trainer.run(resumed=True)
+    finally:
+        unlock_run_dir(run_dir)
