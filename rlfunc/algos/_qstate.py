@@ -2,10 +2,34 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from tensordict import TensorDict
 
-from rlfunc.core.optim import Adam, LRSchedule, Schedule, scheduled_lr
+from rlfunc.core.optim import Adam, LRSchedule, Schedule, linear_schedule, scheduled_lr
+
+
+@dataclasses.dataclass(frozen=True)
+class DecayToRate(Schedule):
+    """``lr_decay_updates``/``lr_end``'s decay: linear from the rate to the absolute rate
+    ``end_value`` over ``decay_steps`` updates, then ``end_value``.
+
+    Called, it is ``Schedule("linear", lr, lr_end, N)`` (the same expression, bit for bit).
+    Restarted from another rate (:meth:`scaled`: a population member whose ``lr`` is held in
+    ``state["hparams"]``) its end stays ``lr_end``, as that member's single run decays -- not
+    ``lr_end * base / lr``, which the relative rescaling of :meth:`Schedule.scaled` would give.
+    """
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.kind != "linear" or self.warmup_steps:
+            raise ValueError("DecayToRate is a linear decay without warm-up (lr_decay_updates/lr_end).")
+
+    def scaled(self, step: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
+        """Linear from ``base`` (a tensor) to ``end_value`` over ``decay_steps``: the decay of a
+        config whose ``lr`` is ``base`` and whose ``lr_end`` is this one's."""
+        return linear_schedule(base, self.end_value, self.decay_steps)(step)
 
 
 def q_lr(config) -> float | Schedule:
@@ -17,12 +41,13 @@ def q_lr(config) -> float | Schedule:
     R2D2 papers (both use a constant rate). ``lr_decay_updates: N`` with
     ``lr_end`` is its older spelling, kept so configs and commands written
     before it still run: linear from ``lr`` to ``lr_end`` over ``N`` updates,
-    then ``lr_end`` -- ``Schedule("linear", lr, lr_end, N)``, which evaluates
+    then ``lr_end`` -- :class:`DecayToRate` ``("linear", lr, lr_end, N)``, which evaluates
     exactly the expression the old decay did (:func:`rlfunc.core.optim.linear_schedule`),
-    so runs made with it reproduce bit for bit.
+    so runs made with it reproduce bit for bit. Its end rate is absolute: a population
+    member whose ``lr`` is data decays from its rate to the same ``lr_end``, as its single run.
     """
     if config.lr_decay_updates:
-        return Schedule("linear", config.lr, config.lr_end, config.lr_decay_updates)
+        return DecayToRate("linear", config.lr, config.lr_end, config.lr_decay_updates)
     return scheduled_lr(config.lr, config.lr_schedule)
 
 

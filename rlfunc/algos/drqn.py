@@ -95,8 +95,8 @@ without ``hparams`` (what :func:`init` returns) runs the float path,
 unchanged. ``update`` draws no noise, so it vmaps with ``randomness="error"``
 (tested against single-member updates). A learning-rate schedule is relative
 to the rate (a member's rate rescales it); the older ``lr_decay_updates`` /
-``lr_end`` spelling's end rate is absolute, so a member's rescaled decay ends
-at ``lr_end * member_lr / lr``: use ``lr_schedule`` for populations over ``lr``.
+``lr_end`` spelling's end rate is absolute, so a member decays from its own rate
+to the same ``lr_end``, as its single run does (``_qstate.DecayToRate``).
 
 Usage, acting in ``N`` envs and one update by hand (a whole training script:
 ``rlfunc.examples.drqn_cartpole``)::

@@ -90,7 +90,30 @@ from tensordict import TensorDict
 from rlfunc.algos import _checks, redq
 from rlfunc.core.optim import LRSchedule
 
-__all__ = ["Config", "init", "update", "make_update", "make_population_update", "draw_noise", "act", "actor_apply"]
+__all__ = [
+    "Config",
+    "HPARAMS",
+    "INIT_SETTINGS",
+    "init",
+    "update",
+    "make_update",
+    "make_population_update",
+    "draw_noise",
+    "act",
+    "actor_apply",
+]
+
+HPARAMS = redq.HPARAMS
+"""Settings as data (:mod:`rlfunc.core.population`): REDQ's (:data:`rlfunc.algos.redq.HPARAMS`:
+``actor_lr``, ``critic_lr``, ``alpha_lr``, ``gamma``, ``tau``, ``init_alpha``), since :func:`update`
+*is* :func:`rlfunc.algos.redq.update` and reads them from ``state["hparams"]``; each :class:`Config`
+field of that name is passed unchanged to the REDQ config (:meth:`Config.redq_config`), so a
+member holding one as data computes what its own config computes."""
+
+INIT_SETTINGS = redq.INIT_SETTINGS
+"""The fields :func:`init` turns into state tensors (:data:`rlfunc.algos.redq.INIT_SETTINGS`):
+``target_entropy`` (a number, or ``None``: ``-|A|/2``, resolved per member at init) and
+``init_alpha`` (``params["log_alpha"]`` with ``auto_alpha``)."""
 
 
 @dataclasses.dataclass(frozen=True)

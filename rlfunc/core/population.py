@@ -69,10 +69,11 @@ Schedules. A learning-rate schedule (:class:`rlfunc.core.optim.LRSchedule`)
 is relative to its rate: a member whose rate is a tensor in ``hparams``
 follows the population config's schedule rescaled to start from it
 (:meth:`rlfunc.core.optim.Schedule.scaled`), which is what the member's own
-config with that rate would give. The one exception is DRQN/R2D2's older
-``lr_decay_updates``/``lr_end`` spelling, whose end rate is absolute: rescaled,
-it ends at ``lr_end * member_lr / config.lr``; use ``lr_schedule`` with
-``end_factor`` for populations over ``lr``.
+config with that rate would give. DRQN/R2D2/DQN's older
+``lr_decay_updates``/``lr_end`` spelling has an absolute end rate, and keeps it:
+its schedule (:class:`rlfunc.algos._qstate.DecayToRate`) restarted from a
+member's rate decays linearly from that rate to the config's ``lr_end``, as the
+member's single run does (not to ``lr_end * member_lr / config.lr``).
 
 What is shared. Everything in the ``Config`` that is not a setting as data:
 shapes (hidden sizes, ensemble size, batch size, sequence lengths), counts
@@ -155,7 +156,8 @@ def _algo_module(config):
 
 def hparam_names(config) -> tuple[str, ...]:
     """The ``Config`` fields the algorithm of ``config`` reads from ``state["hparams"]``
-    (its module's ``HPARAMS``; ``()`` for a config whose module declares none)."""
+    (its module's ``HPARAMS``, e.g. RLPD's, which are REDQ's; ``()`` for a config whose
+    module declares none)."""
     return tuple(getattr(_algo_module(config), "HPARAMS", ()))
 
 

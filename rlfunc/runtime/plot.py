@@ -1,4 +1,9 @@
-"""Learning curves of one or more runs (mean and spread over seeds) to a PNG."""
+"""Learning curves of one or more runs (mean and spread over seeds) to a PNG.
+
+A population's run directory (``rlfunc train --seeds/--grid``: its ``member-<k>/`` are the runs,
+it has no ``eval.csv`` of its own) stands for all its members: each is plotted as a run, so its
+seeds are averaged and its grid values are separate curves (:func:`expand_runs`).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,16 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-__all__ = ["plot_runs", "plot_curves", "read_evals", "run_label", "run_setting", "group_runs", "NOT_A_SETTING"]
+__all__ = [
+    "plot_runs",
+    "plot_curves",
+    "read_evals",
+    "expand_runs",
+    "run_label",
+    "run_setting",
+    "group_runs",
+    "NOT_A_SETTING",
+]
 
 
 def read_evals(run_dir: str | Path, x: str = "step") -> tuple[np.ndarray, np.ndarray]:
@@ -25,8 +39,36 @@ def read_evals(run_dir: str | Path, x: str = "step") -> tuple[np.ndarray, np.nda
 
 def _logs_frames(run_dir: str | Path) -> bool:
     """Whether the run's ``eval.csv`` has a ``frames`` column (action-repeated envs: agent steps != frames)."""
-    with open(Path(run_dir) / "eval.csv", newline="") as f:
+    path = Path(run_dir) / "eval.csv"
+    if not path.exists():
+        raise FileNotFoundError(f"{str(run_dir)!r} has no eval.csv; pass run directories made by `rlfunc train`.")
+    with open(path, newline="") as f:
         return "frames" in (next(csv.reader(f), None) or [])
+
+
+def _members(run_dir: str | Path) -> list[Path]:
+    """A population's member directories in member order (``member-0``, ``member-1``, ...); ``[]`` for
+    a directory that is not a population's (it has an ``eval.csv`` of its own, or no ``member-0/``)."""
+    path = Path(run_dir)
+    if (path / "eval.csv").exists() or not (path / "member-0").is_dir():
+        return []
+    found = [p for p in path.glob("member-*") if p.is_dir() and p.name[len("member-"):].isdigit()]
+    return sorted(found, key=lambda p: int(p.name[len("member-"):]))
+
+
+def expand_runs(run_dirs: list[str | Path], labels: list[str] | None = None) -> tuple[list, list[str] | None]:
+    """``(run_dirs, labels)`` with each population directory replaced by its members' directories (its
+    label, if given, repeated for each); other run directories unchanged."""
+    if labels is not None and len(labels) != len(run_dirs):
+        raise ValueError(f"plot_runs got {len(labels)} labels for {len(run_dirs)} runs; pass one label per run.")
+    dirs: list[str | Path] = []
+    out_labels: list[str] | None = None if labels is None else []
+    for i, d in enumerate(run_dirs):
+        members = _members(d)
+        dirs.extend(members or [d])
+        if out_labels is not None:
+            out_labels.extend([labels[i]] * max(len(members), 1))
+    return dirs, out_labels
 
 
 NOT_A_SETTING = frozenset(
@@ -139,8 +181,10 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, title: str | None = N
 
     Curves of different seeds are aligned on the steps they share. When every run logs env
     frames (action repeat, e.g. DrQ-v2), the x axis is frames, as in the papers' curves;
-    otherwise it is environment steps.
+    otherwise it is environment steps. A population's run directory plots all its members
+    (:func:`expand_runs`).
     """
+    run_dirs, labels = expand_runs(list(run_dirs), labels)
     x = "frames" if all(_logs_frames(d) for d in run_dirs) else "step"
     groups = {label: [read_evals(d, x) for d in members] for label, members in _curves(run_dirs, labels).items()}
     return plot_curves(groups, out, title=title, frames=x == "frames")

@@ -143,7 +143,7 @@ from tensordict import TensorDict
 from rlfunc.runtime.config import MAX_SEED, POPULATION_AND_DISTRIBUTED, ConfigError
 from rlfunc.runtime.graphs import FixedStateUpdate
 from rlfunc.runtime.population_collector import PopulationCollector
-from rlfunc.runtime.specs import parse_grid, parse_seeds
+from rlfunc.runtime.specs import MAX_SEEDS, grid_value, parse_grid, parse_seeds, same_value
 
 __all__ = [
     "SUPPORTED",
@@ -215,8 +215,11 @@ def resolve_vectorize(choice: str, algo: str, device: str, encoder: str = "mlp",
 def check_spec(spec: Any, seed: int = 0) -> None:
     """``train.population`` is ``{seeds: [int, ...], grid: {agent.NAME: [value, ...]}}`` (each
     optional; no seeds means ``[train.seed]``); anything else is one :class:`ConfigError` sentence.
-    Whether a grid key is a setting the algorithm takes as data is checked with the algorithm
-    (:func:`member_specs`)."""
+    Grid values are read as ``--grid`` reads them (:func:`~rlfunc.runtime.specs.grid_value`: a
+    config file's ``1e-3`` is a number), and a value given twice (``1e-3`` and ``0.001``, ``1`` and
+    ``1.0``: equal once read) is refused, as is a population of more than
+    :data:`~rlfunc.runtime.specs.MAX_SEEDS` members. Whether a grid key is a setting the algorithm
+    takes as data is checked with the algorithm (:func:`member_specs`)."""
     if not isinstance(spec, dict):
         raise ConfigError(f"train.population must be a mapping with keys seeds and grid, got {spec!r}.")
     extra = [k for k in spec if k not in ("seeds", "grid", "vectorize")]
@@ -237,6 +240,7 @@ def check_spec(spec: Any, seed: int = 0) -> None:
         if len(set(seeds)) != len(seeds):
             raise ConfigError(f"train.population.seeds lists a seed twice ({seeds!r}); each member needs its own seed.")
     grid = spec.get("grid")
+    members = len(seeds) if seeds else 1
     if grid is not None:
         if not isinstance(grid, dict):
             raise ConfigError(f"train.population.grid must map agent.NAME to a list of values, got {grid!r}.")
@@ -248,8 +252,22 @@ def check_spec(spec: Any, seed: int = 0) -> None:
                 )
             if not isinstance(values, list) or not values:
                 raise ConfigError(f"train.population.grid.{key} must be a non-empty list of values, got {values!r}.")
-            if len(set(map(repr, values))) != len(values):
-                raise ConfigError(f"train.population.grid.{key} lists a value twice ({values!r}).")
+            for i, value in enumerate(values):
+                twin = next((v for v in values[:i] if same_value(v, value)), _NO_TWIN)
+                if twin is not _NO_TWIN:
+                    raise ConfigError(
+                        f"train.population.grid.{key} gives one value twice ({twin!r} and {value!r} are equal); "
+                        "list each value once."
+                    )
+            members *= len(values)
+    if members > MAX_SEEDS:
+        raise ConfigError(
+            f"train.population has {members} members (seeds times grid values), more than the {MAX_SEEDS} one "
+            "population takes; train fewer seeds or grid values per population."
+        )
+
+
+_NO_TWIN = object()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -314,13 +332,15 @@ def member_specs(run_config) -> list[MemberSpec]:
     data = population.hparam_names(run_config.agent) + tuple(
         n for n in population._init_settings(run_config.agent) if n not in population.hparam_names(run_config.agent)
     )
-    grid = dict(spec.get("grid") or {})
+    # a config file's values read as --grid reads them (PyYAML's "1e-3" is a string; --grid's a number)
+    grid = {key: [grid_value(v) for v in values] for key, values in (spec.get("grid") or {}).items()}
     for key in grid:
         name = key.split(".", 1)[1]
         if name not in data:
+            those = f"those are: {', '.join('agent.' + n for n in data)}" if data else f"{algo} takes none"
             raise ConfigError(
-                f"train.population.grid: {key} is not a setting {algo} takes as data (those are: "
-                f"{', '.join('agent.' + n for n in data)}); members that differ in it are separate populations."
+                f"train.population.grid: {key} is not a setting {algo} takes as data ({those}); members that "
+                "differ in it are separate populations."
             )
     seeds = list(spec.get("seeds") or [train.seed])
     if spec.get("vectorize") == "loop" and train.cuda_graph and len(seeds) * math.prod(map(len, grid.values())) > 1:
@@ -331,8 +351,9 @@ def member_specs(run_config) -> list[MemberSpec]:
     raw = to_dict(run_config)
     raw["train"].pop("population", None)
     members = []
-    for combo in itertools.product(*grid.values()):
-        settings = dict(zip(grid, combo))
+    built: dict[str, dict[int, Any]] = {key: {} for key in grid}  # each grid value as its members' configs hold it
+    for combo in itertools.product(*(range(len(values)) for values in grid.values())):
+        settings = {key: grid[key][i] for key, i in zip(grid, combo)}
         for seed in seeds:
             member = {**raw, "train": {**raw["train"], "seed": seed}, "agent": dict(raw["agent"])}
             for key, value in settings.items():
@@ -341,7 +362,17 @@ def member_specs(run_config) -> list[MemberSpec]:
                 config = build_config(member)
             except ConfigError as exc:
                 raise ConfigError(f"train.population member with seed {seed} and {settings}: {exc}") from None
+            for key, i in zip(grid, combo):
+                built[key].setdefault(i, getattr(config.agent, key.split(".", 1)[1]))
             members.append(MemberSpec(len(members), seed, settings, config))
+    for key, held in built.items():  # equal once coerced to the field's type (check_spec compared them as read)
+        for i in range(1, len(held)):
+            twin = next((j for j in range(i) if same_value(held[j], held[i])), None)
+            if twin is not None:
+                raise ConfigError(
+                    f"train.population.grid.{key} gives one value twice ({grid[key][twin]!r} and {grid[key][i]!r} "
+                    f"are both {held[i]!r} as {key}); list each value once."
+                )
     return members
 
 
@@ -836,7 +867,7 @@ class PopulationTrainer:
         return TensorDict({"state": TensorDict({"params": params}, batch_size=[])}, batch_size=[])
 
     def _save_best(self, k: int, mean: float) -> None:
-        from rlfunc.runtime.checkpoint import CheckpointWriteError, prune_checkpoints, save_checkpoint
+        from rlfunc.runtime.checkpoint import CheckpointWriteError, checkpoint_name, prune_best, save_checkpoint
 
         if not self.config.train.keep_best or not mean > self._best[k]:
             return
@@ -844,11 +875,11 @@ class PopulationTrainer:
         best = self.member_dir(k) / "best"
         meta = {**self._member_meta(k), "eval_return": mean}
         try:
-            save_checkpoint(best, f"step_{self.env_steps[k]:09d}", self._member_policy_tensors(k), meta)
+            path = save_checkpoint(best, checkpoint_name(self.env_steps[k]), self._member_policy_tensors(k), meta)
         except CheckpointWriteError as exc:
             print(f"rlfunc: warning: {exc} Member {k}'s best policy so far is not saved.", file=sys.stderr)
             return
-        prune_checkpoints(best, keep=1)
+        prune_best(best, path, mean)  # never a better one (saved after the checkpoint a resume started from)
 
     def _member_tensors(self, k: int) -> TensorDict:
         """What member ``k``'s learner checkpoints besides its state (replay, generator, ...); a batched
@@ -866,7 +897,7 @@ class PopulationTrainer:
         """The population's training checkpoint in ``checkpoints/`` (the stacked state and each
         member's learner tensors: replay, generator), then each member's policy (weights only,
         :func:`rlfunc.runtime.api.export`'s format) in ``member-<k>/checkpoints/``."""
-        from rlfunc.runtime.checkpoint import prune_checkpoints, save_checkpoint
+        from rlfunc.runtime.checkpoint import checkpoint_name, prune_checkpoints, save_checkpoint
         from rlfunc.runtime.config import to_dict
         from rlfunc.runtime.trainer import NonFiniteLossError
 
@@ -902,12 +933,12 @@ class PopulationTrainer:
         )
         if self.replay is not None:
             tensors["replay"] = self.replay.state_dict()
-        name = f"step_{max(self.env_steps):09d}"
+        name = checkpoint_name(max(self.env_steps))
         path = save_checkpoint(self.ckpt_dir, name, tensors, meta)
         prune_checkpoints(self.ckpt_dir, keep=self.config.train.keep_checkpoints)
         for k in range(p):
             directory = self.member_dir(k) / "checkpoints"
-            save_checkpoint(directory, f"step_{self.env_steps[k]:09d}", self._member_policy_tensors(k), self._member_meta(k))
+            save_checkpoint(directory, checkpoint_name(self.env_steps[k]), self._member_policy_tensors(k), self._member_meta(k))
             prune_checkpoints(directory, keep=1)
         self._saved = tuple(self.env_steps)
         return path
@@ -916,7 +947,7 @@ class PopulationTrainer:
         """Continue every member from a verified population checkpoint: the stacked state, and each
         member's learner from its tensors (its ``load_state_tensors``: replay, generator, and what
         its single run's resume does, e.g. closing open episodes and zeroing carries)."""
-        from rlfunc.runtime.checkpoint import CheckpointError, check_structure
+        from rlfunc.runtime.checkpoint import CheckpointError, check_structure, recorded_best_return
 
         p = len(self.members)
         if "members" not in tensors.keys():
@@ -956,11 +987,13 @@ class PopulationTrainer:
             env_steps, calls = [int(s) for s in meta["env_steps"]], [int(c) for c in meta["updates"]]
         except CheckpointError:
             raise
-        except (KeyError, TypeError, ValueError, IndexError, RuntimeError) as exc:
+        except (KeyError, TypeError, ValueError, IndexError, RuntimeError, OverflowError) as exc:
             raise CheckpointError(
                 f"Checkpoint {str(checkpoint)!r} does not fit this population ({type(exc).__name__}: {exc}); resume it "
                 "with the rlfunc version that wrote it."
             ) from None
+        # a member's best/ may hold a better policy than the checkpoint records: one saved after it
+        best = [max(b, recorded_best_return(self.member_dir(k) / "best")) for k, b in enumerate(best)]
         self.env_steps, self.learner_calls, self.evals, self._best = env_steps, calls, evals, best
         self._prior_wall = float(meta.get("wall_s", 0.0))
         self._saved = tuple(env_steps)
@@ -1009,6 +1042,19 @@ class PopulationTrainer:
             ]
 
     def run(self, resumed: bool = False) -> PopulationResult:
+        """Train the population (:meth:`_run`), holding the run directory's lock
+        (:func:`~rlfunc.runtime.checkpoint.lock_run_dir`) until it ends: another process training
+        there is refused with one sentence."""
+        from rlfunc.runtime.checkpoint import lock_run_dir, unlock_run_dir
+
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        lock_run_dir(self.run_dir)
+        try:
+            return self._run(resumed)
+        finally:
+            unlock_run_dir(self.run_dir)
+
+    def _run(self, resumed: bool = False) -> PopulationResult:
         """Every member's single-run loop, in rounds: each unfinished member acts (one vmapped act),
         [learns first where its learner does, DrQ-v2], steps its env and stores its rows; then for
         each stored row, as the single run counts them, its env step advances and the members whose
@@ -1095,8 +1141,10 @@ class PopulationTrainer:
                     self._learn_due()  # the counted updates, so that the saved state matches its env steps
                     self.save()
                     saved = True
-                except Exception:  # never mask the original error
-                    pass
+                except Exception as save_error:  # never mask the original error, but say what was not saved
+                    from rlfunc.runtime.trainer import report_unsaved
+
+                    report_unsaved(max(self.env_steps), None, save_error)
             if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, RunInterrupted):
                 where = f"saved at step {max(self.env_steps)}" if saved else "last checkpoint kept"
                 raise RunInterrupted(f"interrupted; {where}; continue with `rlfunc resume {self.run_dir}`") from None
@@ -1188,36 +1236,42 @@ def train(
         return trainer.train(run_config, run_dir=run_dir)
     members = member_specs(run_config)  # refusals before the run directory is made
     run_dir = Path(run_dir) if run_dir is not None else _new_run_dir(run_config, len(members))
-    created = trainer.prepare_run_dir(run_dir)
+    created = trainer.prepare_run_dir(run_dir)  # and its lock, released when the run ends
     try:
         pop = PopulationTrainer(run_config, run_dir)
     except BaseException:
-        if created and run_dir.is_dir() and not any(run_dir.iterdir()):
-            run_dir.rmdir()
+        trainer.discard_new_run_dir(run_dir, created)
         raise
     return pop.run()
 
 
 def resume(run_dir: str | Path, total_steps: int | None = None) -> PopulationResult:
     """Continue every member of the population in ``run_dir`` from its newest checkpoint that
-    verifies (optionally to a new ``total_steps``); the config is the one stored in it."""
-    from rlfunc.runtime.checkpoint import CheckpointError, load_newest_good
+    verifies (optionally to a new ``total_steps``); the config is the one stored in it. A run
+    directory another live process trains in is refused with one sentence before anything is done."""
+    from rlfunc.runtime.checkpoint import CheckpointError, clean_leftovers, load_newest_good, lock_run_dir, unlock_run_dir
     from rlfunc.runtime.config import apply_overrides, build_config
 
     run_dir = Path(run_dir)
     if not (run_dir / "checkpoints").is_dir():
         raise ConfigError(f"{str(run_dir)!r} has no checkpoints/ to resume from; pass the population's run directory once it has saved one.")
-    checkpoint, tensors, meta = load_newest_good(run_dir)
-    raw = meta.get("config")
-    if not isinstance(raw, dict) or "population" not in meta:
-        raise CheckpointError(f"Checkpoint {str(checkpoint)!r} is not a population's; resume it with `rlfunc resume` of its own run.")
-    if total_steps is not None:
-        if total_steps < int(meta.get("env_step", 0)):
-            raise ConfigError(
-                f"--total-steps {total_steps} is below the {meta.get('env_step')} env steps the run already has; pass a larger number."
-            )
-        raw = apply_overrides(raw, {"train.total_steps": total_steps})
-    run_config = build_config(raw, resolved=True)
-    pop = PopulationTrainer(run_config, run_dir)
-    pop.restore(checkpoint, tensors, meta)
-    return pop.run(resumed=True)
+    lock_run_dir(run_dir)  # another process training here: refused before anything is touched
+    try:
+        for line in clean_leftovers(run_dir / "checkpoints"):  # as a single run's resume does
+            print(f"rlfunc: {run_dir / 'checkpoints'}: {line}", file=sys.stderr)
+        checkpoint, tensors, meta = load_newest_good(run_dir)
+        raw = meta.get("config")
+        if not isinstance(raw, dict) or "population" not in meta:
+            raise CheckpointError(f"Checkpoint {str(checkpoint)!r} is not a population's; resume it with `rlfunc resume` of its own run.")
+        if total_steps is not None:
+            if total_steps < int(meta.get("env_step", 0)):
+                raise ConfigError(
+                    f"--total-steps {total_steps} is below the {meta.get('env_step')} env steps the run already has; pass a larger number."
+                )
+            raw = apply_overrides(raw, {"train.total_steps": total_steps})
+        run_config = build_config(raw, resolved=True)
+        pop = PopulationTrainer(run_config, run_dir)
+        pop.restore(checkpoint, tensors, meta)
+        return pop.run(resumed=True)
+    finally:
+        unlock_run_dir(run_dir)
