@@ -7,7 +7,9 @@ sentences. Pixel agents (MinAtar): two actors' chunks, interleaved in the learne
 hold the single-process pixel collector's windows (frames gathered by sample, stored states,
 priorities), and each chunk carries each frame once plus small per-window metadata. With Ray (loopback, dashboard off, each test bounded, shut down after the module): a
 Ray actor returns the in-process actor's chunk; a run whose actor is killed by pid goes on, the
-actor is restarted and the counters are exact; parameter versions reach the actors; an
+actor is restarted, its death is counted once and the counters are exact; with max_restarts=0 one
+death stops the run in one sentence; an actor Ray cannot place (another job holds its CPU) reserves
+no steps and the run ends; with no actor placed the run stops in one sentence; parameter versions reach the actors; an
 unreachable address and too many CPUs are one sentence; `rlfunc train` of the shipped configs
 (CartPole and MinAtar), then `rlfunc resume`.
 """
@@ -281,10 +283,13 @@ class _InstantRay:
         class Handle:
             def __init__(self, actor):
                 class Method:
-                    def remote(self, published, steps):
-                        return _InstantRay.Ref(actor.collect(published, steps))
+                    def __init__(self, fn):
+                        self.fn = fn
 
-                self.collect = Method()
+                    def remote(self, *args):
+                        return _InstantRay.Ref(self.fn(*args))
+
+                self.collect, self.info = Method(actor.collect), Method(actor.info)
 
         class Factory:
             def options(self, **_):
@@ -424,6 +429,7 @@ def test_a_killed_actor_is_restarted_the_learner_goes_on_and_the_counters_are_ex
                           callbacks=[kill, type("Keep", (), {"on_end": lambda self, run, reason: runs.append(run)})()])
     run = runs[0]
     assert kill.killed is not None and run.actor_failures >= 1
+    assert run.actor_deaths == 1, "one death, however many calls it failed"
     assert kill.restarted_pid not in (None, kill.killed)
     assert run.actor_restarts == 1 and {c[4] for c in run.chunks if c[0] == 0} == {kill.killed, kill.restarted_pid}
     assert kill.calls_after > kill.calls_at_kill  # the learner trained while the actor restarted
@@ -439,6 +445,83 @@ def test_a_killed_actor_is_restarted_the_learner_goes_on_and_the_counters_are_ex
     meta = json.loads(next((tmp_path / "run" / "checkpoints").glob("step_*/meta.json")).read_text())
     assert meta["env_step"] == run.env_step and meta["updates"] == run.learner_calls
     assert meta["distributed"]["param_version"] == run.version
+
+
+def test_with_max_restarts_0_one_death_stops_the_run_in_one_sentence(ray_local, bounded, tmp_path, capsys):
+    """Ray does not restart the actor: the run stops at its first death, which is counted once (both queued
+    calls fail with it), and nothing says Ray restarts it. (It said so once per failed call, and stopped with
+    "died 3 times" after one death.)"""
+    import rlfunc
+
+    class Kill:
+        killed = None
+
+        def on_log(self, run, row):
+            if self.killed is None and any(c[0] == 0 for c in run.chunks):
+                self.killed = [c[4] for c in run.chunks if c[0] == 0][-1]
+                os.kill(self.killed, signal.SIGKILL)
+
+    kill = Kill()
+    with pytest.raises(ConfigError, match=(
+        r"^Distributed actor 0 died 1 time and Ray restarts an actor at most distributed\.max_restarts=0 times, so "
+        r"the run stopped at env step \d+: raise distributed\.max_restarts or find what ends the actor, then continue "
+        r"with `rlfunc resume .*`: The actor died .*\.$")):
+        rlfunc.train(_tiny(**{"train.total_steps": 100_000, "train.log_every": 100, "distributed.max_restarts": 0}),
+                     run_dir=tmp_path / "run", callbacks=[kill])
+    assert kill.killed is not None
+    assert "restarts it" not in capsys.readouterr().err
+
+
+@pytest.fixture
+def hog(ray_local):
+    """Holds CPUs of the 2-CPU Ray the way another job would: ``hog(n)`` starts an actor holding ``n``."""
+    held = []
+
+    class Hog:  # defined here: Ray sends it by value (the workers cannot import the test module)
+        def ping(self):
+            return os.getpid()
+
+    def start(cpus):
+        actor = ray_local.remote(num_cpus=cpus)(Hog).remote()
+        ray_local.get(actor.ping.remote(), timeout=60)
+        held.append(actor)
+
+    yield start
+    for actor in held:
+        ray_local.kill(actor)
+
+
+def test_an_actor_ray_cannot_place_reserves_no_steps_and_the_run_ends(ray_local, bounded, hog, tmp_path, capsys):
+    """Another job holds 1 of the 2 CPUs: actor 1 is never placed. It is asked for nothing until it is up, so
+    actor 0 collects every step and the run ends, with exact counters. (Its two queued calls held back their
+    steps: near the end actor 0 was asked for nothing and the run waited forever.)"""
+    import rlfunc
+
+    hog(1)
+    runs = []
+    result = rlfunc.train(_tiny(**{"train.total_steps": 800}), run_dir=tmp_path / "run",
+                          callbacks=[type("Keep", (), {"on_end": lambda self, run, reason: runs.append(run)})()])
+    run = runs[0]
+    assert {c[0] for c in run.chunks} == {0}
+    assert result.env_steps == run.env_step == sum(c[2] for c in run.chunks)
+    assert 800 <= run.env_step < 800 + 2  # at most envs_per_actor - 1 past the end
+    assert run.learner.replay.windows_added == sum(c[3] for c in run.chunks)
+    assert "the Ray cluster has 1 of 2 free now" in capsys.readouterr().err
+
+
+def test_no_actor_running_stops_the_run_in_one_sentence(ray_local, bounded, hog, tmp_path, monkeypatch):
+    """Other jobs hold every CPU: no actor can be placed, and after ACTOR_START_TIMEOUT_S the run stops in
+    one sentence instead of waiting forever."""
+    import rlfunc
+
+    hog(2)
+    monkeypatch.setattr(distributed, "ACTOR_START_TIMEOUT_S", 3.0)
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError, match=(
+        r"^No distributed actor has been running for 3 s: each asks Ray for 1 CPU and the Ray cluster has 0 of 2 CPUs "
+        r"free; stop what holds them, lower distributed\.actor_cpus, or add nodes to the cluster\.$")):
+        rlfunc.train(_tiny(**{"distributed.actors": 1}), run_dir=tmp_path / "run")
+    assert time.monotonic() - t0 < 30
 
 
 def test_a_ray_actor_returns_the_in_process_actors_chunk(ray_local, bounded):

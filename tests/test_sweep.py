@@ -1,6 +1,9 @@
 """``rlfunc sweep`` on an embedded Ray (loopback only, dashboard off, shut down after each test):
 a 2 x 2 sweep, a stopped sweep continued with --resume, a killed worker retried from its
-checkpoint, and the one-sentence errors. Skipped when Ray is not installed."""
+checkpoint, two distributed runs taking turns on 2 CPUs (placement groups), and the one-sentence
+errors: bad specs, runs asking for more than the cluster has, addresses where nothing or something
+other than Ray listens, ``--address auto`` with a stale address file, and a bounded join. Skipped when
+Ray is not installed."""
 
 import json
 import os
@@ -233,3 +236,180 @@ def test_the_library_and_the_cli_parser_do_not_import_ray():
             "import rlfunc.algos, rlfunc.replay, rlfunc.envs, rlfunc.core; "
             "sys.exit(1 if 'ray' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+
+
+# ----------------------------------------------------------------------------- what Ray cannot place, or reach
+
+CPUS = os.cpu_count() or 1  # the embedded Ray's CPUs
+
+DISTRIBUTED = {
+    "algo": "r2d2",
+    "env": {"id": "CartPole-v1", "wrappers": ["mask_velocity"]},
+    "distributed": {"actors": 1, "envs_per_actor": 2, "param_sync_steps": 50, "param_sync_updates": 2,
+                    "max_replay_ratio": 0.5},
+    "train": {"total_steps": 200, "learning_starts": 8, "replay_size": 300, "eval_every": 200, "eval_episodes": 1,
+              "checkpoint_every": 200, "log_every": 100, "threads": 1, "tensorboard": False, "compile": False},
+    "agent": {"encoder_sizes": [16], "lstm_size": 16, "head_sizes": [16], "burn_in": 2, "sequence_length": 4,
+              "sequence_period": 2, "batch_size": 8, "target_period": 50},
+}
+
+
+def _gpu_visible() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.parametrize("case", ["threads", "gpus", "distributed"])
+def test_a_run_asking_for_more_than_the_cluster_has_is_one_sentence_before_anything_is_written(tmp_path, capsys, case):
+    """Ray would keep such a task pending forever (the sweep used to wait with it): the sweep compares each
+    run's request (a distributed config's with its actors) with the cluster's resources first."""
+    config = tmp_path / "c.yaml"
+    if case == "threads":
+        config.write_text(yaml.safe_dump(TINY))
+        args = ["--set", f"train.threads={CPUS + 1}"]
+        sentence = (f"Run g0-s0 asks Ray for {CPUS + 1} CPUs (train.threads={CPUS + 1}) but the Ray cluster has "
+                    f"{CPUS}; lower train.threads, or join a cluster with more (--address).")
+    elif case == "gpus":
+        if _gpu_visible():
+            pytest.skip("this machine has a GPU")
+        config.write_text(yaml.safe_dump(TINY))
+        args = ["--gpus", "0.5"]
+        sentence = ("Run g0-s0 asks Ray for 0.5 GPUs (--gpus 0.5) but the Ray cluster has no GPU; drop --gpus, "
+                    "or join a cluster with GPUs (--address).")
+    else:
+        config.write_text(yaml.safe_dump({**DISTRIBUTED, "distributed": {**DISTRIBUTED["distributed"], "actors": CPUS}}))
+        args = []
+        sentence = (f"Run g0-s0 asks Ray for {CPUS + 1} CPUs (train.threads=1 for its learner plus distributed.actors="
+                    f"{CPUS} x distributed.actor_cpus=1) but the Ray cluster has {CPUS}; lower train.threads, "
+                    "distributed.actors or distributed.actor_cpus, or join a cluster with more (--address).")
+    t0 = time.monotonic()
+    assert main(["sweep", str(config), "--seeds", "0", "--sweep-dir", str(tmp_path / "sw"), *args]) == 2
+    assert time.monotonic() - t0 < 60
+    err = capsys.readouterr().err.strip()
+    assert err == f"rlfunc: error: {sentence}"
+    assert not (tmp_path / "sw").exists() and not ray.is_initialized()
+
+
+def test_a_distributed_sweep_reserves_each_runs_actors_with_it(tmp_path):
+    """Two distributed runs, each a learner task (1 CPU) and an actor (1 CPU), on a 2-CPU Ray: each run's
+    task and actor are one placement group, so the runs take turns. (As plain tasks both learners took the
+    two CPUs and neither actor could ever start.)"""
+    config = tmp_path / "d.yaml"
+    config.write_text(yaml.safe_dump(DISTRIBUTED))
+    ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False, num_cpus=2,
+             log_to_driver=False, configure_logging=False)
+    result = sweep(config, "0-1", None, None, sweep_dir=tmp_path / "sw", echo=lambda line: None)
+    assert result["failed"] == {}
+    assert [(r["name"], r["complete"]) for r in result["runs"]] == [("g0-s0", True), ("g0-s1", True)]
+    assert all(200 <= r["env_steps"] < 202 for r in result["runs"])
+    assert ray.util.placement_group_table() == {} or all(
+        g["state"] == "REMOVED" for g in ray.util.placement_group_table().values())
+
+
+class _Listener:
+    """A TCP server on 127.0.0.1 that is not Ray: it accepts and keeps connections silently, or greets
+    each with a line as an SSH server does."""
+
+    def __init__(self, greeting: bytes = b""):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.conns: list = []
+        self.greeting = greeting
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            if self.greeting:
+                conn.sendall(self.greeting)
+            self.conns.append(conn)
+
+    def close(self):
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+
+@pytest.mark.parametrize("scheme, greeting, why", [
+    ("ray://", b"", "something there accepts connections but gave no gRPC answer within 3 s"),
+    ("ray://", b"SSH-2.0-OpenSSH_9.6\r\n", "something there answers, but not as a gRPC server"),
+    ("", b"", None),  # Ray dials the node's own address for 127.0.0.1: refused there, or no gRPC answer
+])
+def test_an_address_where_something_else_listens_is_one_sentence_within_seconds(tiny, tmp_path, capsys, scheme,
+                                                                                greeting, why):
+    """Ray retried such an address for 37-100 s (and ignored SIGTERM meanwhile); one TCP connect and one
+    gRPC greeting tell at once."""
+    listener = _Listener(greeting)
+    try:
+        address = f"{scheme}127.0.0.1:{listener.port}"
+        t0 = time.monotonic()
+        assert main(["sweep", str(tiny), "--sweep-dir", str(tmp_path / "sw"), "--address", address]) == 2
+        assert time.monotonic() - t0 < 10
+    finally:
+        listener.close()
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"rlfunc: error: Cannot reach a Ray cluster at {address!r} (")
+    assert err.endswith("); start one with `ray start --head` or check --address.")
+    if why is not None:
+        assert f"({why})" in err
+    assert not (tmp_path / "sw").exists() and not ray.is_initialized()
+
+
+@pytest.mark.parametrize("stale", [True, False])
+def test_address_auto_names_the_stale_address_file_or_says_there_is_no_cluster(tiny, tmp_path, capsys, monkeypatch,
+                                                                                stale):
+    """``--address auto`` joins the address the last ``ray start`` wrote; a file its stopped cluster left
+    made Ray retry for 100 s."""
+    from ray._private import services
+
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "tmp"))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    def no_running_ray():  # other Rays on this machine are not ours to join
+        return frozenset()
+
+    no_running_ray.cache_clear = lambda: None  # as the function it replaces (ray.shutdown calls it)
+    monkeypatch.setattr(services, "find_gcs_addresses", no_running_ray)
+    file = tmp_path / "tmp" / "ray" / "ray_current_cluster"
+    if stale:
+        file.parent.mkdir(parents=True)
+        file.write_text(f"127.0.0.1:{_closed_port()}")
+    t0 = time.monotonic()
+    assert main(["sweep", str(tiny), "--sweep-dir", str(tmp_path / "sw"), "--address", "auto"]) == 2
+    assert time.monotonic() - t0 < 10
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("rlfunc: error: --address auto ")
+    if stale:
+        assert f"(from {file}), where no Ray cluster answers (" in err
+        assert err.endswith(f"; {file} is stale (its cluster stopped): start one with `ray start --head` or delete {file}.")
+    else:
+        assert err == (f"rlfunc: error: --address auto finds no Ray cluster on this machine (no RAY_ADDRESS, no {file}, "
+                       "no running Ray); start one with `ray start --head` or pass --address host:port.")
+    assert not (tmp_path / "sw").exists() and not ray.is_initialized()
+
+
+def test_joining_an_address_where_no_ray_answers_is_bounded(tmp_path):
+    """Past the reachability check (here skipped), ray.init itself gives up within ~15 s: rlfunc sets Ray's
+    connection timeouts (read when Ray is imported: a fresh process) and its attempts. Ray's defaults
+    retried for about 100 s."""
+    code = ("import importlib, sys, time\n"
+            "s = importlib.import_module('rlfunc.scale.sweep')\n"
+            "s._check_reachable = lambda *a, **k: None\n"
+            "t = time.monotonic()\n"
+            "try:\n"
+            "    s.connect(sys.argv[1])\n"
+            "except s.ConfigError as exc:\n"
+            "    print(f'{time.monotonic() - t:.1f}'); print(exc); sys.exit(3)\n")
+    address = f"127.0.0.1:{_closed_port()}"
+    proc = subprocess.run([sys.executable, "-c", code, address], capture_output=True, text=True, timeout=90,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    took, sentence = proc.stdout.strip().splitlines()
+    assert float(took) < 25, proc.stderr[-2000:]
+    assert sentence.startswith(f"Cannot join a Ray cluster at {address!r} (") and sentence.endswith(
+        "start one with `ray start --head`, check --address, and give this machine the cluster's token (RAY_AUTH_TOKEN).")

@@ -13,7 +13,9 @@ replay; one learner samples it, updates and publishes parameters. Here:
   code (:meth:`rlfunc.runtime.learners.SequenceLearner.for_acting`: the same carry handling,
   stored state, burn-in + length windows every period, into a small outbox
   :class:`~rlfunc.replay.sequence.SequenceReplay`), on CPU. One call of
-  :meth:`ActorProcess.collect` takes the newest published parameters, steps the envs for
+  :meth:`ActorProcess.collect` takes the parameters published when the call was sent (each actor
+  keeps two calls queued, so the second starts with those of one chunk earlier: at most one
+  chunk's publications behind the newest), steps the envs for
   ``distributed.param_sync_steps`` env steps (summed over the actor's envs; the paper: 400),
   and returns the windows it finished with their initial priorities (:func:`window_priorities`:
   the R2D2 loss's ``0.9 max + 0.1 mean |td|`` from the actor's copy of the online and target
@@ -47,10 +49,15 @@ replay; one learner samples it, updates and publishes parameters. Here:
   limiter blocks inserts the same way). ``metrics.csv`` adds ``param_version`` (the update count
   of the newest published parameters) and ``replay_ratio``.
 * **counters**: ``env_step`` counts the transitions of the chunks inserted; a chunk is counted
-  once, when it arrives. An actor that dies loses the chunk it was cutting (never counted) and is
-  restarted by Ray (``distributed.max_restarts``) while the learner trains on; its next call
-  goes to the restarted process. The run ends with the first chunk at or past
-  ``train.total_steps`` (calls ask only for the steps still missing, so it ends at most
+  once, when it arrives. An actor is asked for env steps only once its process is up (it answered
+  :meth:`ActorProcess.info`), so an actor Ray cannot place (another job holds its CPUs) reserves
+  none of the steps still missing: the actors that run collect them, and if none runs for
+  :data:`ACTOR_START_TIMEOUT_S` the run stops in one sentence. An actor that dies loses the chunk
+  it was cutting (never counted), its other queued call is dropped, and Ray restarts it
+  (``distributed.max_restarts``) while the learner trains on; it is asked again once the new
+  process answers. Each death is counted once (``actor_deaths``); one more than
+  ``distributed.max_restarts`` stops the run in one sentence. The run ends with the first chunk at
+  or past ``train.total_steps`` (calls ask only for the steps still missing, so it ends at most
   ``envs_per_actor - 1`` steps past it per actor).
 * **checkpoints and resume**: the single-run format (:mod:`rlfunc.runtime.checkpoint`: learner
   state, replay with priorities, generators, counters) plus this trainer's parameter version and
@@ -95,6 +102,10 @@ __all__ = [
     "train",
     "resume",
 ]
+
+# How long a run waits with no actor running (none placed yet, or all restarting) before it stops in one
+# sentence: on a busy cluster other jobs may hold the CPUs the actors ask for.
+ACTOR_START_TIMEOUT_S = 120.0
 
 RAY_MISSING = 'A distributed run (the config\'s distributed section) needs Ray, which is not installed; install it with pip install -e ".[ray]".'
 
@@ -214,7 +225,8 @@ class ActorProcess:
                 "epsilons": self.epsilons.tolist()}
 
     def collect(self, published: TensorDict, env_steps: int) -> dict[str, Any]:
-        """Act with ``published`` (``params``, ``target``, ``version``) until ``env_steps`` transitions were
+        """Act with ``published`` (``params``, ``target``, ``version``: those published when the learner sent
+        the call, one chunk behind the newest for the second of two queued calls) until ``env_steps`` transitions were
         collected; return the windows finished meanwhile (:meth:`SequenceReplay.drain`) with their initial
         priorities, the transitions collected, the returns of the episodes that ended, and the version."""
         cpu0, wall0 = time.process_time(), time.monotonic()
@@ -271,7 +283,8 @@ class DistributedTrainer(Trainer):
     callbacks) with its collect-and-learn loop replaced by Ray actors and a learner fed by their chunks
     (module docstring). ``chunks`` records ``(actor, version, env_steps, windows stored, pid, actor CPU s, actor wall s,
     bytes)`` of every chunk inserted (:func:`chunk_bytes`); ``actor_failures`` counts calls that failed on a dead or restarting actor (their steps are
-    not counted) and ``actor_restarts`` the actors whose chunks came from a new process."""
+    not counted), ``actor_deaths`` the deaths of actor processes (each once, however many calls it failed) and
+    ``actor_restarts`` the actors whose chunks came from a new process."""
 
     def __init__(self, config: RunConfig, run_dir: Path, callbacks: list | None, ray) -> None:
         super().__init__(config, run_dir, callbacks)
@@ -280,6 +293,7 @@ class DistributedTrainer(Trainer):
         self.ratio_from: int | None = None  # env step at which the replay first held train.learning_starts windows
         self.chunks: list[tuple[int, int, int, int, int, float, float, int]] = []
         self.actor_failures = 0  # calls that failed because their actor was dead or restarting
+        self.actor_deaths = 0  # deaths of actor processes seen (each once, however many calls it failed)
         self.actor_restarts = 0  # chunks that came from a new process of the same actor
         self._pids: dict[int, int] = {}
         self._first_update_t: float | None = None
@@ -291,6 +305,7 @@ class DistributedTrainer(Trainer):
     def _extra_meta(self) -> dict[str, Any]:
         return {"distributed": {"param_version": self.version, "ratio_from": self.ratio_from,
                                 "actor_failures_this_process": self.actor_failures,
+                                "actor_deaths_this_process": self.actor_deaths,
                                 "actor_restarts_this_process": self.actor_restarts}}
 
     def restore(self, checkpoint: Path, tensors, meta: dict[str, Any]) -> None:
@@ -350,15 +365,25 @@ class DistributedTrainer(Trainer):
 
     def _loop(self, progress: Progress, last_eval: float | None) -> float | None:
         cfg, d, ray = self.config.train, self.config.distributed, self.ray
-        inflight: dict[Any, tuple[int, int]] = {}  # call -> (actor, env steps asked)
-        failures = [0] * d.actors
-        state = {"recent": [], "window_t": time.monotonic(), "window_steps": 0, "metrics": None, "last_eval": last_eval}
+        # Only an actor whose process is up (it answered ``info`` or sent a chunk) is asked for env steps, so
+        # an actor Ray cannot place yet (its CPUs held by another job) or is restarting reserves none of the
+        # steps still missing: the others collect them and the run ends.
+        up: set[int] = set()
+        starting: dict[Any, tuple[int, int]] = {}  # info call -> (actor, life) of an actor not up yet
+        inflight: dict[Any, tuple[int, int, int]] = {}  # collect call -> (actor, env steps asked, life)
+        life = [0] * d.actors  # bumped when a call finds the actor's process gone: calls of older lives are dropped
+        deaths = [0] * d.actors
+        pids: dict[int, int] = {}  # actor -> pid of its process that answered last (None after a death seen)
+        state = {"recent": [], "window_t": time.monotonic(), "window_steps": 0, "metrics": None, "last_eval": last_eval,
+                 "nobody_up_since": time.monotonic()}
 
         held: list[int] = []  # actors waiting for the learner (distributed.min_replay_ratio)
-        retry: dict[int, float] = {}  # restarting actor -> when to call it again
+        retry: dict[int, float] = {}  # actor not up -> when to ask it for info again
 
         def submit(k: int) -> None:
-            queued = sum(a for _, a in inflight.values())
+            if k not in up:
+                return
+            queued = sum(a for _, a, _ in inflight.values())
             asked = min(d.param_sync_steps, cfg.total_steps - self.env_step - queued)
             if asked <= 0:
                 return
@@ -366,61 +391,145 @@ class DistributedTrainer(Trainer):
                 if k not in held:  # once: a held actor is asked again when the learner has caught up
                     held.append(k)
                 return
-            inflight[self.actors[k].collect.remote(self._published, asked)] = (k, asked)
+            inflight[self.actors[k].collect.remote(self._published, asked)] = (k, asked, life[k])
+
+        def fill(k: int) -> None:  # two calls queued per actor: it starts the next chunk at once
+            for _ in range(2 - sum(1 for j, _, _ in inflight.values() if j == k)):
+                submit(k)
+                if k in held:  # still behind: asked again once the learner has caught up
+                    break
+
+        def answered(k: int, pid: int) -> None:
+            """Actor ``k``'s process ``pid`` answered: it is up. A pid other than the one that answered before,
+            with no death seen since, is a process Ray restarted after the calls only found it unavailable."""
+            if pids.get(k) is not None and pids[k] != pid:
+                died(k, None)
+            pids[k] = pid
+            if k not in up:
+                up.add(k)
+                state["nobody_up_since"] = None
+                fill(k)
+
+        def down(k: int) -> None:
+            """Actor ``k``'s current process is gone or unreachable: drop its calls (their steps were never
+            counted; a chunk of a gone process never arrives) and ask for its info again shortly."""
+            life[k] += 1
+            up.discard(k)
+            for calls in (inflight, starting):
+                for ref in [r for r, v in calls.items() if v[0] == k]:
+                    del calls[ref]
+            if k in held:
+                held.remove(k)
+            retry[k] = time.monotonic() + 0.5
+            if not up and state["nobody_up_since"] is None:
+                state["nobody_up_since"] = time.monotonic()
+            for j in sorted(up):  # the steps its dropped calls had asked for go to the actors that are up
+                fill(j)
+
+        def died(k: int, exc) -> None:
+            """One death of actor ``k``: seen by a call that failed with ActorDiedError (``exc``), or, with
+            ``exc`` None, by a new process answering (Ray restarted it)."""
+            deaths[k] += 1
+            self.actor_deaths += 1
+            pids[k] = None
+            restarts = f"restart {deaths[k]} of at most distributed.max_restarts={d.max_restarts}"
+            if exc is None:
+                print(f"rlfunc: actor {k} is back in a new process ({restarts})", file=sys.stderr)
+                return
+            cause = ": " + " ".join(str(exc).split())[:200]
+            if getattr(exc, "actor_init_failed", False):
+                raise ConfigError(f"Distributed actor {k} could not start (its constructor raised){cause}.") from None
+            if deaths[k] > d.max_restarts:
+                again = f"continue with `rlfunc resume {self.run_dir}`" if self.env_step > 0 else "run it again"
+                raise ConfigError(
+                    f"Distributed actor {k} died {deaths[k]} time{'s' if deaths[k] > 1 else ''} and Ray restarts an "
+                    f"actor at most distributed.max_restarts={d.max_restarts} times, so the run stopped at env step "
+                    f"{self.env_step}: raise distributed.max_restarts or find what ends the actor, then {again}{cause}."
+                ) from None
+            print(f"rlfunc: actor {k} died; Ray restarts it ({restarts}) and the learner trains on meanwhile",
+                  file=sys.stderr)
+
+        def failed(k: int, call_life: int, exc) -> None:
+            """A call of actor ``k`` failed. Its other calls are dropped (:func:`down`), so a death is counted
+            once however many calls it failed; ActorUnavailableError (Ray is restarting the process, or it
+            cannot be reached) is not a death by itself: the restarted process's new pid shows one."""
+            self.actor_failures += 1
+            if call_life != life[k]:
+                return  # a call of a life whose end was already seen
+            if not isinstance(exc, ray.exceptions.ActorUnavailableError):
+                died(k, exc)
+            elif k in up:
+                print(f"rlfunc: actor {k} is unavailable (its process ended or cannot be reached); the learner "
+                      "trains on until it is back", file=sys.stderr)
+            down(k)
+
+        def check_someone_starts() -> None:
+            since = state["nobody_up_since"]
+            if up or since is None or time.monotonic() - since < ACTOR_START_TIMEOUT_S:
+                return
+            free, total = ray.available_resources(), ray.cluster_resources()
+            raise ConfigError(
+                f"No distributed actor has been running for {ACTOR_START_TIMEOUT_S:g} s: each asks Ray for "
+                f"{d.actor_cpus:g} CPU{'s' if d.actor_cpus != 1 else ''}"
+                + (f" and {d.actor_gpus:g} GPU{'s' if d.actor_gpus != 1 else ''}" if d.actor_gpus else "")
+                + f" and the Ray cluster has {free.get('CPU', 0.0):g} of {total.get('CPU', 0.0):g} CPUs"
+                + (f" and {free.get('GPU', 0.0):g} of {total.get('GPU', 0.0):g} GPUs" if d.actor_gpus else "")
+                + " free; stop what holds them, lower distributed.actor_cpus"
+                + (" or distributed.actor_gpus" if d.actor_gpus else "") + ", or add nodes to the cluster."
+            )
 
         self._publish()
         self.actors = self._start_actors()
         t0, first = time.monotonic(), None
         try:
-            for _ in range(2):  # two calls queued per actor: it starts the next chunk at once
-                for k in range(d.actors):
-                    submit(k)
-            while self.env_step < cfg.total_steps and (inflight or held or retry):
+            for k in range(d.actors):  # each is asked for steps once its process is up
+                starting[self.actors[k].info.remote()] = (k, life[k])
+            while self.env_step < cfg.total_steps:
                 self._check_finite()
+                check_someone_starts()
                 now = time.monotonic()
-                for k in [held.pop(0) for _ in range(len(held))] + [k for k, t in retry.items() if t <= now]:
-                    retry.pop(k, None)
-                    for _ in range(2 - sum(1 for j, _ in inflight.values() if j == k)):
-                        submit(k)
-                        if k in held:  # still behind: asked again once the learner has caught up
-                            break
+                for k in [k for k, t in retry.items() if t <= now]:
+                    del retry[k]
+                    starting[self.actors[k].info.remote()] = (k, life[k])
+                for k in [held.pop(0) for _ in range(len(held))]:
+                    fill(k)
                 may = self._may_update()
-                if not inflight and not may:
+                if not inflight and not starting and not may:
                     if retry:
                         time.sleep(0.1)
                         continue
                     raise RuntimeError("Distributed R2D2: every actor waits for the learner and the learner for data.")
-                calls = list(inflight)
+                calls = list(inflight) + list(starting)
                 ready = []
                 if calls:
                     ready, _ = ray.wait(calls, num_returns=1, timeout=0 if may else (0.1 if retry else 1.0))
                     if ready:
                         ready, _ = ray.wait(calls, num_returns=len(calls), timeout=0)
                 for ref in ready:
-                    k, _asked = inflight.pop(ref)
+                    if ref in starting:
+                        k, call_life = starting.pop(ref)
+                        try:
+                            info = ray.get(ref)
+                        except ray.exceptions.RayActorError as exc:
+                            failed(k, call_life, exc)
+                            continue
+                        if call_life == life[k]:
+                            answered(k, info["pid"])
+                        continue
+                    if ref not in inflight:  # dropped meanwhile: its actor's process was gone
+                        continue
+                    k, _asked, call_life = inflight.pop(ref)
                     try:
                         chunk = ray.get(ref)
-                    except ray.exceptions.ActorUnavailableError:
-                        self.actor_failures += 1
-                        retry[k] = time.monotonic() + 0.5  # Ray is restarting it: call it again shortly
-                        continue
                     except ray.exceptions.RayActorError as exc:
-                        # The actor died: what it was cutting is lost (never counted); Ray restarts it.
-                        failures[k] += 1
-                        self.actor_failures += 1
-                        if failures[k] > 2 * (d.max_restarts + 1):  # two calls queued per life
-                            raise RuntimeError(
-                                f"Distributed actor {k} died {failures[k]} times (distributed.max_restarts="
-                                f"{d.max_restarts}): {' '.join(str(exc).split())[:200]}"
-                            ) from None
-                        print(f"rlfunc: actor {k} died; Ray restarts it and the learner trains on", file=sys.stderr)
-                        retry[k] = time.monotonic() + 0.5
+                        failed(k, call_life, exc)
                         continue
                     if first is None:
                         first = (time.monotonic(), self.env_step)
                     self._insert(chunk, progress, state)
                     if self.env_step >= cfg.total_steps:
                         break
+                    answered(k, chunk["pid"])
                     submit(k)
                 if may and self.env_step < cfg.total_steps:
                     state["metrics"] = self._learn_one()
@@ -501,11 +610,12 @@ def connect_for(config: RunConfig):
     """Ray for a distributed run (:func:`rlfunc.scale.sweep.connect`: a local loopback Ray without
     ``distributed.address``, else that cluster); returns ``(ray, started_here)``. One sentence, before
     training, when Ray is missing, the address cannot be reached, or the actors ask for more CPUs or
-    GPUs than the cluster has."""
-    from rlfunc.scale.sweep import _token_mode_for, connect
+    GPUs than the cluster has in all; a line on stderr when fewer are free now (other jobs hold them:
+    the actors Ray cannot place yet start later, and the run goes on with those that run)."""
+    from rlfunc.scale.sweep import _prepare_join, connect
 
     d = config.distributed
-    _token_mode_for(d.address)
+    _prepare_join(d.address)
     if importlib.util.find_spec("ray") is None:
         raise ConfigError(RAY_MISSING)
     if d.address is None:
@@ -517,6 +627,7 @@ def connect_for(config: RunConfig):
     except ConfigError as exc:
         raise ConfigError(str(exc).replace("--address", "distributed.address")) from None
     resources = ray.cluster_resources()
+    free = None if _in_placement_group(ray) else ray.available_resources()  # a sweep's group holds its actors' share
     for what, per, have in (("CPU", d.actor_cpus, resources.get("CPU", 0.0)), ("GPU", d.actor_gpus, resources.get("GPU", 0.0))):
         need = d.actors * per
         if need > have + 1e-9:
@@ -527,7 +638,19 @@ def connect_for(config: RunConfig):
                 f"distributed.actors={d.actors} x {key}={per:g} ask for {need:g} {what}s but the Ray cluster has "
                 f"{have:g}; lower distributed.actors or {key}, or add nodes to the cluster."
             )
+        if free is not None and need > free.get(what, 0.0) + 1e-9:
+            print(f"rlfunc: the actors ask for {need:g} {what}s and the Ray cluster has {free.get(what, 0.0):g} of "
+                  f"{have:g} free now (other jobs hold the rest); actors start as Ray can place them and the run "
+                  "goes on with those that run", file=sys.stderr)
     return ray, started
+
+
+def _in_placement_group(ray) -> bool:
+    """Whether this process runs in a Ray placement group (a sweep task of a distributed config)."""
+    try:
+        return ray.get_runtime_context().get_placement_group_id() is not None
+    except Exception:  # the driver of a job, or an older Ray
+        return False
 
 
 def train(run_config: RunConfig, run_dir: str | Path | None = None, callbacks: list | None = None) -> TrainResult:

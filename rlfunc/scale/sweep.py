@@ -12,11 +12,17 @@ searchers. So each (grid point, seed) is one ``@ray.remote`` task that calls
 plan is ``SWEEP_DIR/sweep.json``, and what is finished is read back from the run
 directories themselves.
 
-* Resources: a task asks for ``train.threads`` CPUs (at least 1; ``--gpus`` a GPU fraction).
+* Resources: a task asks for ``train.threads`` CPUs (at least 1; ``--gpus`` a GPU fraction); a
+  distributed config's task (:mod:`rlfunc.scale.distributed`) also reserves its actors
+  (``distributed.actors`` x ``actor_cpus`` / ``actor_gpus``) in one Ray placement group, so that two
+  runs never each hold half of what both need. A run that asks for more than the cluster has (in all,
+  or on its largest node) is refused in one sentence before anything is written.
 * Embedded by default: without ``--address`` a local Ray sized to the machine starts, bound to
   loopback with the dashboard off, and is shut down at the end. ``--address auto`` or
   ``ray://host:port`` joins a running cluster (``ray start --head``); the sweep directory must
-  then be on storage every node sees (the tasks write the run directories where they run).
+  then be on storage every node sees (the tasks write the run directories where they run). An
+  address where no Ray answers (nothing listening, another kind of server, ``auto`` naming a
+  stopped cluster) is one sentence at once, and joining is bounded (about 15 s) otherwise.
 * Faults: a task whose worker process dies (killed, out of memory, node lost) is retried by Ray
   (``max_retries``); the retry resumes the run from its newest checkpoint (a run directory left
   without a checkpoint is cleared and trained afresh). ``rlfunc sweep --resume SWEEP_DIR``
@@ -268,28 +274,138 @@ def _import_ray():
     return ray
 
 
-def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
-    """One TCP connect to ``host:port`` (``ray://host:port`` or a GCS address), so an unreachable
-    address is one sentence at once instead of Ray's retries."""
-    if address == "auto":
+# Ray's own settings (read when Ray is imported) that bound how long joining an address where no Ray
+# answers takes: each gRPC connect to the GCS (Ray's default 5 s) and the driver's GCS client (30 s).
+JOIN_BOUNDS = {"RAY_gcs_rpc_server_connect_timeout_s": "3", "RAY_py_gcs_connect_timeout_s": "8"}
+# ... and ray.init's attempts at that client (read by ray.init; Ray's default 20, each up to the above).
+JOIN_ATTEMPTS = ("RAY_gcs_server_port_wait_time_s", "1")
+# An HTTP/2 client preface and an empty SETTINGS frame: a gRPC server (Ray's GCS and its client server)
+# answers with a SETTINGS frame of its own.
+_HTTP2_HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+def _prepare_join(address: str | None) -> None:
+    """Before Ray is imported: token mode (:func:`_token_mode_for`) and, for an address, the bounds on
+    Ray's connection attempts (:data:`JOIN_BOUNDS`, unless set already; they take effect only when Ray is
+    not imported yet, so they are set only then)."""
+    _token_mode_for(address)
+    if address is None or "ray" in sys.modules:
         return
+    for key, value in JOIN_BOUNDS.items():
+        os.environ.setdefault(key, value)
+
+
+def _ray_address_file() -> Path:
+    """Where ``ray start`` writes the address that ``auto`` joins (Ray's temp dir: RAY_TMPDIR, TMPDIR, /tmp)."""
+    try:
+        from ray._common.utils import get_ray_address_file
+
+        return Path(get_ray_address_file(None))
+    except (ImportError, AttributeError):  # another Ray layout: its default
+        base = os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp"
+        return Path(base) / "ray" / "ray_current_cluster"
+
+
+def _ray_dials(address: str) -> str:
+    """The ``host:port`` that ``ray.init(address)`` dials for a GCS address or ``auto`` (Ray's own
+    resolution: RAY_ADDRESS, then the address file of the newest ``ray start``, then a running local GCS;
+    a loopback host becomes this node's address). ConnectionError when ``auto`` finds nothing."""
+    try:
+        from ray._private.services import canonicalize_bootstrap_address
+    except ImportError:  # another Ray layout: dial what was given
+        return address
+    return canonicalize_bootstrap_address(address) or address
+
+
+def _no_ray_answer(host: str, port: int, timeout_s: float) -> str | None:
+    """``None`` when ``host:port`` answers as Ray does (its GCS and its client server are gRPC servers:
+    HTTP/2, which answers a client's preface with a SETTINGS frame), else why not, in a few words."""
+    try:
+        sock = socket.create_connection((host.strip("[]"), port), timeout=timeout_s)
+    except OSError as exc:
+        return exc.strerror or str(exc) or type(exc).__name__
+    with sock:
+        if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+            return None  # TLS first: the port is open, which is all one can see without the certificates
+        head = b""
+        deadline = time.monotonic() + timeout_s
+        try:
+            sock.sendall(_HTTP2_HELLO)
+            while len(head) < 9:
+                sock.settimeout(max(deadline - time.monotonic(), 0.001))
+                part = sock.recv(9 - len(head))
+                if not part:
+                    return "something there closed the connection without a gRPC answer"
+                head += part
+        except OSError:  # timed out, reset
+            return f"something there accepts connections but gave no gRPC answer within {timeout_s:g} s"
+    return None if head[3] == 0x04 else "something there answers, but not as a gRPC server"
+
+
+def _check_reachable(address: str, timeout_s: float = 3.0) -> None:
+    """Whether a Ray cluster answers at ``address`` (``auto``, ``host:port`` or ``ray://host:port``), at
+    the ``host:port`` Ray will dial (:func:`_ray_dials`): one TCP connect and one gRPC greeting, so an
+    address where no Ray answers is one sentence at once instead of Ray's retries."""
+    if address == "auto":
+        _check_auto(timeout_s)
+        return
+    client = address.startswith("ray://")
     target = address.removeprefix("ray://")
     host, sep, port = target.rpartition(":")
     if not sep or not host or not port.isdigit():
         raise ConfigError(f"--address {address!r} is not auto, host:port or ray://host:port; pass e.g. --address ray://127.0.0.1:10001.")
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
-    except OSError as exc:
+    dial = target if client else _ray_dials(target)
+    dial_host, _, dial_port = dial.rpartition(":")
+    why = _no_ray_answer(dial_host, int(dial_port), timeout_s)
+    if why is not None:
+        if dial != target:
+            why += f" at {dial}, the address Ray dials for it"
         raise ConfigError(
-            f"Cannot reach a Ray cluster at {address!r} ({exc.strerror or exc}); start one with `ray start --head` "
+            f"Cannot reach a Ray cluster at {address!r} ({why}); start one with `ray start --head` "
             "or check --address."
+        )
+
+
+def _check_auto(timeout_s: float) -> None:
+    """``--address auto``: the cluster Ray would join (:func:`_ray_dials`) answers, else one sentence
+    naming where the address came from (RAY_ADDRESS or the address file a stopped cluster left)."""
+    file = _ray_address_file()
+    try:
+        dial = _ray_dials("auto")
+    except ConnectionError:
+        raise ConfigError(
+            f"--address auto finds no Ray cluster on this machine (no RAY_ADDRESS, no {file}, no running Ray); "
+            "start one with `ray start --head` or pass --address host:port."
         ) from None
+    source = "a running Ray process"  # Ray's fallback: a GCS process it finds on this machine
+    if os.environ.get("RAY_ADDRESS"):
+        source = "RAY_ADDRESS"
+    else:
+        try:
+            if _ray_dials(file.read_text().strip()) == dial:
+                source = str(file)
+        except (OSError, ValueError):  # no file, or not an address
+            pass
+    host, sep, port = dial.rpartition(":")
+    why = _no_ray_answer(host, int(port), timeout_s) if sep and port.isdigit() else "not host:port"
+    if why is None:
+        return
+    if source == "RAY_ADDRESS":
+        fix = "start that cluster with `ray start --head` or correct RAY_ADDRESS"
+    elif source == str(file):
+        fix = f"{file} is stale (its cluster stopped): start one with `ray start --head` or delete {file}"
+    else:
+        fix = "start a cluster with `ray start --head` or pass --address host:port"
+    raise ConfigError(f"--address auto names {dial} (from {source}), where no Ray cluster answers ({why}); {fix}.")
 
 
 def connect(address: str | None, num_cpus: int | None = None):
     """``ray.init`` for a sweep; returns ``(ray, initialized_here)`` (then ``ray.shutdown()`` is the
     caller's). No address: a local Ray on this machine only (loopback, no dashboard, usage stats
-    off). An address: join that cluster. Already initialized: nothing to do."""
+    off). An address: join that cluster, after :func:`_check_reachable`, with Ray's connection attempts
+    bounded (:data:`JOIN_BOUNDS`, :data:`JOIN_ATTEMPTS`: about 15 s where no Ray answers). Already
+    initialized: nothing to do."""
+    _prepare_join(address)
     ray = _import_ray()
     if ray.is_initialized():
         return ray, False
@@ -305,6 +421,10 @@ def connect(address: str | None, num_cpus: int | None = None):
         )
         return ray, True
     _check_reachable(address)
+    key, value = JOIN_ATTEMPTS
+    set_here = key not in os.environ
+    if set_here:  # only around the join: a later local Ray's own start waits by the same setting
+        os.environ[key] = value
     try:
         ray.init(address=address, log_to_driver=False, configure_logging=False)
     except (ConnectionError, RuntimeError, TimeoutError, ValueError) as exc:
@@ -312,7 +432,81 @@ def connect(address: str | None, num_cpus: int | None = None):
             f"Cannot join a Ray cluster at {address!r} ({' '.join(str(exc).split())[:200]}); start one with "
             "`ray start --head`, check --address, and give this machine the cluster's token (RAY_AUTH_TOKEN)."
         ) from None
+    finally:
+        if set_here:
+            os.environ.pop(key, None)
     return ray, True
+
+
+def _entry_bundles(plan: dict, entry: dict) -> list[dict[str, float]]:
+    """The Ray resources one task of ``entry`` asks for: its own (``train.threads`` CPUs, at least 1, and
+    ``--gpus``) first, then, for a distributed config, one bundle per actor (``distributed.actor_cpus`` /
+    ``actor_gpus``); zero amounts left out."""
+    bundles = [{"CPU": float(max(1, int(entry["threads"]))), "GPU": float(plan.get("gpus", 0.0) or 0.0)}]
+    d = _distributed_of(plan, entry)
+    if d is not None:
+        bundles += [{"CPU": float(d.actor_cpus), "GPU": float(d.actor_gpus)} for _ in range(d.actors)]
+    return [{k: v for k, v in b.items() if v > 0} for b in bundles]
+
+
+def _distributed_of(plan: dict, entry: dict):
+    """The entry's ``distributed`` section (None for a single-process config, or one its task will refuse)."""
+    from rlfunc.runtime.config import apply_overrides, build_config
+
+    try:
+        raw = entry.get("raw_config", plan.get("raw_config")) or {}
+        return build_config(apply_overrides(raw, dict(entry["overrides"]))).distributed
+    except Exception:  # the task reports a config it cannot build, in its own words
+        return None
+
+
+def _check_fits(ray, plan: dict, entries: list[dict]) -> None:
+    """One sentence, before any task starts, when a task of ``entries`` asks for more CPUs or GPUs than
+    the cluster has in all (Ray would keep it pending forever) or than its largest node has for one
+    bundle (:func:`_entry_bundles`)."""
+    total = ray.cluster_resources()
+    nodes = [n.get("Resources") or {} for n in ray.nodes() if n.get("Alive")]
+    for entry in entries:
+        bundles = _entry_bundles(plan, entry)
+        d = _distributed_of(plan, entry) if len(bundles) > 1 else None
+        for what in ("CPU", "GPU"):
+            need = sum(b.get(what, 0.0) for b in bundles)
+            have = float(total.get(what, 0.0))
+            biggest = max(b.get(what, 0.0) for b in bundles)
+            node = max((float(n.get(what, 0.0)) for n in nodes), default=have)
+            if need <= have + 1e-9 and biggest <= node + 1e-9:
+                continue
+            if what == "CPU":
+                parts = [f"train.threads={entry['threads']}" + (" for its learner" if d is not None else "")]
+                knobs = ["train.threads"]
+                if d is not None:
+                    parts.append(f"distributed.actors={d.actors} x distributed.actor_cpus={d.actor_cpus:g}")
+                    knobs += ["distributed.actors", "distributed.actor_cpus"]
+            else:
+                parts, knobs = [], []
+                if plan.get("gpus"):
+                    parts.append(f"--gpus {plan['gpus']:g}")
+                    knobs.append("--gpus")
+                if d is not None and d.actor_gpus > 0:
+                    parts.append(f"distributed.actors={d.actors} x distributed.actor_gpus={d.actor_gpus:g}")
+                    knobs += ["distributed.actors", "distributed.actor_gpus"]
+            lower = " or ".join(knobs) if len(knobs) < 3 else ", ".join(knobs[:-1]) + " or " + knobs[-1]
+            if what == "GPU" and have == 0:
+                drop = " and ".join(["drop --gpus" if k == "--gpus" else "set distributed.actor_gpus=0"
+                                     for k in knobs if k != "distributed.actors"])
+                raise ConfigError(
+                    f"Run {entry['name']} asks Ray for {need:g} GPUs ({' plus '.join(parts)}) but the Ray cluster has "
+                    f"no GPU; {drop}, or join a cluster with GPUs (--address)."
+                )
+            if need > have + 1e-9:
+                raise ConfigError(
+                    f"Run {entry['name']} asks Ray for {need:g} {what}s ({' plus '.join(parts)}) but the Ray cluster "
+                    f"has {have:g}; lower {lower}, or join a cluster with more (--address)."
+                )
+            raise ConfigError(
+                f"Run {entry['name']} asks Ray for {biggest:g} {what}s on one node ({' plus '.join(parts)}) but the "
+                f"largest node of the Ray cluster has {node:g}; lower {lower}, or add a larger node."
+            )
 
 
 def _on_sigterm(signum, frame):  # pragma: no cover - exercised by a subprocess test
@@ -329,7 +523,9 @@ def run_entries(
     of: int | None = None,
 ) -> tuple[dict[str, list[dict]], dict[str, str], dict[str, Any]]:
     """Train the plan entries ``todo`` as Ray tasks (:func:`train_or_continue`), at most
-    ``max_concurrent`` in flight (default: as many as the cluster's CPUs allow). Returns the
+    ``max_concurrent`` in flight (default: as many as the cluster's CPUs allow). A task Ray could
+    never place is refused first (:func:`_check_fits`); a distributed config's task runs in a
+    placement group that also holds its actors' bundles (removed when the task ends). Returns the
     records of each finished entry by name, the entries that failed (name -> one line: an error,
     or a worker that died more than ``max_retries`` times) and the cluster's description. Ctrl-C
     or SIGTERM raises :class:`SweepStopped`; Ray (when started here) is shut down either way."""
@@ -343,7 +539,14 @@ def run_entries(
         return done, failed, machine
     total = of if of is not None else len(todo)
     ray, started = connect(address)
+    try:
+        _check_fits(ray, plan, todo)  # a task Ray could never place is one sentence, not a sweep that waits forever
+    except BaseException:
+        if started:
+            ray.shutdown()
+        raise
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if _main_thread() else None
+    groups: dict[Any, Any] = {}  # task -> the placement group reserving a distributed run's actors with it
     try:
         machine.update(ray_version=ray.__version__, embedded=address is None, address=address,
                        cluster_cpus=ray.cluster_resources().get("CPU"),
@@ -357,15 +560,30 @@ def run_entries(
         while queue or pending:
             while queue and len(pending) < limit:
                 entry = queue.pop(0)
+                bundles = _entry_bundles(plan, entry)
+                options: dict[str, Any] = {}
+                if len(bundles) > 1:  # a distributed run: its learner (this task) and its actors reserved together
+                    from ray.util.placement_group import placement_group
+                    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+                    group = placement_group(bundles, strategy="PACK", name=f"rlfunc-sweep:{entry['name']}")
+                    options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                        group, placement_group_bundle_index=0, placement_group_capture_child_tasks=True)
                 ref = task.options(
-                    num_cpus=max(1, entry["threads"]), num_gpus=plan.get("gpus", 0.0) or 0,
-                    max_retries=max_retries, retry_exceptions=False, name=f"rlfunc-sweep:{entry['name']}",
+                    num_cpus=bundles[0].get("CPU", 1.0), num_gpus=bundles[0].get("GPU", 0.0),
+                    max_retries=max_retries, retry_exceptions=False, name=f"rlfunc-sweep:{entry['name']}", **options,
                 ).remote(plan, entry)
                 pending[ref] = entry
+                if len(bundles) > 1:
+                    groups[ref] = group
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)  # wakes for Ctrl-C/SIGTERM
             if not ready:
                 continue
             entry = pending.pop(ready[0])
+            if ready[0] in groups:
+                from ray.util.placement_group import remove_placement_group
+
+                remove_placement_group(groups.pop(ready[0]))
             try:
                 records = ray.get(ready[0])
             except ray.exceptions.RayTaskError as exc:
@@ -389,6 +607,14 @@ def run_entries(
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+        if groups and not started:  # on a cluster that goes on: free what the stopped runs reserved
+            from ray.util.placement_group import remove_placement_group
+
+            for group in groups.values():
+                try:
+                    remove_placement_group(group)
+                except Exception:  # the cluster is gone already
+                    pass
         if started:
             ray.shutdown()
     return done, failed, machine
@@ -485,24 +711,25 @@ def sweep(
     echo: Callable[[str], None] = print,
 ) -> dict:
     """Plan (or, with ``resume``, reload) a sweep, write ``sweep.json``, run it; see :func:`run_sweep`.
-    Everything that can be checked — the specs, every run's config, Ray's presence, the address —
-    is checked before any run trains."""
+    Everything that can be checked — the specs, every run's config, Ray's presence, the address, that
+    the cluster can place each run (:func:`_check_fits`) — is checked before anything is written."""
     if resume is not None:
         if grid or overrides or config is not None or seeds is not None or sweep_dir is not None:
             raise ConfigError("--resume continues the stored plan; drop CONFIG, --seeds, --grid, --set and --sweep-dir.")
         plan = load_plan(resume)
     else:
         plan = plan_sweep(config, "0" if seeds is None else seeds, grid, overrides, sweep_dir, gpus)
-    _token_mode_for(address)
-    ray = _import_ray()  # before writing anything: Ray missing is one sentence
-    joined = False
-    if address is not None:  # join before writing anything: an unreachable cluster is one sentence
-        ray, joined = connect(address)
+    _prepare_join(address)
+    _import_ray()  # before writing anything: Ray missing is one sentence
+    # Start or join Ray before writing anything: an unreachable cluster, or a run asking for more than
+    # the cluster has, is one sentence and leaves no sweep directory.
+    ray, started = connect(address)
     try:
+        _check_fits(ray, plan, plan["runs"])
         if resume is None:
             write_plan(plan)
         return run_sweep(plan, address=address, max_concurrent=max_concurrent, max_retries=max_retries, out=out,
                          echo=echo)
     finally:
-        if joined:
-            ray.shutdown()  # disconnects this driver; the cluster goes on
+        if started:
+            ray.shutdown()  # stops a local Ray; disconnects from a cluster, which goes on
