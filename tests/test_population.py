@@ -28,6 +28,7 @@ import dataclasses
 import math
 
 import gymnasium as gym
+from helpers_batches import r2d2_batch, sequence_batch
 import numpy as np
 import pytest
 import torch
@@ -85,34 +86,6 @@ def _pixel_batch(config, g):
     )
 
 
-def _sequence_batch(T, B, g):
-    return TensorDict(
-        {
-            "obs": torch.randn(T, B, 4, generator=g),
-            "action": torch.randint(2, (T, B), generator=g),
-            "reward": torch.randn(T, B, generator=g),
-            "next_obs": torch.randn(T, B, 4, generator=g),
-            "terminated": torch.rand(T, B, generator=g) < 0.1,
-            "mask": torch.rand(T, B, generator=g) < 0.9,
-        },
-        batch_size=[T, B],
-    )
-
-
-def _r2d2_batch(config, g):
-    T, B = config.burn_in + config.sequence_length, config.batch_size
-    batch = _sequence_batch(T, B, g)
-    carry = r2d2.Carry(
-        torch.randn(B, config.lstm_size, generator=g),
-        torch.randn(B, config.lstm_size, generator=g),
-        torch.randint(2, (B,), generator=g),
-        torch.randn(B, generator=g),
-    )
-    batch["init_carry"] = r2d2.carry_to_td(carry).expand(T, B)
-    batch["weight"] = torch.rand(B, generator=g).expand(T, B)
-    return batch
-
-
 def _agent_step(state, i):
     state["agent_step"] = torch.full(state.batch_size, 2 * i, dtype=torch.int64)
     return state
@@ -154,13 +127,13 @@ PROBLEMS = {
         drqn,
         drqn.Config(**{**DRQN_SMALL, **kw}),
         lambda c, seed: drqn.init(c, VEC4, DISCRETE2, seed=seed),
-        lambda c, g: _sequence_batch(c.sequence_length, c.batch_size, g),
+        lambda c, g: sequence_batch(c.sequence_length, c.batch_size, g),
     ),
     "r2d2": lambda **kw: Problem(
         r2d2,
         r2d2.Config(**{**R2D2_SMALL, **kw}),
         lambda c, seed: r2d2.init(c, VEC4, DISCRETE2, seed=seed),
-        _r2d2_batch,
+        r2d2_batch,
     ),
     # DQN (registry "dqn"): DRQN's module with core="mlp" and one-step windows
     "dqn": lambda **kw: PROBLEMS["drqn"](**{"core": "mlp", "sequence_length": 1, **kw}),

@@ -24,7 +24,7 @@ import gymnasium as gym
 import pytest
 import torch
 import yaml
-from tensordict import TensorDict
+from helpers_batches import r2d2_batch, sequence_batch
 
 import rlfunc
 from rlfunc.algos import drqn, r2d2, redq, rlpd
@@ -59,38 +59,14 @@ def _params_close(a_dir, b_dir) -> None:
 
 
 # --------------------------------------------------------------------------- 1. lr_decay_updates / lr_end
-def _sequence_batch(T, B, g):
-    return TensorDict(
-        {
-            "obs": torch.randn(T, B, 4, generator=g),
-            "action": torch.randint(2, (T, B), generator=g),
-            "reward": torch.randn(T, B, generator=g),
-            "next_obs": torch.randn(T, B, 4, generator=g),
-            "terminated": torch.rand(T, B, generator=g) < 0.1,
-            "mask": torch.rand(T, B, generator=g) < 0.9,
-        },
-        batch_size=[T, B],
-    )
-
-
-def _r2d2_batch(config, g):
-    T, B = config.burn_in + config.sequence_length, config.batch_size
-    batch = _sequence_batch(T, B, g)
-    carry = r2d2.Carry(torch.randn(B, config.lstm_size, generator=g), torch.randn(B, config.lstm_size, generator=g),
-                       torch.randint(2, (B,), generator=g), torch.randn(B, generator=g))
-    batch["init_carry"] = r2d2.carry_to_td(carry).expand(T, B)
-    batch["weight"] = torch.rand(B, generator=g).expand(T, B)
-    return batch
-
-
 OLD_DECAY = dict(lr=1e-3, lr_decay_updates=10, lr_end=4e-4)
 DECAY_PROBLEMS = {
     "drqn": (drqn, drqn.Config(encoder_sizes=(8,), lstm_size=8, sequence_length=4, batch_size=4, target_period=7,
-                               **OLD_DECAY), lambda c, g: _sequence_batch(c.sequence_length, c.batch_size, g)),
+                               **OLD_DECAY), lambda c, g: sequence_batch(c.sequence_length, c.batch_size, g)),
     "dqn": (drqn, drqn.Config(encoder_sizes=(8,), lstm_size=8, sequence_length=1, batch_size=4, target_period=7,
-                              core="mlp", **OLD_DECAY), lambda c, g: _sequence_batch(c.sequence_length, c.batch_size, g)),
+                              core="mlp", **OLD_DECAY), lambda c, g: sequence_batch(c.sequence_length, c.batch_size, g)),
     "r2d2": (r2d2, r2d2.Config(encoder_sizes=(8,), lstm_size=8, head_sizes=(8,), burn_in=2, sequence_length=4,
-                               sequence_period=2, batch_size=4, target_period=7, **OLD_DECAY), _r2d2_batch),
+                               sequence_period=2, batch_size=4, target_period=7, **OLD_DECAY), r2d2_batch),
 }
 
 
