@@ -721,6 +721,9 @@ def sweep(
         plan = plan_sweep(config, "0" if seeds is None else seeds, grid, overrides, sweep_dir, gpus)
     _prepare_join(address)
     _import_ray()  # before writing anything: Ray missing is one sentence
+    if resume is not None and not split_finished(plan)[1]:  # every run finished already: no Ray to start
+        return run_sweep(plan, address=address, max_concurrent=max_concurrent, max_retries=max_retries, out=out,
+                         echo=echo)
     # Start or join Ray before writing anything: an unreachable cluster, or a run asking for more than
     # the cluster has, is one sentence and leaves no sweep directory.
     ray, started = connect(address)
