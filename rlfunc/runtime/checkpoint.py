@@ -51,6 +51,7 @@ by a parser of its JSON metadata that accepts plain tensors only.
 from __future__ import annotations
 
 import errno
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -84,6 +85,7 @@ __all__ = [
     "recorded_best_return",
     "prune_best",
     "lock_run_dir",
+    "locked_run_dir",
     "unlock_run_dir",
     "LOCK_FILE",
     "CheckpointError",
@@ -950,3 +952,16 @@ def unlock_run_dir(run_dir: str | Path) -> None:
     fd = _LOCKS.pop(os.path.realpath(Path(run_dir)), None)
     if fd is not None and fd >= 0:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def locked_run_dir(run_dir: str | Path):
+    """Hold ``run_dir``'s lock (:func:`lock_run_dir`) for the block, creating the directory first;
+    released at its end only if this block took it (an outer holder, e.g. ``resume``, keeps it)."""
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    took = lock_run_dir(run_dir)
+    try:
+        yield
+    finally:
+        if took:
+            unlock_run_dir(run_dir)

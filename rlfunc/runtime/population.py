@@ -1045,14 +1045,10 @@ class PopulationTrainer:
         """Train the population (:meth:`_run`), holding the run directory's lock
         (:func:`~rlfunc.runtime.checkpoint.lock_run_dir`) until it ends: another process training
         there is refused with one sentence."""
-        from rlfunc.runtime.checkpoint import lock_run_dir, unlock_run_dir
+        from rlfunc.runtime.checkpoint import locked_run_dir
 
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        lock_run_dir(self.run_dir)
-        try:
+        with locked_run_dir(self.run_dir):
             return self._run(resumed)
-        finally:
-            unlock_run_dir(self.run_dir)
 
     def _run(self, resumed: bool = False) -> PopulationResult:
         """Every member's single-run loop, in rounds: each unfinished member acts (one vmapped act),

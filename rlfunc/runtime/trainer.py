@@ -44,6 +44,7 @@ from rlfunc.runtime.checkpoint import (
     clean_leftovers,
     load_newest_good,
     lock_run_dir,
+    locked_run_dir,
     prune_best,
     prune_checkpoints,
     recorded_best_return,
@@ -324,12 +325,8 @@ class Trainer:
     def run(self, resumed: bool = False) -> TrainResult:
         """Train in the run directory, holding its lock (:func:`~rlfunc.runtime.checkpoint.lock_run_dir`)
         until the run ends: another process training there is refused with one sentence."""
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        lock_run_dir(self.run_dir)
-        try:
+        with locked_run_dir(self.run_dir):
             return self._run(resumed)
-        finally:
-            unlock_run_dir(self.run_dir)
 
     def _run(self, resumed: bool) -> TrainResult:
         cfg = self.config.train
