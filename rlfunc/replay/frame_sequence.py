@@ -32,7 +32,9 @@ frames suffice -- where episodes last at least ``sequence_length + period`` step
 episode of exactly ``sequence_length`` steps writes one window of ``sequence_length + 1``
 frames. When the ring would overwrite a frame a stored window reads (a smaller ring, or
 many short episodes), :class:`PrioritizedFrameSequenceReplay` evicts those windows (priority
-0: never sampled again) and :class:`FrameSequenceReplay` refuses in one sentence.
+0: never sampled again) and :class:`FrameSequenceReplay` refuses in one sentence. The same holds
+for a window still pending when the ring came round to its first frames (a ring smaller than the
+default): it is stored evicted, or refused before it is stored, never read with newer frames.
 
 Distributed actors (:mod:`rlfunc.scale.distributed`) cut windows in a small replay of this
 kind of their own (the *outbox*, ring :func:`outbox_frame_capacity`) with the same :meth:`add`,
@@ -316,6 +318,27 @@ class _FrameStore:
         replay cannot (uniform sampling draws from every stored row), which refuses the write."""
         return False
 
+    _can_evict = False  # whether :meth:`_evict` can take rows out of sampling
+
+    def _store(self, windows: TensorDict, carry: TensorDict | None, info: TensorDict) -> torch.Tensor:
+        """The parent's ``_store``, for windows whose frames the ring still holds. A window still pending
+        while the ring came round (a ``frame_capacity`` below :func:`default_frame_capacity`) would read
+        newer frames, another env's or episode's, in place of its own: such windows are stored evicted
+        (priority 0) where the replay can evict, else the write is refused before anything is stored."""
+        oldest = self._oldest_frame(windows["obs_frame"][0])
+        stale = oldest < self._frames_written - self.frame_capacity
+        if stale.any() and not self._can_evict:
+            raise RuntimeError(
+                f"The frame ring of {self.frame_capacity} frames has overwritten frames of {int(stale.sum())} "
+                "window(s) before they were complete; " + self._too_small()
+            )
+        rows = super()._store(windows, carry, info)
+        if stale.any():
+            gone = rows.cpu().numpy()[stale]
+            self._evict(gone)
+            self._first_frame[gone] = np.iinfo(np.int64).max  # evicted: no frame of theirs is needed any more
+        return rows
+
     # ------------------------------------------------ chunks of a distributed actor
     def drain_frames(self) -> tuple[int, torch.Tensor | TensorDict]:
         """``(number of the first, frames [m, ...])``: the frames written since the last call, oldest
@@ -533,6 +556,7 @@ class PrioritizedFrameSequenceReplay(_FrameStore, PrioritizedSequenceReplay):
     """
 
     windows_evicted = 0
+    _can_evict = True
 
     def _evict(self, rows: np.ndarray) -> bool:
         self._tree.update(torch.as_tensor(rows, device=self.device),

@@ -33,8 +33,10 @@ Conventions (the official RLPD code's, ``rlpd/data/d4rl_datasets.py``):
 Every check runs when the dataset is loaded, before any training, and its
 error (:class:`DatasetError`) names the key, the row and what to change:
 missing file (naming both ways to make one), missing key (with the closest present one), wrong shape or
-dtype against the env's spaces, NaN/inf values, actions outside the env's
-bounds, a dataset recorded for another env.
+dtype against the env's spaces, NaN/inf values (and float64 values beyond
+float32's range, which the float32 rows would turn into inf), actions outside
+the env's bounds (which must be finite: the rescale needs them), a dataset
+recorded for another env (an ``env_id`` stored as text or bytes).
 """
 
 from __future__ import annotations
@@ -79,6 +81,8 @@ ACTION_CLIP_EPS = 1e-5
 """Dataset actions are clipped to ``(-1 + eps, 1 - eps)`` after rescaling (official RLPD ``clip_to_eps``)."""
 
 _BOUND_TOL = 1e-3  # relative to the action range: float rounding of stored actions
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a zip's first entry, or an empty zip (numpy's own test)
+_F32_MAX = float(np.finfo(np.float32).max)  # rows are stored as float32: larger values would become inf
 
 
 class DatasetError(ValueError):
@@ -183,8 +187,9 @@ def read_npz(path: str | Path) -> dict[str, np.ndarray]:
     if not path.is_file():
         raise _not_found(path)
     with open(path, "rb") as fh:
-        if fh.read(2) != b"PK":
+        if fh.read(4) not in _ZIP_MAGIC:  # else np.load would take it for a pickle and refuse it as one
             raise DatasetError(f"Dataset {str(path)!r} is not a readable .npz file (not a zip archive of arrays).")
+    _check_unpacked_size(path)
     try:
         with np.load(path, allow_pickle=False) as f:
             return {k: f[k] for k in f.files}
@@ -196,6 +201,36 @@ def read_npz(path: str | Path) -> dict[str, np.ndarray]:
         raise DatasetError(f"Dataset {str(path)!r} is not a readable .npz file: {exc}") from None
     except Exception as exc:  # zipfile.BadZipFile, OSError, EOFError for damaged files
         raise DatasetError(f"Dataset {str(path)!r} is not a readable .npz file ({type(exc).__name__}: {exc}).") from None
+
+
+def _physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
+
+
+def _check_unpacked_size(path: Path) -> None:
+    """Refuse an ``.npz`` whose arrays, unpacked, exceed this machine's memory (a compressed "zip bomb"
+    of a few kilobytes would otherwise be read until the process is killed). The sizes come from the
+    zip's directory, which bounds what ``zipfile`` inflates, so nothing is decompressed here."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as zf:
+            unpacked = sum(info.file_size for info in zf.infolist())
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+        raise DatasetError(f"Dataset {str(path)!r} is not a readable .npz file ({type(exc).__name__}: {exc}).") from None
+    memory = _physical_memory()
+    if memory is not None and unpacked > memory:
+        raise DatasetError(
+            f"Dataset {str(path)!r} unpacks to {_size(unpacked)}, more than this machine's {_size(memory)} of "
+            "memory; use a smaller dataset or a machine with more memory."
+        )
 
 
 def _minari_data_dir(path: Path) -> Path | None:
@@ -336,6 +371,16 @@ def dataset_checksum(path: str | Path) -> str:
 # --------------------------------------------------------------------------- validation
 
 
+def _recorded_text(a) -> str:
+    """The env id a file recorded: a 0-d or one-element array of str or bytes (h5py and numpy write
+    bytes for ``S`` strings) as text; anything else as ``str`` of it (it then fails the comparison)."""
+    a = np.asarray(a)
+    if a.size == 1 and a.dtype.kind in "SU":
+        v = a.reshape(()).item()
+        return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+    return str(a)
+
+
 def _is_real(a: np.ndarray) -> bool:
     return a.dtype.kind in "fiu" or a.dtype == np.bool_
 
@@ -370,7 +415,7 @@ def validate_arrays(
             f"(and optionally timeouts). It has: {', '.join(sorted(present))}."
         )
     if env_id is not None and "env_id" in arrays:
-        recorded = str(arrays["env_id"])
+        recorded = _recorded_text(arrays["env_id"])
         if recorded and not same_env_id(recorded, env_id):
             raise DatasetError(
                 f"{source} was recorded in {recorded!r}, but the run's env is {env_id!r}; "
@@ -419,6 +464,14 @@ def validate_arrays(
                     f"{source}: {k!r} holds {int(bad.sum())} NaN/inf value(s) (first in row {row}); "
                     "clean or drop those transitions."
                 )
+        if a.dtype.kind == "f" and a.dtype.itemsize > 4:  # float64 beyond float32's range becomes inf in the rows
+            big = np.abs(a) > _F32_MAX
+            if big.any():
+                row = _first_bad_row(big)
+                raise DatasetError(
+                    f"{source}: {k!r} holds {int(big.sum())} value(s) beyond float32's range (first in row {row}), "
+                    "which would become inf in training; clean or rescale those transitions."
+                )
     for k in ("terminals", "timeouts"):
         if k in arrays:
             a = arrays[k]
@@ -426,6 +479,11 @@ def validate_arrays(
                 raise DatasetError(f"{source}: {k!r} must be booleans or 0/1, found other values.")
     low = np.asarray(act_space.low, dtype=np.float64)
     high = np.asarray(act_space.high, dtype=np.float64)
+    if not (np.isfinite(low).all() and np.isfinite(high).all() and (high > low).all()):
+        raise DatasetError(  # the rescale to [-1, 1] would turn every action into NaN
+            f"{source} cannot be rescaled to the env's action space {act_space}: its bounds must be finite with "
+            "low < high; give the env a bounded Box action space."
+        )
     for key, want in (("action_low", low), ("action_high", high)):
         if key in arrays:
             a = arrays[key]

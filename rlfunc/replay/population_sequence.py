@@ -37,7 +37,12 @@ import torch
 from tensordict import TensorDict
 
 from rlfunc.replay.population_sumtree import PopulationSumTree
-from rlfunc.replay.prioritized import PrioritizedSequenceReplay, _normalised_weights, check_prioritized_checkpoint
+from rlfunc.replay.prioritized import (
+    PrioritizedSequenceReplay,
+    _normalised_weights,
+    check_prioritized_checkpoint,
+    check_priority_total,
+)
 from rlfunc.replay.sequence import SequenceReplay
 
 __all__ = ["PopulationSequenceReplay", "PopulationPrioritizedSequenceReplay"]
@@ -369,6 +374,8 @@ class PopulationPrioritizedSequenceReplay(PopulationSequenceReplay):
         row ``k`` is :meth:`PrioritizedSequenceReplay.sample` of member ``k`` with ``generators[k]``
         (its keys plus ``probability`` float64 and ``weight`` float32, max 1 per member)."""
         self._check_sample(generators)
+        if self.device.type == "cpu":  # a host check only where it costs no sync
+            check_priority_total(self._tree.total().numpy())
         idx = self._sample_indices(batch_size, generators)
         P, T = self.members, self.sequence_length
         data = self._gather(idx)

@@ -179,7 +179,7 @@ class PopulationSumTree:
             u_np = u.detach().cpu().numpy() if isinstance(u, torch.Tensor) else np.asarray(u)
             return torch.from_numpy(self._find_np(np.array(u_np, dtype=np.float64)))
         u = torch.as_tensor(u, dtype=torch.float64, device=self.device)
-        return find_in_blocks(self._top, self._cum, self._prefix, u)
+        return find_in_blocks(self._top, self._cum, self._prefix, u).clamp_(max=self.capacity - 1)
 
     def _find_np(self, u: np.ndarray, members: np.ndarray | None = None) -> np.ndarray:
         """:meth:`SumTree._find_np` over members (all, or rows ``members [R]``); ``u [R, S]`` is overwritten."""
@@ -196,7 +196,7 @@ class PopulationSumTree:
         rows = self._prefix_np.reshape(-1, self.fanout)[member * nb + block]  # [R, S, F]
         np.minimum(u, np.nextafter(rows[..., -1], 0.0), out=u)
         j = (rows <= u[..., None]).sum(axis=-1)
-        return block * self.fanout + j
+        return np.minimum(block * self.fanout + j, self.capacity - 1)  # a member's leaves all zero: past the end
 
     def row(self, k: int) -> "SumTreeRow":
         """Member ``k``'s tree with :class:`SumTree`'s interface (sample, update, probabilities...)."""
@@ -273,4 +273,5 @@ class SumTreeRow:
             u_np *= t._top_np[k, -1]
             return torch.from_numpy(t._find_np(u_np[None], [k])[0])
         rows = slice(k, k + 1)
-        return find_in_blocks(t._top[rows], t._cum[rows], t._prefix[rows], (u * self.total()).unsqueeze(0))[0]
+        found = find_in_blocks(t._top[rows], t._cum[rows], t._prefix[rows], (u * self.total()).unsqueeze(0))[0]
+        return found.clamp_(max=self.capacity - 1)

@@ -41,7 +41,7 @@ from tensordict import TensorDict
 from rlfunc.replay.sequence import SequenceReplay
 from rlfunc.replay.sumtree import SumTree
 
-__all__ = ["PrioritizedSequenceReplay", "check_prioritized_checkpoint", "importance_weights"]
+__all__ = ["PrioritizedSequenceReplay", "check_prioritized_checkpoint", "check_priority_total", "importance_weights"]
 
 
 def importance_weights(probabilities: torch.Tensor, size: int | torch.Tensor, exponent: float) -> torch.Tensor:
@@ -68,6 +68,18 @@ def _normalised_weights(probabilities: torch.Tensor, size, exponent: float) -> t
     p = probabilities.to(torch.float64).clamp(min=torch.finfo(torch.float64).tiny)
     w = (p * size).pow(-float(exponent))
     return (w / w.amax(dim=-1, keepdim=True)).to(torch.float32)
+
+
+def check_priority_total(totals: np.ndarray) -> None:
+    """Refuse to sample where a tree's priorities are all zero (every stored window has priority 0:
+    there is nothing to draw in proportion to, and the probabilities would be 0/0)."""
+    empty = np.flatnonzero(~(totals > 0))
+    if empty.size:
+        who = "" if totals.size == 1 else f" of member(s) {empty.tolist()}"
+        raise RuntimeError(
+            f"Cannot sample: every stored window{who} has priority 0 (or a non-finite total); write positive "
+            "priorities with update_priorities, or add windows, which enter with a positive priority."
+        )
 
 
 def check_prioritized_checkpoint(td: TensorDict, priority_exponent: float, kind: str, uniform: str) -> None:
@@ -167,6 +179,8 @@ class PrioritizedSequenceReplay(SequenceReplay):
             raise RuntimeError(
                 "Cannot sample from an empty sequence replay; add steps until at least one window is complete."
             )
+        if self.device.type == "cpu":  # a host check only where it costs no sync
+            check_priority_total(self._tree.total().reshape(1).numpy())
         T = self.sequence_length
         shape = (T, batch_size)
         idx = self._sample_indices(batch_size, generator)
@@ -218,9 +232,10 @@ class PrioritizedSequenceReplay(SequenceReplay):
 
         ``priorities [B]`` are non-negative (R2D2: :func:`rlfunc.core.returns.sequence_priorities`);
         the tree stores ``priority ** priority_exponent``. A window with priority 0 is never
-        sampled again until it is overwritten. On CPU, negative or non-finite values and
-        rows that hold no window raise; on an accelerator nothing is checked (that would
-        need a host sync).
+        sampled again until it is overwritten (when every stored window has priority 0,
+        :meth:`sample` raises on CPU; on an accelerator it returns the last row). On CPU,
+        negative or non-finite values and rows that hold no window raise; on an accelerator
+        nothing is checked (that would need a host sync).
         """
         idx = torch.as_tensor(indices, device=self.device).detach().reshape(-1)
         p = torch.as_tensor(priorities, device=self.device).detach().reshape(-1)

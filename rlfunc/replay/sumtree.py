@@ -178,14 +178,16 @@ class SumTree:
         """Leaf ``i`` with ``sum_{j<i} p_j <= u < sum_{j<=i} p_j`` for each ``u [S]`` in ``[0, total)``.
 
         ``u`` at or beyond the total (rounding) is clamped just below it, so a
-        zero-priority leaf is never returned unless every leaf is zero.
+        zero-priority leaf is never returned unless every leaf is zero; then
+        the last leaf, ``capacity - 1``, is (the search would otherwise step
+        past the end; callers that hold fewer items check the total).
         Returns int64 ``[S]`` on ``device``.
         """
         if self._np:
             u_np = u.detach().cpu().numpy() if isinstance(u, torch.Tensor) else np.asarray(u)
             return torch.from_numpy(self._find_np(np.array(u_np, dtype=np.float64).reshape(-1)))
         u = torch.as_tensor(u, dtype=torch.float64, device=self.device).reshape(-1)
-        return find_in_blocks(self._top, self._cum, self._prefix, u)
+        return find_in_blocks(self._top, self._cum, self._prefix, u).clamp_(max=self.capacity - 1)
 
     def _find_np(self, u: np.ndarray) -> np.ndarray:
         top = self._top_np
@@ -196,7 +198,7 @@ class SumTree:
         rows = self._prefix_np[block]  # [S, F] in-block prefix sums
         np.minimum(u, np.nextafter(rows[:, -1], 0.0), out=u)
         j = (rows <= u[:, None]).sum(axis=1)
-        return block * self.fanout + j
+        return np.minimum(block * self.fanout + j, self.capacity - 1)  # all leaves zero: j = F, past the end
 
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> torch.Tensor:
         """``batch_size`` leaf indices drawn independently with probability ``p_i / total``.

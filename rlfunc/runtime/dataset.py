@@ -75,8 +75,8 @@ def _collect(out, checkpoint, env_id, steps, noise, policy, seed) -> dict[str, A
 
     if steps < 1:
         raise ValueError(f"--steps must be at least 1, got {steps}.")
-    if noise < 0:
-        raise ValueError(f"--noise must be >= 0, got {noise}.")
+    if not 0 <= noise < float("inf"):  # NaN fails this too: it would step the env with NaN actions
+        raise ValueError(f"--noise must be a finite number >= 0, got {noise}.")
     if policy not in ("checkpoint", "random"):
         raise ValueError(f"--policy must be 'checkpoint' or 'random', got {policy!r}.")
     agent = None
