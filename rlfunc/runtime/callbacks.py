@@ -20,6 +20,13 @@ callback's class name). The reason is written to ``eval.csv``'s and
 and printed by the command line. A run that trained to ``train.total_steps``
 ends with reason ``total_steps``.
 
+A callback may also have ``reached(run) -> reason | None``, asked once when a
+run resumes, before its first step: the config's rules answer there whether
+they already stopped the run (a spent ``max_updates`` or ``max_wall_s``, a
+reached ``stop_at_return``, an exhausted ``patience_evals``), so resuming a
+stopped run stops again at once, at the step it stopped, instead of training
+one more step (or one more evaluation interval) each time.
+
 The config's stopping rules are these callbacks (:func:`from_config`):
 ``train.stop_at_return``, ``train.patience_evals``, ``train.max_updates``
 (gradient steps) and ``train.max_wall_s``.
@@ -65,6 +72,10 @@ class Callback:
     def on_end(self, run, reason: str) -> None:
         pass
 
+    def reached(self, run) -> str | None:
+        """Asked when a run resumes, before its first step: a reason if this rule already stopped it."""
+        return None
+
 
 class StopAtReturn(Callback):
     """Stop when an evaluation's mean return reaches ``threshold`` (``train.stop_at_return``)."""
@@ -73,7 +84,12 @@ class StopAtReturn(Callback):
         self.threshold = float(threshold)
 
     def on_eval(self, run, step: int, returns: list[float]) -> str | None:
-        mean = sum(returns) / len(returns)
+        return self._check(step, sum(returns) / len(returns))
+
+    def reached(self, run) -> str | None:
+        return self._check(*run.evals[-1]) if run.evals else None
+
+    def _check(self, step: int, mean: float) -> str | None:
         if mean >= self.threshold:
             return f"stop_at_return: mean return {mean:.2f} >= {self.threshold:g} at step {step}"
         return None
@@ -101,6 +117,9 @@ class Patience(Callback):
 
     def on_eval(self, run, step: int, returns: list[float]) -> str | None:
         self._see(sum(returns) / len(returns))
+        return self.reached(run)
+
+    def reached(self, run) -> str | None:
         if self.since >= self.evals:
             return f"patience_evals: no new best in {self.evals} evaluations (best {self.best:.2f})"
         return None
@@ -118,6 +137,9 @@ class MaxUpdates(Callback):
         self.limit = int(limit)
 
     def on_step(self, run) -> str | None:
+        return self.reached(run)
+
+    def reached(self, run) -> str | None:
         if run.gradient_steps >= self.limit:
             return f"max_updates: {run.gradient_steps} gradient steps >= {self.limit}"
         return None
@@ -130,6 +152,9 @@ class MaxWallTime(Callback):
         self.seconds = float(seconds)
 
     def on_step(self, run) -> str | None:
+        return self.reached(run)
+
+    def reached(self, run) -> str | None:
         if run.wall_s >= self.seconds:
             return f"max_wall_s: {run.wall_s:.0f} s of training >= {self.seconds:g}"
         return None
@@ -149,9 +174,23 @@ def from_config(train) -> list[Callback]:
     return rules
 
 
-def check(callbacks: list[Any]) -> list[Any]:
-    """Refuse objects that have none of the hooks (one sentence naming the object)."""
+def check(callbacks: Any) -> list[Any]:
+    """The callbacks as a list (one callback object alone is taken as ``[cb]``); a class instead of an
+    instance, or an object with none of the hooks, is one ``TypeError`` sentence naming it (before any
+    env is built)."""
+    if callbacks is None:
+        return []
+    if not isinstance(callbacks, type) and any(callable(getattr(callbacks, hook, None)) for hook in HOOKS):
+        callbacks = [callbacks]  # one callback, not in a list
+    try:
+        callbacks = list(callbacks)
+    except TypeError:
+        raise TypeError(f"callbacks must be a list of callback objects, got {callbacks!r}; pass callbacks=[cb].") from None
     for cb in callbacks:
+        if isinstance(cb, type):
+            raise TypeError(
+                f"callback {cb.__name__} is a class, not a callback object; pass an instance, callbacks=[{cb.__name__}()]."
+            )
         if not any(callable(getattr(cb, hook, None)) for hook in HOOKS):
             raise TypeError(
                 f"callback {cb!r} has none of the hooks {', '.join(HOOKS)}; subclass rlfunc.Callback or add one."

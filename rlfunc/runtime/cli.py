@@ -169,6 +169,8 @@ def user_error_message(exc: BaseException) -> str | None:
 
     if isinstance(exc, (ConfigError, CheckpointError, CheckpointWriteError, DatasetError, NonFiniteLossError)):
         text = str(exc)
+    elif isinstance(exc, OSError) and exc.errno is None and exc.filename is None:
+        text = str(exc)  # rlfunc's own sentence (e.g. plot: a run without eval.csv), not the system's
     elif isinstance(exc, OSError):
         what = f"{exc.filename!r}" if exc.filename else "a file"
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):

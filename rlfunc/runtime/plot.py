@@ -15,6 +15,7 @@ import yaml
 
 __all__ = [
     "plot_runs",
+    "plot_path",
     "plot_curves",
     "read_evals",
     "expand_runs",
@@ -27,22 +28,35 @@ __all__ = [
 
 def read_evals(run_dir: str | Path, x: str = "step") -> tuple[np.ndarray, np.ndarray]:
     """``(x values, mean_returns)`` from a run's ``eval.csv``; ``x`` is its ``step`` or ``frames`` column."""
-    path = Path(run_dir) / "eval.csv"
-    if not path.exists():
-        raise FileNotFoundError(f"{str(run_dir)!r} has no eval.csv; pass run directories made by `rlfunc train`.")
+    path = _eval_csv(run_dir)
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
-    steps = np.array([int(float(r[x])) for r in rows])
-    returns = np.array([float(r["mean_return"]) for r in rows])
+    try:
+        steps = np.array([int(float(r[x])) for r in rows])
+        returns = np.array([float(r["mean_return"]) for r in rows])
+    except (KeyError, TypeError, ValueError, OverflowError):
+        raise ValueError(
+            f"{str(path)!r} is not an eval.csv rlfunc wrote (a {x} or mean_return value is missing or not a number); "
+            "pass run directories made by `rlfunc train`."
+        ) from None
+    if not len(steps):
+        raise ValueError(f"{str(path)!r} has no evaluations yet; plot the run once it has evaluated.")
     return steps, returns
+
+
+def _eval_csv(run_dir: str | Path) -> Path:
+    """The run's ``eval.csv``; a run without one is one ``FileNotFoundError`` sentence."""
+    path = Path(run_dir) / "eval.csv"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{str(run_dir)!r} has no eval.csv; pass run directories made by `rlfunc train` (a run writes it at its first evaluation)."
+        )
+    return path
 
 
 def _logs_frames(run_dir: str | Path) -> bool:
     """Whether the run's ``eval.csv`` has a ``frames`` column (action-repeated envs: agent steps != frames)."""
-    path = Path(run_dir) / "eval.csv"
-    if not path.exists():
-        raise FileNotFoundError(f"{str(run_dir)!r} has no eval.csv; pass run directories made by `rlfunc train`.")
-    with open(path, newline="") as f:
+    with open(_eval_csv(run_dir), newline="") as f:
         return "frames" in (next(csv.reader(f), None) or [])
 
 
@@ -184,10 +198,33 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, title: str | None = N
     otherwise it is environment steps. A population's run directory plots all its members
     (:func:`expand_runs`).
     """
+    out = plot_path(out)
     run_dirs, labels = expand_runs(list(run_dirs), labels)
     x = "frames" if all(_logs_frames(d) for d in run_dirs) else "step"
     groups = {label: [read_evals(d, x) for d in members] for label, members in _curves(run_dirs, labels).items()}
     return plot_curves(groups, out, title=title, frames=x == "frames")
+
+
+def plot_path(out: str | Path) -> Path:
+    """Where the figure goes: ``out``, with ``.png`` added when it has no suffix (as matplotlib would
+    add it, so the path reported is the file written); a directory or a format matplotlib cannot
+    write is one ``ValueError`` sentence, before anything is read or drawn."""
+    out = Path(out)
+    if out.is_dir():
+        raise ValueError(f"--out {str(out)!r} is a directory; pass a file name such as {str(out / 'curves.png')!r}.")
+    if not out.suffix:
+        return out.with_name(out.name + ".png")
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        return out  # plot_curves says how to install matplotlib
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if out.suffix[1:].lower() not in formats:
+        raise ValueError(
+            f"--out {str(out)!r} has the suffix {out.suffix!r}, a format matplotlib cannot write; "
+            f"use one of {', '.join('.' + f for f in sorted(formats))} (e.g. curves.png)."
+        )
+    return out
 
 
 def plot_curves(groups: dict[str, list[tuple[np.ndarray, np.ndarray]]], out: str | Path,
@@ -227,7 +264,7 @@ def plot_curves(groups: dict[str, list[tuple[np.ndarray, np.ndarray]]], out: str
         ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
-    out = Path(out)
+    out = plot_path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(out, dpi=120)

@@ -140,8 +140,16 @@ class Policy:
 
     # -- shapes -----------------------------------------------------------------------------
     def _batch(self, obs) -> tuple[np.ndarray, bool]:
-        """``obs`` as a batch ``[n, *obs_shape]`` and whether it was one observation."""
+        """``obs`` as a batch ``[n, *obs_shape]`` and whether it was one observation (a torch tensor,
+        on any device and requiring grad or not, is taken as its values)."""
+        if isinstance(obs, torch.Tensor):
+            obs = obs.detach().cpu().numpy()
         obs = np.asarray(obs)
+        if obs.dtype.kind not in "biuf":
+            raise ValueError(
+                f"Observation of dtype {obs.dtype} does not fit this {self.algo_name} policy; pass numbers "
+                "(a numpy array or tensor of floats or integers, as the env returns them)."
+            )
         if obs.shape == self.obs_shape:
             return obs[None], True
         if obs.ndim == len(self.obs_shape) + 1 and obs.shape[1:] == self.obs_shape and obs.shape[0] > 0:

@@ -39,7 +39,9 @@ class CsvLog:
     arrives (the learner's loss columns appear only once learning starts), or
     until :meth:`close`; the header is then written once, with every column
     seen. A column that appears only later still is not logged (with a
-    warning), never rewritten into the file. ``truncate_after``: on resume,
+    warning), never rewritten into the file, except at the first complete row
+    of a resumed run whose file holds only held-back rows (a run interrupted
+    in its warm-up): the file is rewritten once with the new columns. ``truncate_after``: on resume,
     drop rows logged after that step (the state they describe was not saved).
 
     The file is only ever a regular file of the run directory: one that is a symlink (or a FIFO,
@@ -52,6 +54,7 @@ class CsvLog:
         self.fields: list[str] | None = None
         self._pending: list[dict[str, Any]] = []
         self._warned: set[str] = set()
+        self._complete_seen = False  # a complete row was written by this process
         if _check_regular(path):
             with _open(path, "r") as f:
                 reader = csv.DictReader(f)
@@ -69,13 +72,27 @@ class CsvLog:
                 return
             self._start([*self._pending, row])
             self._pending = []
+            self._complete_seen = True
             return
         new = [k for k in row if k not in self.fields and k not in self._warned]
+        if new and complete and not self._complete_seen:
+            self._widen(row)  # a resumed run whose file holds warm-up rows only: its loss columns arrive now
+            return
+        self._complete_seen = self._complete_seen or complete
         if new:
             self._warned.update(new)
             print(f"rlfunc: warning: {self.path.name} has no column for {', '.join(new)}; not logged there.", file=sys.stderr)
         with _open(self.path, "a") as f:
             csv.DictWriter(f, fieldnames=self.fields, extrasaction="ignore").writerow(row)
+
+    def _widen(self, row: dict[str, Any]) -> None:
+        """Rewrite the file once with ``row``'s new columns added (the rows already there leave them
+        empty), then append ``row``: the first learning row of a run interrupted during its warm-up."""
+        with _open(self.path, "r") as f:
+            rows = list(csv.DictReader(f))
+        self.fields = [*self.fields, *(k for k in row if k not in self.fields)]
+        _rewrite(self.path, self.fields, [*rows, row])
+        self._complete_seen = True
 
     def close(self) -> None:
         """Write rows still held back (a run that stopped before learning)."""

@@ -136,7 +136,7 @@ class Trainer:
     def __init__(self, config: RunConfig, run_dir: Path, callbacks: list | None = None) -> None:
         self.config = config
         self.run_dir = Path(run_dir)
-        self.callbacks = check_callbacks(list(callbacks or [])) + stopping_rules(config.train)
+        self.callbacks = check_callbacks(callbacks) + stopping_rules(config.train)
         tune_allocator()
         if config.train.threads:
             set_threads(config.train.threads)
@@ -160,12 +160,13 @@ class Trainer:
         self._last_good_ckpt: Path | None = None
         self._unchecked: list[tuple[int, list, torch.Tensor]] = []  # updates whose finiteness is not read yet
         self._prior_wall = 0.0  # seconds of training behind the restored checkpoint (0 for a new run)
-        self._saved: tuple[int, int] | None = None  # (env step, evaluations) of the last checkpoint written
+        self._saved: tuple[int, int, int] | None = None  # _saved_key() of the last checkpoint written
         self._learning_from = 0  # after a resume without a stored replay: refill it before learning again
         self._learning = False  # learned in this process yet (the progress line's phase)
         self._progress: Progress | None = None
         self._last_metrics = None  # the newest learner metrics (for the row that records a stop)
         self._logged_stop: int | None = None  # env step whose metrics row already records the stop
+        self._start_step = 0  # env step this process started training from
         self._t0 = time.monotonic()
 
     @property
@@ -203,10 +204,14 @@ class Trainer:
             tensors = tensors.exclude("replay")
         path = save_checkpoint(self.ckpt_dir, checkpoint_name(self.env_step), tensors, meta)
         self._last_good_ckpt = path
-        self._saved = (self.env_step, len(self.evals))
+        self._saved = self._saved_key()
         prune_checkpoints(self.ckpt_dir, keep=self.config.train.keep_checkpoints)
         self._call("on_checkpoint", path)
         return path
+
+    def _saved_key(self) -> tuple[int, int, int]:
+        """What tells whether the state changed since the last checkpoint: env step, evaluations, learner calls."""
+        return (self.env_step, len(self.evals), self.learner_calls)
 
     def _extra_meta(self) -> dict[str, Any]:
         """What a subclass keeps in the checkpoint's meta beside the counters (read back in its ``restore``)."""
@@ -273,6 +278,7 @@ class Trainer:
         self.env_step, self.learner_calls, self.collector.episodes = env_step, calls, episodes
         self.evals, self._prior_wall = evals, prior_wall
         self._last_good_ckpt = Path(checkpoint)
+        self._saved = self._saved_key()  # the checkpoint holds this state: no need to write it again
         # best/ may hold a better policy than these evaluations show: one saved after this checkpoint
         self._best_return = max([r for _, r in evals] + [recorded_best_return(self.best_dir)])
         if without_replay:
@@ -294,15 +300,26 @@ class Trainer:
         mean = float(np.mean(returns))
         self.evals.append((self.env_step, mean))
         self._last_eval_row = eval_row(self.env_step, self._frames(), self._wall_s(), returns)
-        self._save_best(mean)
-        reason = self._ask("on_eval", self.env_step, list(map(float, returns)))
-        if reason:
-            self._last_eval_row["stop_reason"] = reason
-        self._eval_log.write(self._last_eval_row)
-        self._write_external("eval", self._last_eval_row)
+        reason = None
+        try:  # the row is written even if a callback (or a Ctrl-C) breaks off here: evals has it
+            self._save_best(mean)
+            reason = self._ask("on_eval", self.env_step, list(map(float, returns)))
+        finally:
+            if reason:
+                self._last_eval_row["stop_reason"] = reason
+            self._eval_log.write(self._last_eval_row)
+            self._write_external("eval", self._last_eval_row)
         if reason:
             raise _StopRun(reason)
         return mean
+
+    def _missed_evaluation(self) -> bool:
+        """Whether an evaluation was due at the restored step but is not recorded: the run was
+        interrupted (Ctrl-C, SIGTERM, a crash) before or during it, and saved at that step."""
+        step = self.env_step
+        return 0 < step < self.config.train.total_steps and step % self.config.train.eval_every == 0 and (
+            not self.evals or self.evals[-1][0] != step
+        )
 
     # -- callbacks -------------------------------------------------------------------
     def _call(self, hook: str, *args) -> None:
@@ -347,18 +364,14 @@ class Trainer:
         progress = Progress(cfg.progress, cfg.total_steps, self.env_step, f"{self.config.algo} {self.config.env.id}")
         self._progress = progress
         last_eval = self.evals[-1][1] if self.evals else None
-        stop_reason = "total_steps"
         restore_sigterm = _save_on_sigterm()
         self._unchecked = []
         try:
-            self._call("on_start")
-            last_eval = self._loop(progress, last_eval)
-            self._check_finite()
-            if not self.evals or self.evals[-1][0] != self.env_step:
-                last_eval = self.evaluate()
-        except _StopRun as stop:
-            stop_reason = str(stop)
-            last_eval = self._finish_stopped(stop_reason, last_eval)
+            # The stopped run's final evaluation and the last save are guarded too: a Ctrl-C, SIGTERM or
+            # crash there still saves the state (review of the run surface: it escaped unsaved).
+            stop_reason, last_eval = self._train_to_end(progress, last_eval, resumed)
+            if self._saved != self._saved_key():  # not saved at this step already
+                self._save_or_continue()
         except (NonFiniteLossError, CheckpointWriteError):
             self._close_logs(progress)
             restore_sigterm()
@@ -366,24 +379,11 @@ class Trainer:
         except BaseException as exc:
             self._close_logs(progress)
             restore_sigterm()
-            # Nothing trained is lost: keep the current state if it is sound.
-            saved = None
-            try:
-                if self.env_step > 0 and self.learner.params_finite():
-                    saved = self.save()
-            except Exception as save_error:  # never mask the original error, but say what was not saved
-                report_unsaved(self.env_step, self._last_good_ckpt, save_error)
-            if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, RunInterrupted):
-                where = f"saved at step {self.env_step}" if saved else f"last checkpoint {self._last_good_ckpt}"
-                raise RunInterrupted(f"interrupted; {where}; continue with `rlfunc resume {self.run_dir}`") from None
+            self._save_on_the_way_out(exc)
             raise
-        try:
-            if self._saved != (self.env_step, len(self.evals)):  # not saved at this step already
-                self._save_or_continue()
-        finally:
-            restore_sigterm()
-            progress.update(self.env_step, last_eval, force=True)
-            self._close_logs(progress)
+        restore_sigterm()
+        progress.update(self.env_step, last_eval, force=True)
+        self._close_logs(progress)
         self._call("on_end", stop_reason)
         return TrainResult(
             run_dir=self.run_dir,
@@ -394,6 +394,43 @@ class Trainer:
             stop_reason=stop_reason,
             gradient_steps=self.gradient_steps,
         )
+
+    def _train_to_end(self, progress: Progress, last_eval: float | None, resumed: bool) -> tuple[str, float | None]:
+        """Train to ``train.total_steps`` or a stopping rule, then the final evaluation;
+        returns ``(stop reason, newest evaluation's mean return)``. A resumed run that a rule
+        already stopped (``reached``) stops before its first step."""
+        self._start_step = self.env_step
+        try:
+            self._call("on_start")
+            reason = self._ask("reached") if resumed else None
+            if reason:
+                print(f"rlfunc: this run already stopped at env step {self.env_step} ({reason}); nothing to train.",
+                      file=sys.stderr)
+                raise _StopRun(reason)
+            if resumed and self._missed_evaluation():  # as the run would have, before its next step
+                last_eval = self.evaluate()
+            last_eval = self._loop(progress, last_eval)
+            self._check_finite()
+            if not self.evals or self.evals[-1][0] != self.env_step:
+                last_eval = self.evaluate()
+        except _StopRun as stop:
+            return str(stop), self._finish_stopped(str(stop), last_eval)
+        return "total_steps", last_eval
+
+    def _save_on_the_way_out(self, exc: BaseException) -> None:
+        """Keep the current state if it is sound (nothing trained is lost); a Ctrl-C becomes
+        :class:`RunInterrupted`, whose message says where it was saved and how to continue."""
+        saved = None
+        try:
+            if self._saved == self._saved_key():  # saved already (e.g. a crash in an on_checkpoint callback)
+                saved = self._last_good_ckpt
+            elif self.env_step > 0 and self.learner.params_finite():
+                saved = self.save()
+        except Exception as save_error:  # never mask the original error, but say what was not saved
+            report_unsaved(self.env_step, self._last_good_ckpt, save_error)
+        if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, RunInterrupted):
+            where = f"saved at step {self.env_step}" if saved else f"last checkpoint {self._last_good_ckpt}"
+            raise RunInterrupted(f"interrupted; {where}; continue with `rlfunc resume {self.run_dir}`") from None
 
     def _loop(self, progress: Progress, last_eval: float | None) -> float | None:
         """Collect and learn until ``train.total_steps`` (a stopping rule raises ``_StopRun``); returns the
@@ -447,7 +484,7 @@ class Trainer:
         """A stopping rule ended the run: log the reason in metrics.csv (unless this step's row has
         it), and evaluate the final state unless this step was just evaluated (its row has it then)."""
         self._check_finite()
-        if self._logged_stop != self.env_step:
+        if self._logged_stop != self.env_step and self.env_step != self._start_step:  # else rows of the run before
             self._log(self._last_metrics, math.nan, [], reason)
         if self.evals and self.evals[-1][0] == self.env_step:
             return self.evals[-1][1]
