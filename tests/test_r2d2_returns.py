@@ -64,6 +64,11 @@ def test_n_step_returns_equal_a_hand_computation():
     torch.testing.assert_close(returns.n_step_bootstrapped_returns(r_t, discount_t, v_t, 1), r_t + discount_t * v_t)
     full = returns.n_step_bootstrapped_returns(r_t[:, :1], discount_t[:, :1], v_t[:, :1], 9)
     torch.testing.assert_close(full[0, 0], torch.tensor(1 + 0.5 * 2 + 0.25 * 3 + 0.125 * 4 + 0.0625 * 5 + 0.0625 * 0.5 * 50))
+    # n beyond T adds only padding (reward 0, discount 1): bit for bit n = T, and a huge n costs T passes
+    T = r_t.shape[0]
+    at_t = returns.n_step_bootstrapped_returns(r_t, discount_t, v_t, T, mask)
+    assert torch.equal(returns.n_step_bootstrapped_returns(r_t, discount_t, v_t, T + 3, mask), at_t)
+    assert torch.equal(returns.n_step_bootstrapped_returns(r_t, discount_t, v_t, 10**12, mask), at_t)
 
 
 def test_transformed_double_q_target_equals_a_hand_computation():

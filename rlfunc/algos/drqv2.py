@@ -228,6 +228,11 @@ def init(
     (updates done) and ``agent_step`` (what the sigma schedule reads).
     """
     obs_shape, act_dim = _check_spaces(obs_space, act_space)
+    if config.pad >= min(obs_shape[1:]):  # the shift would move the whole image out of its frame
+        raise ValueError(
+            f"pad={config.pad} is not smaller than the {obs_shape[1]}x{obs_shape[2]} images; the random shift "
+            "moves an image by up to pad pixels (DrQ-v2: 4 on 84x84), so set pad below the image size."
+        )
     gen = torch.Generator(device="cpu").manual_seed(int(seed))
     encoder = nets.conv_encoder_init(obs_shape[0], config.encoder_channels, generator=gen)
     c, h, w = nets.conv_encoder_output_shape(obs_shape, config.encoder_channels, config.encoder_strides)

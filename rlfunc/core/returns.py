@@ -266,13 +266,15 @@ def n_step_bootstrapped_returns(
     truncated last step it bootstraps from that step's ``v``. Values on
     padded steps are meaningless (mask them out of the loss).
 
-    Costs ``n`` vectorised passes (``n`` is static), no loop over ``T``.
+    Costs ``min(n, T)`` vectorised passes (``n`` is static), no loop over ``T``: with
+    ``n >= T`` every return is cut short at the sequence's end, so ``n = T`` gives the
+    same numbers.
     """
     _check_time_major("n_step_bootstrapped_returns", r_t=r_t, discount_t=discount_t, v_t=v_t)
     if int(n) != n or n < 1:
         raise ValueError(f"n_step_bootstrapped_returns: n must be a positive integer, got {n}.")
-    n = int(n)
     steps = r_t.shape[0]
+    n = min(int(n), max(steps, 1))  # beyond T only zero rewards and unit discounts would be added
     if mask is not None:
         _check_same_shape("n_step_bootstrapped_returns", r_t=r_t, mask=mask)
         m = mask.bool()

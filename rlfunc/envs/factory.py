@@ -304,6 +304,8 @@ def check_env_id(env_id: str) -> None:
 
     if not isinstance(env_id, str) or not env_id.strip():
         raise ValueError(f"An environment id must be a gymnasium id such as 'Pendulum-v1', got {env_id!r}.")
+    if env_id != env_id.strip():
+        raise ValueError(f"Environment id {env_id!r} has spaces around it; write {env_id.strip()!r}.")
     module, the_id = split_env_id(env_id)
     if module is not None:
         if not _USER_IMPORTS.get():
@@ -341,8 +343,9 @@ def _make_one(env_id: str, kwargs: dict[str, Any], wrappers: list[Callable], res
         raise ValueError(f"Environment {env_id!r} could not be made: it needs {what}; pip install it.") from None
     except TypeError as exc:
         raise ValueError(f"Bad env.kwargs for {env_id!r}: {exc}; remove or rename that keyword.") from exc
+    _check_render_mode(env, env_id, kwargs.get("render_mode"))
     for wrap in wrappers:
-        env = wrap(env)
+        env = _apply_wrapper(wrap, env)
     if rescale_actions and isinstance(env.action_space, gym.spaces.Box):
         low, high = env.action_space.low, env.action_space.high
         if not (np.all(low == -1.0) and np.all(high == 1.0)):
@@ -351,6 +354,43 @@ def _make_one(env_id: str, kwargs: dict[str, Any], wrappers: list[Callable], res
             ones = np.ones(env.action_space.shape, dtype=np.float32)
             env = gym.wrappers.RescaleAction(env, -ones, ones)
     return env
+
+
+def _check_render_mode(env: gym.Env, env_id: str, mode: Any) -> None:
+    """``env.kwargs.render_mode`` is one the env declares (gymnasium only warns, and the env never renders)."""
+    modes = env.metadata.get("render_modes") if isinstance(env.metadata, dict) else None
+    if mode is None or not isinstance(modes, (list, tuple)) or not modes or mode in modes:
+        return
+    env.close()
+    raise ValueError(
+        f"env.kwargs.render_mode {mode!r} is not a render mode of {env_id!r}; set one of "
+        f"{', '.join(repr(m) for m in modes)} or remove it."
+    )
+
+
+def _sentence(exc: BaseException) -> str:
+    """``exc``'s message as one clause: whitespace collapsed, inner sentence ends turned into semicolons."""
+    import re
+
+    text = " ".join(str(exc).split()).rstrip(".") or type(exc).__name__
+    return re.sub(r"\.\s+(?=[A-Z])", "; ", text)
+
+
+def _apply_wrapper(wrap: Callable, env: gym.Env) -> gym.Env:
+    """``wrap(env)``; a gymnasium or user wrapper that refuses its arguments (or the env) is one
+    ``ValueError`` sentence naming its ``env.wrappers`` entry (rlfunc's own wrappers name themselves)."""
+    cls = getattr(wrap, "func", None)
+    entry = getattr(wrap, "entry", None)
+    if entry is None or (isinstance(cls, type) and cls.__module__.startswith("rlfunc.")):
+        return wrap(env)
+    try:
+        return wrap(env)
+    except (AssertionError, ValueError, TypeError, gym.error.Error) as exc:
+        args = f" {dict(wrap.keywords)}" if getattr(wrap, "keywords", None) else ""
+        raise ValueError(
+            f"env.wrappers entry {entry!r}{args} refused the env or its arguments ({_sentence(exc)}); "
+            "fix the arguments or remove the wrapper."
+        ) from None
 
 
 def make_env(
@@ -594,7 +634,7 @@ def _is_callable_type(tp: Any) -> bool:
 
 def _wrap_later(entry: dict, env):
     """Apply a ``module:ClassName`` wrapper whose checks were deferred by :func:`without_user_imports`."""
-    return build_wrappers([entry])[0](env)
+    return _apply_wrapper(build_wrappers([entry])[0], env)
 
 
 def build_wrappers(spec: list) -> list[Callable]:
@@ -684,5 +724,7 @@ def build_wrappers(spec: list) -> list[Callable]:
         check = getattr(cls, "check_arguments", None)
         if check is not None:
             check(**kwargs)  # the wrapper's own checks that need no env (e.g. flicker p in [0, 1])
-        out.append(functools.partial(cls, **kwargs))
+        wrap = functools.partial(cls, **kwargs)
+        wrap.entry = name  # named in the sentence if the wrapper refuses the env (_apply_wrapper)
+        out.append(wrap)
     return out

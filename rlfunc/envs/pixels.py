@@ -44,7 +44,7 @@ from collections import deque
 import gymnasium as gym
 import numpy as np
 
-__all__ = ["PixelObservation", "FrameStack", "check_frame", "resize_frame"]
+__all__ = ["PixelObservation", "FrameStack", "check_frame", "resize_frame", "MAX_SIZE"]
 
 
 def check_frame(frame: np.ndarray, where: str) -> np.ndarray:
@@ -93,20 +93,32 @@ class FrameStack:
         return np.concatenate(list(self._frames), axis=0)
 
 
+MAX_SIZE = 1024
+"""The largest ``size`` of the pixels wrapper: frames are rendered and stored at it (DrQ-v2 uses 84)."""
+
+
 class PixelObservation(gym.Wrapper):
     """Rendered, stacked, action-repeated observations (see module doc)."""
 
+    @staticmethod
+    def check_arguments(size: int = 84, frame_stack: int = 3, action_repeat: int = 1) -> None:
+        """The checks that need no env (run by :func:`rlfunc.envs.build_wrappers` at config time)."""
+        bounds = {"size": (size, 8, MAX_SIZE), "frame_stack": (frame_stack, 1, None),
+                  "action_repeat": (action_repeat, 1, None)}
+        for name, (value, low, high) in bounds.items():
+            is_int = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+            if not is_int or value < low or (high is not None and value > high):
+                what = f"in [{low}, {high}]" if high is not None else f">= {low}"
+                raise ValueError(f"The pixels wrapper's {name} must be an integer {what}, got {value!r}.")
+
     def __init__(self, env: gym.Env, size: int = 84, frame_stack: int = 3, action_repeat: int = 1) -> None:
+        self.check_arguments(size, frame_stack, action_repeat)
         super().__init__(env)
         if env.render_mode != "rgb_array":
             raise ValueError(
                 f"The pixels wrapper needs an env made with render_mode='rgb_array', got render_mode={env.render_mode!r}; "
                 "add `kwargs: {render_mode: rgb_array}` to the env section."
             )
-        if size < 8:
-            raise ValueError(f"pixels size must be at least 8, got {size}.")
-        if action_repeat < 1:
-            raise ValueError(f"action_repeat must be at least 1, got {action_repeat}.")
         self.size = int(size)
         self.action_repeat = int(action_repeat)
         self.stack = FrameStack(frame_stack)

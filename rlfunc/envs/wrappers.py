@@ -167,7 +167,13 @@ class ScaleObservation(gym.ObservationWrapper):
                 raise ValueError(f"The scale_obs wrapper's {name} must be a number or a list of {dim} numbers, got {value!r}.")
             if not np.all(np.isfinite(arr)):
                 raise ValueError(f"The scale_obs wrapper's {name} must be finite, got {value!r}.")
-            consts.append(np.broadcast_to(arr, (dim,)).astype(space.dtype))
+            with np.errstate(over="ignore"):
+                const = np.broadcast_to(arr, (dim,)).astype(space.dtype)
+            if not np.all(np.isfinite(const)):
+                raise ValueError(
+                    f"The scale_obs wrapper's {name} must fit in the observations' {space.dtype} numbers, got {value!r}."
+                )
+            consts.append(const)
         self.scale, self.offset = consts
         if np.any(self.scale <= 0):
             raise ValueError(f"The scale_obs wrapper's scale must be positive in every entry, got {scale!r}.")

@@ -58,6 +58,14 @@ class ConfigError(ValueError):
 MAX_SEED = 2**32 - 1
 """The largest ``train.seed`` (numpy's and gymnasium's seeding range)."""
 
+MAX_NUM_ENVS = 65_536
+"""The most ``env.num_envs`` copies one run makes: they are stepped in turn in one process, so more is
+a typo (``1e12`` would build its list of constructors for ever), refused before any env is made."""
+
+MAX_THREADS = 1024
+"""The largest ``train.threads``: more threads than any machine has cores is a typo (torch's
+``set_num_threads`` overflows on the largest ones)."""
+
 
 @dataclasses.dataclass(frozen=True)
 class EnvSection:
@@ -77,15 +85,44 @@ class EnvSection:
             raise ConfigError("env.id must name a gymnasium environment, e.g. Pendulum-v1, got an empty string.")
         if self.num_envs < 1:
             raise ConfigError(f"env.num_envs must be a positive integer, got {self.num_envs}.")
+        if self.num_envs > MAX_NUM_ENVS:
+            raise ConfigError(
+                f"env.num_envs must be at most {MAX_NUM_ENVS} (one process steps every copy in turn), got {self.num_envs}."
+            )
         for key in self.kwargs:
             if not isinstance(key, str) or not key.isidentifier():
                 raise ConfigError(f"env.kwargs keys must be keyword names for gym.make, got {key!r}.")
+        _check_max_episode_steps(self.kwargs.get("max_episode_steps"))
         from rlfunc.envs import build_wrappers
 
         try:
             build_wrappers(self.wrappers)  # names and argument names/types; values are checked when the env is made
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+
+
+def _check_max_episode_steps(value: Any) -> None:
+    """``env.kwargs.max_episode_steps`` (gym.make's time limit): a positive integer or null (the env's own)."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value < 1:
+        raise ConfigError(
+            f"env.kwargs.max_episode_steps must be a positive integer (or null for the env's own limit), got {value!r}."
+        )
+
+
+def _check_wandb_keys(settings: dict) -> None:
+    """``train.wandb`` names only keyword arguments of ``wandb.init`` (imported only when it is set)."""
+    import inspect
+
+    import wandb
+
+    params = inspect.signature(wandb.init).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+    for key in settings:
+        if key not in params:
+            raise ConfigError(f"train.wandb.{key} is not an argument of wandb.init" + _close(key, list(params)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,6 +197,7 @@ class TrainSection:
                 raise ConfigError('train.wandb is set but wandb is not installed; pip install -e ".[wandb]" or remove train.wandb.')
             if any(not isinstance(k, str) for k in self.wandb):
                 raise ConfigError(f"train.wandb must map wandb.init keyword names to values, got {self.wandb!r}.")
+            _check_wandb_keys(self.wandb)
         if self.on_checkpoint_error not in ("stop", "continue"):
             raise ConfigError(
                 f"train.on_checkpoint_error must be 'stop' or 'continue', got {self.on_checkpoint_error!r}."
@@ -181,6 +219,8 @@ class TrainSection:
             raise ConfigError(f"train.compile_mode must be 'step' or 'full', got {self.compile_mode!r}.")
         if self.threads < 0:
             raise ConfigError(f"train.threads must be >= 0 (0 keeps torch's default), got {self.threads}.")
+        if self.threads > MAX_THREADS:
+            raise ConfigError(f"train.threads must be at most {MAX_THREADS} (0 keeps torch's default), got {self.threads}.")
         if self.matmul_precision not in (None, "highest", "high", "medium"):
             raise ConfigError(
                 f"train.matmul_precision must be 'highest', 'high', 'medium' or null (torch's setting), "
@@ -434,7 +474,36 @@ def load_config(path: str | Path | None) -> dict[str, Any]:
         raise ConfigError(f"Config file {str(path)!r} is not valid YAML{at} ({problem}); fix the file.") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"Config file {str(path)!r} must hold a mapping with keys algo, env, train, agent.")
+    if _too_big(raw):
+        raise ConfigError(
+            f"Config file {str(path)!r} holds more than {MAX_VALUES:,} values once its YAML aliases are expanded; "
+            "write the values out instead of nesting aliases."
+        )
     return raw
+
+
+MAX_VALUES = 1_000_000
+"""The most values (mapping entries and list items, counted through YAML aliases) a config file or a
+``--set`` value may hold: a few kilobytes of nested aliases (a "billion laughs" file) would otherwise
+make validation run for ever."""
+
+
+def _too_big(value: Any, limit: int = MAX_VALUES) -> bool:
+    """Whether ``value`` holds more than ``limit`` values, counting each alias again (stops early)."""
+    count, stack = 0, [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            children = [*node.keys(), *node.values()]
+        elif isinstance(node, (list, tuple)):
+            children = list(node)
+        else:
+            continue
+        count += len(children)
+        if count > limit:
+            return True
+        stack.extend(children)
+    return False
 
 
 def parse_overrides(items: list[str] | None) -> dict[str, Any]:
@@ -458,6 +527,11 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
                 f"Override {item!r} has a value YAML cannot read ({problem}); quote it or write it as YAML, "
                 "e.g. agent.hidden_sizes=[64,64]."
             ) from None
+        if _too_big(out[key]):
+            raise ConfigError(
+                f"Override {key} holds more than {MAX_VALUES:,} values once its YAML aliases are expanded; write "
+                "the values out instead of nesting aliases."
+            )
     return out
 
 
@@ -664,7 +738,80 @@ def _build_config(raw: dict[str, Any], *, resolved: bool = False) -> RunConfig:
     distributed = _distributed_section(raw.get("distributed"), algo_name, env, train, agent)
     config = RunConfig(algo=algo_name, env=env, train=train, agent=agent, data=data, distributed=distributed)
     entry.learner_cls.check_run_config(config)
+    if not resolved:  # a file rlfunc wrote loads as it was trained
+        _check_agent_across(config, entry)
     return config
+
+
+def _check_agent_across(config: RunConfig, entry) -> None:
+    """Agent settings that must agree with ``train`` and ``env``: each a :class:`ConfigError` sentence."""
+    agent, train = config.agent, config.train
+    nstep = getattr(agent, "nstep", None)
+    if nstep is not None and (nstep >= train.replay_size or nstep > train.total_steps):
+        unit = _units(entry)["replay_size"]
+        raise ConfigError(
+            f"agent.nstep={nstep} leaves no complete n-step window: one needs nstep + 1 {unit} in the replay "
+            f"(train.replay_size={train.replay_size}) and nstep steps of the run (train.total_steps={train.total_steps}); "
+            "lower agent.nstep."
+        )
+    _check_some_update(agent, train)
+    _check_frame_stack(agent, config.env)
+
+
+def _check_some_update(agent: Any, train: TrainSection) -> None:
+    """``agent.train_every`` / ``agent.update_every`` leave at least one update in the run (one comes at every
+    multiple of it from ``train.learning_starts`` on)."""
+    for name in ("train_every", "update_every"):
+        every = getattr(agent, name, None)
+        if not isinstance(every, int) or every < 1:
+            continue
+        first = -(-max(train.learning_starts, 1) // every) * every
+        if first > train.total_steps:
+            raise ConfigError(
+                f"agent.{name}={every} leaves no update in the run (the first would come at step {first}, after "
+                f"train.total_steps={train.total_steps}, with train.learning_starts={train.learning_starts}); lower "
+                f"agent.{name} or raise train.total_steps."
+            )
+
+
+_SHAPE_KEEPING_WRAPPERS = frozenset({"flicker", "clip_reward", "normalize_reward", "time_limit"})
+"""``env.wrappers`` names that keep the observation's shape (a frame stack before them stays as it is)."""
+
+
+def _env_frame_stack(env: EnvSection) -> tuple[int, str] | None:
+    """``(frames, key)`` of the stack the env's observations hold (the ``pixels`` wrapper's ``frame_stack``,
+    a ``dmc/`` env's ``env.kwargs.frame_stack``), or ``None`` where it cannot be known without the env."""
+    import inspect
+
+    found = None
+    if env.id.rsplit(":", 1)[-1].startswith("dmc/"):  # module:dmc/... too
+        from rlfunc.envs.dmc import DMCPixels
+
+        default = inspect.signature(DMCPixels).parameters["frame_stack"].default
+        found = (env.kwargs.get("frame_stack", default), "env.kwargs.frame_stack")
+    for item in env.wrappers:
+        name, kwargs = (item, {}) if isinstance(item, str) else next(iter(item.items()))
+        if name == "pixels":
+            from rlfunc.envs.pixels import PixelObservation
+
+            default = inspect.signature(PixelObservation).parameters["frame_stack"].default
+            found = ((kwargs or {}).get("frame_stack", default), "the pixels wrapper's frame_stack")
+        elif name not in _SHAPE_KEEPING_WRAPPERS:
+            found = None
+    if found is None or isinstance(found[0], bool) or not isinstance(found[0], int):
+        return None
+    return found
+
+
+def _check_frame_stack(agent: Any, env: EnvSection) -> None:
+    """An agent that unstacks frames (DrQ-v2's ``agent.frame_stack``) reads the stack the env makes."""
+    frames = getattr(agent, "frame_stack", None)
+    stack = _env_frame_stack(env) if frames is not None else None
+    if stack is not None and stack[0] != frames:
+        raise ConfigError(
+            f"agent.frame_stack={frames} does not match the env's stack of {stack[0]} frames ({stack[1]}); "
+            f"set agent.frame_stack={stack[0]}."
+        )
 
 
 POPULATION_AND_DISTRIBUTED = "train.population and the distributed section cannot be combined; remove one of them."

@@ -451,7 +451,7 @@ class PopulationTrainer:
         from rlfunc.runtime.memory import Need, require_memory
         from rlfunc.runtime.perf import set_matmul_precision, set_threads, tune_allocator
         from rlfunc.runtime.registry import get_algo
-        from rlfunc.runtime.trainer import _frames_per_step, _make_envs
+        from rlfunc.runtime.trainer import _frames_per_step, _make_envs, check_train_device
 
         self.config = config
         self.run_dir = Path(run_dir)
@@ -461,8 +461,7 @@ class PopulationTrainer:
         if cfg.threads:
             set_threads(cfg.threads)
         set_matmul_precision(cfg.matmul_precision)
-        if cfg.device.startswith("cuda") and not torch.cuda.is_available():
-            raise ConfigError("train.device is 'cuda' but no CUDA device is available; set train.device=cpu.")
+        check_train_device(cfg.device)
         self.entry = get_algo(config.algo)
         self.algo = self.entry.algo
         self.device = torch.device(cfg.device)
@@ -506,7 +505,15 @@ class PopulationTrainer:
             lr.state = None
         # Where the learner has one, every member's replay is a row of one batched replay (one gather
         # per update); each learner keeps its own code over its row (member(k): its single replay).
-        self.replay = self.learners[0].population_replay(p)
+        try:
+            self.replay = self.learners[0].population_replay(p)
+        except (RuntimeError, MemoryError) as exc:  # one storage for all P: the kernel may refuse it at once
+            if "alloc" not in str(exc) and "memory" not in str(exc).lower():
+                raise
+            raise ConfigError(
+                f"The population's replay ({p} members x train.replay_size={cfg.replay_size}, reserved at once as "
+                "one storage) could not be allocated on this machine; lower train.replay_size or the population's size."
+            ) from None
         if self.replay is not None:
             for k, lr in enumerate(self.learners):
                 lr.use_replay(self.replay.member(k))

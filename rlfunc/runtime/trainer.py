@@ -110,8 +110,46 @@ def _make_envs(config: RunConfig, train_env: bool = True):
     eval_env = make_env(config.env.id, kwargs=config.env.kwargs, wrappers=wrappers)
     native = make_env(config.env.id, kwargs=config.env.kwargs, wrappers=wrappers, rescale_actions=False)
     native_space = native.action_space
-    native.close()
+    try:
+        _first_step(native, config.env)
+    finally:
+        native.close()
     return env, eval_env, native_space
+
+
+def _first_step(env: gym.Env, section) -> None:
+    """Reset ``env`` (a throwaway copy) and take one step with a fixed action, so that an env which
+    fails on its own settings (``env.kwargs: {g: abc}`` on Pendulum: a TypeError inside its physics)
+    is one :class:`ConfigError` sentence before training, not a traceback at the first step."""
+    space = env.action_space
+    try:
+        env.reset(seed=0)
+        if isinstance(space, gym.spaces.Box) and np.isfinite(space.low).all() and np.isfinite(space.high).all():
+            action = ((space.low.astype(np.float64) + space.high) / 2).astype(space.dtype)
+        elif isinstance(space, gym.spaces.Discrete):
+            action = space.start
+        else:
+            return
+        env.step(action)
+    except Exception as exc:  # noqa: BLE001 -- the env's own code refused its settings
+        what = f"env.kwargs {section.kwargs}" if section.kwargs else "its settings"
+        raise ConfigError(
+            f"Environment {section.id!r} failed at its first step with {what} ({type(exc).__name__}: "
+            f"{' '.join(str(exc).split())}); check env.kwargs and env.wrappers."
+        ) from None
+
+
+def check_train_device(device: str) -> None:
+    """``train.device`` is usable on this machine, else one :class:`ConfigError` sentence (before any env
+    is made): CUDA or MPS asked for where there is none, a CUDA index past the machine's devices."""
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError("train.device is 'cuda' but no CUDA device is available; set train.device=cpu.")
+    from rlfunc.runtime.api import check_device
+
+    try:
+        check_device(device)
+    except ValueError as exc:
+        raise ConfigError(f"train.device={device}: {exc}") from None
 
 
 def _frames_per_step(env) -> int:
@@ -141,8 +179,7 @@ class Trainer:
         if config.train.threads:
             set_threads(config.train.threads)
         set_matmul_precision(config.train.matmul_precision)
-        if config.train.device.startswith("cuda") and not torch.cuda.is_available():
-            raise ConfigError("train.device is 'cuda' but no CUDA device is available; set train.device=cpu.")
+        check_train_device(config.train.device)
         self.entry = get_algo(config.algo)
         self.env, self.eval_env, native_space = _make_envs(config)
         obs_space, act_space = env_spaces(self.env)

@@ -138,11 +138,28 @@ class TransitionLearner:
             "lower train.replay_size",
         )
 
+    def _sampled_rows(self) -> tuple[int, int]:
+        """``(rows one update samples, bytes of each as the update reads it)``: ``agent.updates_per_step``
+        x ``agent.batch_size`` float32 transitions (obs, next obs, action, reward, terminated)."""
+        updates = int(getattr(self.config, "updates_per_step", 1))
+        per = 4 * (2 * _numel(self.obs_space) + _numel(self.act_space) + 2)
+        return int(getattr(self.config, "batch_size", 1)) * max(updates, 1), per
+
+    def _batch_need(self) -> Need:
+        """The :class:`Need` of one update's sampled batch: a typo such as ``agent.batch_size=1e12`` is one
+        sentence before training, not an out-of-memory crash at the first update after the warm-up."""
+        rows, per = self._sampled_rows()
+        updates = int(getattr(self.config, "updates_per_step", 1))
+        keys = ["agent.batch_size"] + (["agent.updates_per_step"] if updates > 1 else [])
+        subject = " x ".join(f"{k}={getattr(self.config, k.removeprefix('agent.'))}" for k in keys)
+        return Need(subject, rows * per, f"each update's sampled batch ({rows} rows of {per} bytes)",
+                    "lower " + " or ".join(keys))
+
     def _check_memory(self) -> None:
-        """Before anything is allocated: the algorithm state and the replay fit in the device's memory
-        (:func:`rlfunc.runtime.memory.require_memory`; one sentence with the bytes if not)."""
+        """Before anything is allocated: the algorithm state, the replay and one update's sampled batch fit
+        in the device's memory (:func:`rlfunc.runtime.memory.require_memory`; one sentence with the bytes if not)."""
         state = network_need(self.algo, self.config, self.obs_space, self.act_space)  # first: init's space checks
-        require_memory([self._replay_need(), state], self.device)
+        require_memory([self._replay_need(), self._batch_need(), state], self.device)
 
     def __init__(self, entry, run_config, obs_space: gym.Space, act_space: gym.Space) -> None:
         self._bind(entry, run_config, obs_space, act_space)

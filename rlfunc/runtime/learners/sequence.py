@@ -120,6 +120,12 @@ class SequenceLearner(TransitionLearner):
             f"the replay of {self.env_id} windows of {steps} steps ({per_window} bytes each)", f"lower {key}",
         )
 
+    def _sampled_rows(self) -> tuple[int, int]:
+        """``(windows one update samples, bytes of each)``: ``agent.batch_size`` windows of float32 obs and
+        next obs plus action, reward and flags per step."""
+        _, _, steps, _ = self._replay_shape()
+        return int(self.config.batch_size), steps * (8 * _numel(self.obs_space) + 8 + 4 + 3)
+
     def __init__(self, entry, run_config, obs_space: gym.Space, act_space: gym.Space) -> None:
         self._bind(entry, run_config, obs_space, act_space)
         self.num_envs = int(run_config.env.num_envs)
