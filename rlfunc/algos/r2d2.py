@@ -33,9 +33,12 @@ default:
   returned by :func:`loss` in ``aux["priorities"]`` and by :func:`update` in
   ``metrics["priorities"]`` (``[B]``; every other metric is 0-dim) for
   :meth:`PrioritizedSequenceReplay.update_priorities`; priority exponent 0.9,
-  importance exponent 0.6 (the replay's);
-* **optimiser and target**: Adam, lr 1e-4 (the paper; Acme's default is
-  1e-3), eps 1e-3, batch 64, gamma 0.997; target network copied every 2,500
+  importance exponent 0.6 (the replay's; Acme's learner weights the loss so,
+  max-normalised). The paper's text (Section 2.3) says it found no benefit
+  from importance weighting and omitted it: ``importance_exponent=0`` gives
+  every sequence weight 1, that reading;
+* **optimiser and target**: Adam, lr 1e-4 and eps 1e-3 (the paper; Acme's
+  defaults are lr 1e-3 and optax's eps 1e-8), batch 64, gamma 0.997; target network copied every 2,500
   updates;
 * **acting**: epsilon-greedy with a fixed epsilon per actor,
   ``eps_i = 0.4^(1 + 7 i / (N - 1))`` (:func:`actor_epsilons`; Ape-X, and
@@ -67,7 +70,8 @@ Acme's adders insert at a constant 1.0, which is
 ``PrioritizedSequenceReplay(initial_priority=1.0)``); each trained step's TD
 error bootstraps from the next observation stored with it, so all
 ``sequence_length`` steps are trained (Acme bootstraps from the window's own
-observations and trains ``trace_length - 1`` of them). A faithful-size
+observations: its windows are ``burn_in + trace_length + 1`` steps long, so
+it trains all ``trace_length`` too). A faithful-size
 network (LSTM 512) is slow on a 2-core CPU; runs on small tasks shrink
 ``encoder_sizes``, ``lstm_size``, ``head_sizes``, ``burn_in``,
 ``sequence_length``, ``sequence_period`` and ``target_period`` in their
