@@ -159,7 +159,12 @@ class TransitionLearner:
         """Before anything is allocated: the algorithm state, the replay and one update's sampled batch fit
         in the device's memory (:func:`rlfunc.runtime.memory.require_memory`; one sentence with the bytes if not)."""
         state = network_need(self.algo, self.config, self.obs_space, self.act_space)  # first: init's space checks
-        require_memory([self._replay_need(), self._batch_need(), state], self.device)
+        needs = [self._replay_need(), state]
+        batch = self._batch_need()
+        # A batch under 1% of the rest cannot decide whether the run fits; naming it would point at the wrong key.
+        if batch.nbytes >= 0.01 * sum(n.nbytes for n in needs if n is not None):
+            needs.append(batch)
+        require_memory(needs, self.device)
 
     def __init__(self, entry, run_config, obs_space: gym.Space, act_space: gym.Space) -> None:
         self._bind(entry, run_config, obs_space, act_space)
