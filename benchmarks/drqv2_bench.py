@@ -406,6 +406,7 @@ def register(run) -> None:
 
     def run_reference(args: argparse.Namespace) -> int:
         result = {
+            "machine": run.machine_info(torch.device("cpu"), allocator_tuned=False),  # every JSON names its machine
             "benchmark": "reference-returns",
             "what": "return per 1000-frame episode of policies that learn nothing, from states "
                     "(the floor a DrQ-v2 learning curve has to clear)",

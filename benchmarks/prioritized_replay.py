@@ -152,7 +152,12 @@ def main(argv=None) -> None:
           f"{cal_after['torch_add_64_us_min']:.1f} us, numpy {cal_before['numpy_add_64_us_min']:.1f} / "
           f"{cal_after['numpy_add_64_us_min']:.1f} us (before / after)", flush=True)
     if args.out is not None:
+        import shlex
+
+        argv_used = sys.argv[1:] if argv is None else list(argv)
         result = {
+            # every JSON records the command that wrote it (as benchmarks/harness.write_json does for run.py)
+            "command": ("python benchmarks/prioritized_replay.py " + " ".join(shlex.quote(str(a)) for a in argv_used)).rstrip(),
             "benchmark": "prioritized_replay",
             "rows": rows,
             "calibration": {"before": cal_before, "after": cal_after},

@@ -1,13 +1,14 @@
 """DrQ-v2 (Yarats et al. 2021) from pixels in one file: DeepMind Control or any rgb_array gymnasium env.
 
     python -m rlfunc.examples.drqv2_dmc                                    # dmc/cartpole_balance-v0 (pip install -e '.[dmc]')
-    python -m rlfunc.examples.drqv2_dmc --env-id Pendulum-v1 --total-steps 20000 --stddev-duration 10000
+    python -m rlfunc.examples.drqv2_dmc --env-id Pendulum-v1 --total-steps 20000 --stddev-duration 10000 --replay-size 100000 --eval-every 2000 --eval-episodes 5
 
 Only rlfunc's pure pieces: ``drqv2.init / act / draw_noise / update`` and the
 pixel replay (each frame stored once; frame stacks and 3-step returns assembled
 at sample time). Steps are agent steps; one agent step is ``action_repeat``
 frames. For the same seed it computes exactly what ``rlfunc train
-configs/drqv2/cartpole_balance.yaml`` computes (tests/test_examples_match_train.py).
+configs/drqv2/cartpole_balance.yaml`` computes, and with the Pendulum-v1 flags above what
+``configs/drqv2/pendulum_pixels.yaml`` computes (tests/test_examples_match_train.py).
 """
 
 import argparse
