@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import yaml
@@ -123,10 +124,7 @@ def _flat(node, prefix: str = "") -> dict[str, str]:
 def run_setting(run_dir: str | Path) -> dict[str, str]:
     """The run's resolved config, flattened to ``{"agent.critic_lr": "0.001", ...}``, without
     :data:`NOT_A_SETTING` (what makes two runs seeds of one setting)."""
-    path = Path(run_dir) / "config.yaml"
-    if not path.exists():
-        raise FileNotFoundError(f"{str(run_dir)!r} has no config.yaml; pass run directories made by `rlfunc train`.")
-    cfg = yaml.safe_load(path.read_text())
+    cfg = _run_config(run_dir)
     try:  # through the config builder, so files written with older key names compare equal
         from rlfunc.runtime.config import ConfigError, build_config, to_dict
 
@@ -138,8 +136,25 @@ def run_setting(run_dir: str | Path) -> dict[str, str]:
 
 def run_label(run_dir: str | Path) -> str:
     """``algo env`` from the run's config."""
-    cfg = yaml.safe_load((Path(run_dir) / "config.yaml").read_text())
+    cfg = _run_config(run_dir)
     return f"{cfg['algo']} {cfg['env']['id']}"
+
+
+def _run_config(run_dir: str | Path) -> dict[str, Any]:
+    """The run's ``config.yaml`` as a mapping with a string ``algo`` and ``env.id``; a missing, unreadable
+    or damaged file is one sentence (``FileNotFoundError`` / ``ValueError``), not a traceback."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"{str(run_dir)!r} has no config.yaml; pass run directories made by `rlfunc train`.")
+    try:
+        cfg = yaml.safe_load(path.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError):
+        cfg = None
+    env = cfg.get("env") if isinstance(cfg, dict) else None
+    if not (isinstance(cfg, dict) and isinstance(cfg.get("algo"), str) and isinstance(env, dict)
+            and isinstance(env.get("id"), str)):
+        raise ValueError(f"{str(path)!r} is not a run config rlfunc wrote; restore it or leave that run out.")
+    return cfg
 
 
 def group_runs(run_dirs: list[str | Path]) -> dict[str, list[str | Path]]:

@@ -85,7 +85,8 @@ population lives in the run directory's ``checkpoints/`` (the verified format of
 :mod:`rlfunc.runtime.checkpoint`: the stacked state and each member's learner
 tensors -- replay, generator); :func:`resume` continues every member from it, each
 learner doing what its single run's resume does (sequence learners close open
-episodes and zero their carries).
+episodes and zero their carries), first rewriting a member's policy that a kill between
+the two writes left behind and running an evaluation that an interruption skipped.
 
 Numerics. A member computes what the single run with its seed and settings
 computes (bit for bit in a population of one, which runs its member's ``act`` and
@@ -270,6 +271,44 @@ def check_spec(spec: Any, seed: int = 0) -> None:
 _NO_TWIN = object()
 
 
+def _refuse_resolved_twins(members: list[MemberSpec], state: TensorDict) -> None:
+    """Refuse two members with one seed whose grid values differ as written but resolve to the same
+    member on this env (REDQ's ``target_entropy`` ``auto`` and ``-1`` for one action, ``mbpo`` and
+    ``auto`` off the MBPO table): their initial states (parameters, settings as data, ``target_entropy``)
+    are equal, so they would train the same member twice. Only grid values that are not numbers can
+    resolve (numbers equal once read are refused by :func:`check_spec` and :func:`member_specs`)."""
+    resolving = {key for m in members for key, v in m.settings.items() if not isinstance(v, (int, float))}
+    if not resolving:
+        return
+    leaves = list(state.exclude("config").values(True, True))
+    by_seed: dict[int, list[MemberSpec]] = {}
+    for m in members:
+        by_seed.setdefault(m.seed, []).append(m)
+    for group in by_seed.values():
+        for i, a in enumerate(group):
+            for b in group[:i]:
+                if all(torch.equal(t[a.index], t[b.index]) for t in leaves):
+                    key = next((k for k in resolving if not same_value(a.settings.get(k), b.settings.get(k))), min(resolving))
+                    raise ConfigError(
+                        f"train.population.grid.{key} gives one member twice ({b.settings[key]!r} and "
+                        f"{a.settings[key]!r} are the same setting on {a.config.env.id}); list each value once."
+                    )
+
+
+def _check_float32(key: str, value: Any) -> None:
+    """A grid value of a setting held as data is a float32 tensor in the members' state (``hparams``,
+    REDQ's ``target_entropy``): refuse one that float32 cannot hold (``1e39`` overflows to ``inf``,
+    ``1e-60`` underflows to ``0``), where the member's single run would compute with the Python float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return  # build_config says what is wrong with it
+    as32 = float(np.float32(value)) if abs(value) < 3.5e38 else math.inf
+    if not math.isfinite(as32) or (as32 == 0.0) != (value == 0):
+        raise ConfigError(
+            f"train.population.grid.{key} value {value!r} is outside what a float32 setting holds "
+            "(about 1.4e-45 to 3.4e38); pick a value in that range."
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class MemberSpec:
     """One member: its index, seed, grid values and resolved single-run config."""
@@ -342,6 +381,9 @@ def member_specs(run_config) -> list[MemberSpec]:
                 f"train.population.grid: {key} is not a setting {algo} takes as data ({those}); members that "
                 "differ in it are separate populations."
             )
+    for key, values in grid.items():  # settings as data are float32 tensors in the state
+        for value in values:
+            _check_float32(key, value)
     seeds = list(spec.get("seeds") or [train.seed])
     if spec.get("vectorize") == "loop" and train.cuda_graph and len(seeds) * math.prod(map(len, grid.values())) > 1:
         raise ConfigError(
@@ -391,8 +433,19 @@ class PopulationResult:
 
 
 def is_population_run(run_dir: str | Path) -> bool:
-    """True for a run directory a population wrote (it holds ``member-0/``)."""
-    return (Path(run_dir) / "member-0").is_dir()
+    """True for a run directory a population wrote: it holds ``member-0/``, or (its member directories
+    deleted or moved) its newest checkpoint's meta.json, read as JSON only, describes a population."""
+    from rlfunc.runtime.checkpoint import CheckpointError, _read_meta, resolve_checkpoint
+
+    run_dir = Path(run_dir)
+    if (run_dir / "member-0").is_dir():
+        return True
+    if not (run_dir / "checkpoints").is_dir():
+        return False
+    try:
+        return "population" in _read_meta(resolve_checkpoint(run_dir))
+    except CheckpointError:  # the single run's path says what is wrong with it
+        return False
 
 
 def _stack(items: list, device: torch.device) -> Any:
@@ -491,10 +544,13 @@ class PopulationTrainer:
                           f"{one.fix} or the population's size")],
                     self.device,
                 )
+        # The settings each member's own state holds as data; stack adds those that differ across members.
+        own_hparams = [set(lr.state["hparams"].keys()) if "hparams" in lr.state.keys() else set() for lr in self.learners]
         try:
             self.state = population.stack([lr.state for lr in self.learners])
         except ValueError as exc:
             raise ConfigError(f"train.population: {exc}") from None
+        _refuse_resolved_twins(self.members, self.state)
         self.agent = self.learners[0].config
         # RLPD: one prior dataset, shared read-only by every member (each member draws its own rows from it).
         self.dataset = getattr(self.learners[0], "dataset", None)
@@ -526,6 +582,13 @@ class PopulationTrainer:
 
         self._looped = p == 1 or self.vectorize == "loop"
         self._update_one = compiled_update(self.algo, cfg) if self._looped else None
+        # Eagerly looped, a member whose settings differ from the others' updates with its own config (its
+        # settings Python floats, as in its single run) and without the hparams stack added: bit for bit.
+        # Compiled, it keeps them as data: one graph for every member, no recompilation per setting.
+        added = [sorted(set(self.state["hparams"].keys()) - own) if "hparams" in self.state.keys() else [] for own in own_hparams]
+        self._own_settings = [(lr.config, tuple(a)) if a else None for lr, a in zip(self.learners, added)]
+        if not self._looped or cfg.compile:
+            self._own_settings = [None] * p
         if cfg.cuda_graph:  # the state at fixed addresses, each update one CUDA graph replay (rlfunc.runtime.graphs)
             if p == 1:
                 self._update_one = FixedStateUpdate(self._update_one, self._member_states()[0], cuda_graph=True)
@@ -759,7 +822,7 @@ class PopulationTrainer:
                 member_args = population.squeeze0(tuple(stacked)) if p == 1 else _index(tuple(stacked), k)
             else:
                 member_args = population.squeeze0(_stack([args[k]], self.device))
-            members[k], per_member[k] = self._update_one(members[k], *member_args)
+            members[k], per_member[k] = self._update_own(k, members[k], member_args)
         self._stacked = None  # the members' states are the updates' results now (self.state stacks them)
         first = per_member[ready[0]]
         keys = [key for key, v in first.items(True, True) if v.is_floating_point()]
@@ -767,6 +830,29 @@ class PopulationTrainer:
         for k, m in per_member.items():
             finite[k] = torch.stack([torch.isfinite(m[key]).all() for key in keys])
         return per_member, keys, finite
+
+    def _update_own(self, k: int, state: TensorDict, args: tuple) -> tuple[TensorDict, TensorDict]:
+        """Member ``k``'s single-run update of ``state``: where its settings differ from the others' and
+        the update is eager, with its own config and without the ``hparams`` :func:`~rlfunc.core.population.stack`
+        added (as its single run holds them), which go back on the result unchanged."""
+        own = self._own_settings[k]
+        if own is None:
+            return self._update_one(state, *args)
+        config, added = own
+        hparams = state["hparams"]
+        single = state.exclude("config", *(("hparams", n) for n in added))
+        if not single["hparams"].keys():
+            single = single.exclude("hparams")
+        single.set_non_tensor("config", config)
+        new, metrics = self._update_one(single, *args)
+        updated = new["hparams"] if "hparams" in new.keys() else None
+        new = new.exclude("config", "hparams")
+        new["hparams"] = TensorDict(
+            {n: hparams[n] if n in added else updated[n] for n in hparams.keys()}, batch_size=hparams.batch_size,
+            device=hparams.device,
+        )
+        new.set_non_tensor("config", state.get_non_tensor("config"))
+        return new, metrics
 
     def _update_stacked(self, ready: list[int], stacked) -> tuple[list, torch.Tensor]:
         """One vmapped update over every member (``vectorize=vmap``); a member not in ``ready`` keeps
@@ -943,12 +1029,31 @@ class PopulationTrainer:
         name = checkpoint_name(max(self.env_steps))
         path = save_checkpoint(self.ckpt_dir, name, tensors, meta)
         prune_checkpoints(self.ckpt_dir, keep=self.config.train.keep_checkpoints)
-        for k in range(p):
+        self._save_policies(range(p))
+        self._saved = tuple(self.env_steps)
+        return path
+
+    def _save_policies(self, ks) -> None:
+        """Members ``ks``'s policies (weights only) in their ``member-<k>/checkpoints/``, each at its env step."""
+        from rlfunc.runtime.checkpoint import checkpoint_name, prune_checkpoints, save_checkpoint
+
+        for k in ks:
             directory = self.member_dir(k) / "checkpoints"
             save_checkpoint(directory, checkpoint_name(self.env_steps[k]), self._member_policy_tensors(k), self._member_meta(k))
             prune_checkpoints(directory, keep=1)
-        self._saved = tuple(self.env_steps)
-        return path
+
+    def _stale_policies(self) -> list[int]:
+        """The members whose ``member-<k>/checkpoints/`` does not hold the policy of the restored state: a
+        process killed after writing the population's checkpoint and before the members' policies left the
+        previous ones (after the last save of a finished run, nothing would write them again)."""
+        from rlfunc.runtime.checkpoint import checkpoint_name, latest_checkpoint
+
+        stale = []
+        for k, step in enumerate(self.env_steps):
+            head = latest_checkpoint(self.member_dir(k) / "checkpoints")
+            if head is None or head.name != checkpoint_name(step):
+                stale.append(k)
+        return stale
 
     def restore(self, checkpoint: Path, tensors: TensorDict, meta: dict[str, Any]) -> None:
         """Continue every member from a verified population checkpoint: the stacked state, and each
@@ -985,13 +1090,10 @@ class PopulationTrainer:
                 td = tensors["members", str(k)].clone(recurse=False)
                 td["state"] = self.member_state(k).exclude("config")
                 self._with_state(k, lambda lr: lr.load_state_tensors(td))
+            env_steps, calls, episodes, best, prior_wall = _restored_counters(checkpoint, meta, p)
             self.collector.restore(meta["env_rng"])
-            if len(meta["episodes"]) != p:
-                raise CheckpointError(f"Checkpoint {str(checkpoint)!r} counts the episodes of {len(meta['episodes'])} members, not {p}.")
-            self.collector.episodes = [int(e) for e in meta["episodes"]]
+            self.collector.episodes = episodes
             evals = [[(int(s), float(r)) for s, r in member] for member in meta["evals"]]
-            best = [-math.inf if r is None else float(r) for r in meta.get("best", [None] * p)]
-            env_steps, calls = [int(s) for s in meta["env_steps"]], [int(c) for c in meta["updates"]]
         except CheckpointError:
             raise
         except (KeyError, TypeError, ValueError, IndexError, RuntimeError, OverflowError) as exc:
@@ -1002,7 +1104,7 @@ class PopulationTrainer:
         # a member's best/ may hold a better policy than the checkpoint records: one saved after it
         best = [max(b, recorded_best_return(self.member_dir(k) / "best")) for k, b in enumerate(best)]
         self.env_steps, self.learner_calls, self.evals, self._best = env_steps, calls, evals, best
-        self._prior_wall = float(meta.get("wall_s", 0.0))
+        self._prior_wall = prior_wall
         self._saved = tuple(env_steps)
 
     def _log(self, k: int, steps_per_s: float, recent: list[float]) -> None:
@@ -1057,6 +1159,16 @@ class PopulationTrainer:
         with locked_run_dir(self.run_dir):
             return self._run(resumed)
 
+    def _missed_evaluations(self) -> list[int]:
+        """The members whose evaluation was due at their restored env step but is not recorded: the
+        population was interrupted (Ctrl-C, SIGTERM, a crash) before or during the round's evaluations
+        and saved at that step (a single run's resume does the same, ``Trainer._missed_evaluation``)."""
+        cfg = self.config.train
+        return [
+            k for k, step in enumerate(self.env_steps)
+            if 0 < step < cfg.total_steps and step % cfg.eval_every == 0 and (not self.evals[k] or self.evals[k][-1][0] != step)
+        ]
+
     def _run(self, resumed: bool = False) -> PopulationResult:
         """Every member's single-run loop, in rounds: each unfinished member acts (one vmapped act),
         [learns first where its learner does, DrQ-v2], steps its env and stores its rows; then for
@@ -1084,6 +1196,12 @@ class PopulationTrainer:
         last = None
         restore_sigterm = _save_on_sigterm()
         try:
+            if resumed:  # each member's policy as the restored state holds it (rlfunc.load, eval, export read it)
+                self._save_policies(self._stale_policies())
+            missed = self._missed_evaluations() if resumed else []
+            if missed:  # as each member's run would have, before its next step
+                for k, mean in zip(missed, self.evaluate_members(missed)):
+                    last = mean if k == 0 else last
             while self.env_step < total:
                 self._check_finite()
                 active = [k for k in range(p) if self.env_steps[k] < total]
@@ -1178,6 +1296,41 @@ class PopulationTrainer:
         ]
         return PopulationResult(self.run_dir, self.env_step, results, wall, max(r.gradient_steps for r in results),
                                 vectorize=self.vectorize)
+
+
+def _restored_counters(checkpoint: Path, meta: dict[str, Any], p: int):
+    """``(env_steps, updates, episodes, best, wall_s)`` of a population checkpoint's meta.json, checked:
+    one count per member (an integer from 0 to :data:`~rlfunc.runtime.checkpoint.MAX_STEP`; the largest
+    env step is the checkpoint's own ``env_step``), one best return per member (finite, or ``None``) and
+    a finite training time. Anything else (a crafted meta.json whose checksum was made again) is one
+    :class:`~rlfunc.runtime.checkpoint.CheckpointError` sentence, not an ``IndexError`` mid-training."""
+    from rlfunc.runtime.checkpoint import MAX_STEP, CheckpointError
+
+    def bad(what: str) -> CheckpointError:
+        return CheckpointError(
+            f"Checkpoint {str(checkpoint)!r} has {what} in meta.json, not what rlfunc writes for a population of {p}; "
+            "use an earlier checkpoint."
+        )
+
+    def counts(key: str) -> list[int]:
+        values = meta.get(key)
+        if not (isinstance(values, list) and len(values) == p
+                and all(type(v) is int and 0 <= v <= MAX_STEP for v in values)):
+            raise bad(f"an invalid {key} (one count from 0 to {MAX_STEP} per member)")
+        return list(values)
+
+    env_steps, calls, episodes = counts("env_steps"), counts("updates"), counts("episodes")
+    if meta.get("env_step") != max(env_steps):
+        raise bad("an env_step that is not its members' largest env_steps")
+    best = meta.get("best", [None] * p)
+    if not (isinstance(best, list) and len(best) == p and all(
+        b is None or (type(b) in (int, float) and math.isfinite(b)) for b in best
+    )):
+        raise bad("an invalid best (one finite return or null per member)")
+    wall = meta.get("wall_s", 0.0)
+    if type(wall) not in (int, float) or not (math.isfinite(wall) and wall >= 0):
+        raise bad("an invalid wall_s (a finite number of seconds)")
+    return env_steps, calls, episodes, [-math.inf if b is None else float(b) for b in best], float(wall)
 
 
 def _new_run_dir(config, members: int) -> Path:
