@@ -4,7 +4,6 @@ output path and input errors."""
 
 from __future__ import annotations
 
-import csv
 import signal
 from pathlib import Path
 
@@ -16,26 +15,11 @@ from rlfunc.runtime.checkpoint import load_checkpoint
 from rlfunc.runtime.cli import main
 from rlfunc.runtime.run_log import CsvLog
 from rlfunc.runtime.trainer import RunInterrupted
+from test_run_surface import TINY as RUN_SURFACE_TINY
+from test_run_surface import rows
 
-TINY = {
-    "agent.hidden_sizes": [16, 16],
-    "agent.num_critics": 2,
-    "agent.updates_per_step": 2,
-    "agent.batch_size": 16,
-    "train.total_steps": 250,
-    "train.learning_starts": 100,
-    "train.eval_every": 100,
-    "train.eval_episodes": 1,
-    "train.checkpoint_every": 100,
-    "train.log_every": 50,
-    "train.progress": False,
-    "train.threads": 1,
-}
-
-
-def rows(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+# test_run_surface's tiny REDQ run, shorter: these tests stop and resume it
+TINY = {**RUN_SURFACE_TINY, "train.total_steps": 250}
 
 
 def checkpoints(run_dir: Path) -> list[str]:
