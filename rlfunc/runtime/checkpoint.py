@@ -44,7 +44,7 @@ A run directory being trained in is locked (:func:`lock_run_dir`, an advisory
 released by the kernel if it dies), so a second process cannot train or
 resume in it, or clean up a write the first one is making.
 
-Format 1 (rlfunc 0.1, a tensordict memmap without a manifest) is still read,
+Format 1 (development versions before the 0.1.0 release, a tensordict memmap without a manifest) is still read,
 by a parser of its JSON metadata that accepts plain tensors only.
 """
 
