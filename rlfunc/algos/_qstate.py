@@ -81,9 +81,10 @@ def check_lr_decay(config) -> None:
     (called by the configs' ``__post_init__``; turns a ``lr_schedule`` mapping into an
     :class:`~rlfunc.core.optim.LRSchedule`)."""
     object.__setattr__(config, "lr_schedule", LRSchedule.parse(config.lr_schedule, "lr_schedule"))
-    if config.lr_decay_updates is not None and config.lr_decay_updates < 0:
+    decay = config.lr_decay_updates
+    if decay is not None and (not isinstance(decay, int) or isinstance(decay, bool) or decay < 0):
         raise ValueError(f"lr_decay_updates must be a number of updates >= 0 (or null: constant lr), got {config.lr_decay_updates}.")
-    if not 0.0 <= config.lr_end <= config.lr:
+    if not isinstance(config.lr_end, (int, float)) or isinstance(config.lr_end, bool) or not 0.0 <= config.lr_end <= config.lr:
         raise ValueError(f"lr_end must be between 0 and lr ({config.lr}), got {config.lr_end}.")
     schedule = config.lr_schedule
     if config.lr_decay_updates and schedule is not None:

@@ -130,7 +130,7 @@ import torch.nn.functional as F
 from tensordict import TensorDict
 from torch.func import grad_and_value
 
-from rlfunc.algos import _checks, _hparams
+from rlfunc.algos import _checks, _hparams, _inputs
 from rlfunc.algos._qstate import check_lr_decay, lr_metric, q_learning_state, q_optimizer
 from rlfunc.core import nets
 from rlfunc.core import returns
@@ -349,8 +349,11 @@ def init(
     ``dueling``). The static ``config`` is
     stored as a non-tensor entry.
     """
+    if not isinstance(config, Config):
+        raise ValueError(f"drqn.init: config must be a drqn.Config, got a {type(config).__name__}.")
     obs_shape, num_actions = _space_dims(obs_space, act_space, config.encoder)
-    gen = torch.Generator(device="cpu").manual_seed(int(seed))
+    gen = torch.Generator(device="cpu").manual_seed(_inputs.check_seed(seed, "drqn.init"))
+    device = _inputs.check_device_arg(device, "drqn.init")
     return q_learning_state(config, _network_init(config, obs_shape, num_actions, gen), device)
 
 
@@ -406,8 +409,14 @@ def q_step(
     params: TensorDict, obs: torch.Tensor, carry: tuple[torch.Tensor, torch.Tensor]
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
     """One step: ``obs [B, O]`` -> ``(q [B, A], new carry)`` (acting)."""
+    if not isinstance(params, TensorDict) or "head" not in params.keys():
+        raise ValueError("q_step: params must be the state's parameters, state['params'] (with a 'head' entry).")
     if obs.dim() != 2 and "torso" not in params.keys():
         raise ValueError(f"q_step expects obs [B, O], got shape {tuple(obs.shape)}.")
+    width = obs_width(params)
+    if width is not None:
+        like = obs_like(params)
+        _inputs.check_tensor("q_step", "obs", obs, [(obs.shape[0], width)], dtype=like.dtype, labels=["B", "O"])
     x = encode(params, obs, 1)
     if "fc" in params.keys():  # core="mlp"
         return _head(params, _fc(params, x)), carry
@@ -426,7 +435,63 @@ def _start_carry(config: Config, batch: TensorDict, batch_size: int, like: torch
     return nets.lstm_zero_carry(batch_size, config.lstm_size, device=like.device, dtype=like.dtype)
 
 
+def obs_width(params: TensorDict) -> int | None:
+    """The feature width flat observations must have (``encoder="mlp"``), read from the first
+    layer's weight; ``None`` for a pixel torso or when no layer comes before the recurrent core's
+    extra inputs (R2D2 without encoder layers: its ``_embed`` checks the width)."""
+    if "torso" in params.keys():
+        return None
+    if "encoder" in params.keys() and nets.num_linear_layers(params["encoder"]) > 0:
+        return int(params["encoder", "0", "weight"].shape[-1])
+    if "fc" in params.keys():
+        return int(params["fc", "weight"].shape[-1])
+    if "lstm" in params.keys() and "q" not in params["head"].keys() and "value" not in params["head"].keys():
+        return int(params["lstm", "weight_ih"].shape[-1])  # DRQN: the LSTM reads the observation itself
+    return None
+
+
+def obs_like(params: TensorDict) -> torch.Tensor:
+    """A parameter tensor of the recurrent core (its dtype and device are the networks')."""
+    return next(iter(params["lstm" if "lstm" in params.keys() else "fc"].values()))
+
+
+def check_window_inputs(params: TensorDict, config, batch: TensorDict, where: str) -> None:
+    """One sentence for a ``[T, B]`` window batch the networks cannot read: empty, observations of
+    another width or dtype, per-step entries of another shape, float action indices. Shapes, dtypes
+    and devices only (static under ``torch.compile``; :mod:`rlfunc.algos._inputs`); shared with R2D2."""
+    steps, rows = batch.batch_size
+    if steps < 1 or rows < 1:
+        raise ValueError(f"{where}: batch_size {list(batch.batch_size)} is empty; T and B must both be at least 1.")
+    like = obs_like(params)
+    width = obs_width(params)
+    for key in ("obs", "next_obs"):
+        obs = batch[key]
+        if width is not None:
+            _inputs.check_tensor(where, f"batch[{key!r}]", obs, [(steps, rows, width)], dtype=like.dtype, labels=["T", "B", "O"])
+        elif not isinstance(obs, torch.Tensor) or obs.dim() < 3 or tuple(obs.shape[:2]) != (steps, rows) or obs.is_complex():
+            got = list(obs.shape) if isinstance(obs, torch.Tensor) else type(obs).__name__
+            raise ValueError(f"{where}: batch[{key!r}] must be [T, B, *obs_shape] = [{steps}, {rows}, ...], got {got}.")
+        elif obs.is_floating_point() and obs.dtype != like.dtype:
+            raise ValueError(
+                f"{where}: batch[{key!r}] must have dtype {like.dtype} (the parameters') or hold integer frames, got {obs.dtype}."
+            )
+    both = [(steps, rows), (steps, rows, 1)]
+    _inputs.check_tensor(where, "batch['action']", batch["action"], both, dtype="integer", labels=[["T", "B"], ["T", "B", 1]])
+    for key in ("reward", "terminated"):
+        _inputs.check_tensor(where, f"batch[{key!r}]", batch[key], both, dtype="real", labels=[["T", "B"], ["T", "B", 1]])
+    _inputs.check_tensor(where, "batch['mask']", batch["mask"], [(steps, rows)], dtype="real", labels=["T", "B"])
+    if config.initial_state == "stored" and "init_carry" in batch.keys():
+        for key in ("h", "c"):
+            _inputs.check_tensor(
+                where, f"batch['init_carry', {key!r}]", batch["init_carry", key], [(steps, rows, config.lstm_size)],
+                dtype=like.dtype, labels=["T", "B", "lstm_size"],
+            )
+    _inputs.check_device(where, like, {"batch": batch})
+
+
 def _check_batch(batch: TensorDict) -> tuple[int, int]:
+    if not isinstance(batch, TensorDict):
+        raise ValueError(f"DRQN batches are TensorDicts of time-major windows [T, B], got a {type(batch).__name__}.")
     if batch.batch_dims != 2:
         raise ValueError(
             f"DRQN batches are time-major windows with batch_size [T, B], got {list(batch.batch_size)}."
@@ -461,6 +526,7 @@ def loss(
     ``gamma`` (e.g. ``state["hparams", "gamma"]``) replaces ``config.gamma``.
     """
     steps, batch_size = _check_batch(batch)
+    check_window_inputs(params, config, batch, "drqn.loss")
     obs, next_obs = batch["obs"], batch["next_obs"]
     fdt = obs.dtype if obs.is_floating_point() else torch.float32  # pixel batches hold uint8 frames
     like = torch.zeros((), dtype=fdt, device=obs.device)
@@ -521,7 +587,7 @@ def update(
     ``state["hparams"]`` entry (``lr``, ``gamma``) replaces its :class:`Config`
     field and is carried to the new state.
     """
-    config: Config = state.get_non_tensor("config")
+    config: Config = _inputs.state_config(state, Config, "drqn.update", "drqn.init")
     _check_batch(batch)
     params, target = state["params"], state["target"]
     hparams = _hparams.of(state)

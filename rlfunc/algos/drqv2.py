@@ -98,7 +98,7 @@ import torch
 from tensordict import TensorDict
 from torch.func import grad_and_value
 
-from rlfunc.algos import _checks, _hparams
+from rlfunc.algos import _checks, _hparams, _inputs
 from rlfunc.core import nets
 from rlfunc.core.augment import draw_shift, random_shift
 from rlfunc.core.dists import clipped_normal_sample
@@ -227,13 +227,17 @@ def init(
     ``opt``: one Adam state each for encoder, critic and actor; ``step``
     (updates done) and ``agent_step`` (what the sigma schedule reads).
     """
+    if not isinstance(config, Config):
+        raise ValueError(f"drqv2.init: config must be a drqv2.Config, got a {type(config).__name__}.")
     obs_shape, act_dim = _check_spaces(obs_space, act_space)
+    seed = _inputs.check_seed(seed, "drqv2.init")
+    device = _inputs.check_device_arg(device, "drqv2.init")
     if config.pad >= min(obs_shape[1:]):  # the shift would move the whole image out of its frame
         raise ValueError(
             f"pad={config.pad} is not smaller than the {obs_shape[1]}x{obs_shape[2]} images; the random shift "
             "moves an image by up to pad pixels (DrQ-v2: 4 on 84x84), so set pad below the image size."
         )
-    gen = torch.Generator(device="cpu").manual_seed(int(seed))
+    gen = torch.Generator(device="cpu").manual_seed(seed)
     encoder = nets.conv_encoder_init(obs_shape[0], config.encoder_channels, generator=gen)
     c, h, w = nets.conv_encoder_output_shape(obs_shape, config.encoder_channels, config.encoder_strides)
     repr_dim = c * h * w
@@ -372,7 +376,54 @@ def actor_loss(
     return loss, TensorDict({"log_prob": log_prob.mean(), "entropy": entropy.mean()}, batch_size=[])
 
 
+def _check_images(config: Config, params: TensorDict, images: torch.Tensor, where: str, name: str, lead: int) -> None:
+    """``images [*lead, C, H, W]`` fit the encoder and the trunks ``init`` built (static shapes only)."""
+    if not isinstance(images, torch.Tensor) or images.dim() != lead + 3 or images.is_complex():
+        got = list(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
+        raise ValueError(f"{where}: {name} must be images [{'B, ' * lead}C, H, W], got {got}.")
+    channels = params["encoder", "0", "weight"].shape[1]
+    c, h, w = images.shape[lead:]
+    in_dim = params["actor", "trunk", "0", "weight"].shape[1]
+    try:
+        out = nets.conv_encoder_output_shape((c, h, w), config.encoder_channels, config.encoder_strides)
+        fits = c == channels and out[0] * out[1] * out[2] == in_dim
+    except ValueError:
+        fits = False
+    if not fits:
+        hint = " (channels first: permute [H, W, C] frames)" if images.shape[-1] == channels and c != channels else ""
+        raise ValueError(
+            f"{where}: {name} has shape {list(images.shape)} but the networks were built for {channels}-channel "
+            f"images of the observation space given to init{hint}; pass [{'B, ' * lead}C, H, W] frames of that size."
+        )
+
+
+def _check_update_inputs(config: Config, state: TensorDict, batch: TensorDict, noise: TensorDict | None) -> None:
+    """One sentence for a batch or noise :func:`update` cannot use (shapes, dtypes, keys, devices
+    only: static under ``torch.compile``, no host sync; :mod:`rlfunc.algos._inputs`)."""
+    where = "drqv2.update"
+    b = batch.batch_size[0]
+    if b < 1:
+        raise ValueError(f"{where}: the batch is empty (batch_size [0]); B must be at least 1.")
+    params = state["params"]
+    for key in ("obs", "next_obs"):
+        _check_images(config, params, batch[key], where, f"batch[{key!r}]", 1)
+    policy = params["actor", "policy"]
+    act_dim = policy[str(nets.num_linear_layers(policy) - 1), "weight"].shape[0]
+    _inputs.check_tensor(where, "batch['action']", batch["action"], [(b, act_dim)], dtype="float", labels=["B", "A"])
+    for key in ("reward", "discount"):
+        _inputs.check_tensor(where, f"batch[{key!r}]", batch[key], [(b,)], dtype="real", labels=["B"])
+    if noise is not None:
+        _inputs.check_noise(
+            where, noise,
+            {"shift_obs": (b, 2), "shift_next_obs": (b, 2), "next_action": (b, act_dim), "action": (b, act_dim)},
+            "drqv2.draw_noise(config, B, A)",
+        )
+    _inputs.check_device(where, params["encoder", "0", "weight"], {"batch": batch, "noise": noise})
+
+
 def _check_batch(batch: TensorDict) -> None:
+    if not isinstance(batch, TensorDict):
+        raise ValueError(f"batch must be a TensorDict of batch_size [B], got a {type(batch).__name__}.")
     if batch.batch_dims != 1:
         raise ValueError(f"batch must have batch_size [B], got {list(batch.batch_size)}.")
     for key in ("obs", "action", "reward", "discount", "next_obs"):
@@ -398,11 +449,17 @@ def update(state: TensorDict, batch: TensorDict, noise: TensorDict | None = None
     A ``state["hparams"]`` entry (``lr``, ``tau``) replaces its :class:`Config`
     field and is carried to the new state.
     """
-    config: Config = state.get_non_tensor("config")
+    config: Config = _inputs.state_config(state, Config, "drqv2.update", "drqv2.init")
     _check_batch(batch)
+    _check_update_inputs(config, state, batch, noise)
     b = batch.batch_size[0]
     act_dim = batch["action"].shape[-1]
     if noise is None:
+        if _inputs.under_vmap(batch["action"]):
+            raise _inputs.NoiseUnderVmapError(
+                "drqv2.update under torch.vmap needs each member's noise (with randomness='error' it cannot draw); "
+                "pass population.draw_per_member(lambda g: drqv2.draw_noise(config, B, A, generator=g), generators)."
+            )
         noise = draw_noise(config, b, act_dim, device=batch["obs"].device)
     params = state["params"]
     encoder, actor, critic = params["encoder"], params["actor"], params["critic"]
@@ -504,10 +561,18 @@ def act(
     standard normal ``[B, A]`` (drawn from the global generator if omitted).
     """
     config = config or Config()
+    if not isinstance(params, TensorDict) or "encoder" not in params.keys() or "actor" not in params.keys():
+        raise ValueError("drqv2.act: params must be the state's parameters, state['params'] (encoder, actor, critic).")
     with torch.no_grad():
-        if obs.dim() == 3:
+        if isinstance(obs, torch.Tensor) and obs.dim() == 3:
             return act(params, obs.unsqueeze(0), None if noise is None else noise.unsqueeze(0),
                        deterministic=deterministic, config=config, step=step)[0]
+        if nets.num_linear_layers(params["encoder"]) != len(config.encoder_strides):
+            raise ValueError(
+                f"drqv2.act: the encoder has {nets.num_linear_layers(params['encoder'])} conv layers but the config "
+                f"{len(config.encoder_strides)}; pass config=state['config'] (act uses drqv2.Config() without one)."
+            )
+        _check_images(config, params, obs, "drqv2.act", "obs", 1)
         mean = actor_apply(params["actor"], encode(config, params["encoder"], obs))
         if deterministic:
             return mean

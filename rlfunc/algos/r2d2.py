@@ -153,7 +153,7 @@ import torch
 from tensordict import TensorDict
 from torch.func import grad_and_value
 
-from rlfunc.algos import _checks, _hparams, drqn
+from rlfunc.algos import _checks, _hparams, _inputs, drqn
 from rlfunc.algos._qstate import check_lr_decay, lr_metric, q_learning_state, q_optimizer
 from rlfunc.core import nets
 from rlfunc.core import returns
@@ -374,8 +374,13 @@ def q_unroll(
 
 def q_step(params: TensorDict, obs: torch.Tensor, carry: Carry) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
     """One step: ``obs [B, O]`` and the carry before it -> ``(q [B, A], new (h, c))``."""
+    if not isinstance(params, TensorDict) or "lstm" not in params.keys():
+        raise ValueError("q_step: params must be the state's parameters, state['params'] (with an 'lstm' entry).")
     if obs.dim() != 2 and "torso" not in params.keys():
         raise ValueError(f"q_step expects obs [B, O], got shape {tuple(obs.shape)}.")
+    width = drqn.obs_width(params)
+    if width is not None:
+        _inputs.check_tensor("q_step", "obs", obs, [(obs.shape[0], width)], dtype=drqn.obs_like(params).dtype, labels=["B", "O"])
     x = _embed(params, obs, carry.prev_action, carry.prev_reward, 1)
     h, lstm_carry = nets.lstm_apply(params["lstm"], x, (carry.h, carry.c))
     return _head(params, h), lstm_carry
@@ -397,8 +402,11 @@ def init(
     and ``head`` (``value`` and ``advantage`` MLPs, or ``q``). The static
     ``config`` is stored as a non-tensor entry.
     """
+    if not isinstance(config, Config):
+        raise ValueError(f"r2d2.init: config must be an r2d2.Config, got a {type(config).__name__}.")
     obs_shape, num_actions = _space_dims(obs_space, act_space, config.encoder)
-    gen = torch.Generator(device="cpu").manual_seed(int(seed))
+    gen = torch.Generator(device="cpu").manual_seed(_inputs.check_seed(seed, "r2d2.init"))
+    device = _inputs.check_device_arg(device, "r2d2.init")
     return q_learning_state(config, _network_init(config, obs_shape, num_actions, gen), device)
 
 
@@ -458,6 +466,8 @@ _BATCH_KEYS = ("obs", "action", "reward", "next_obs", "terminated", "mask")
 
 
 def _check_batch(config: Config, batch: TensorDict) -> tuple[int, int]:
+    if not isinstance(batch, TensorDict):
+        raise ValueError(f"R2D2 batches are TensorDicts of time-major sequences [T, B], got a {type(batch).__name__}.")
     if batch.batch_dims != 2:
         raise ValueError(
             f"R2D2 batches are time-major sequences with batch_size [T, B], got {list(batch.batch_size)}."
@@ -510,6 +520,9 @@ def loss(
     ``state["hparams", "gamma"]``) replaces ``config.gamma``.
     """
     steps, batch_size = _check_batch(config, batch)
+    drqn.check_window_inputs(params, config, batch, "r2d2.loss")
+    if "weight" in batch.keys():
+        _inputs.check_tensor("r2d2.loss", "batch['weight']", batch["weight"], [(steps, batch_size)], dtype="float", labels=["T", "B"])
     burn = config.burn_in
     obs, next_obs = batch["obs"], batch["next_obs"]
     fdt = obs.dtype if obs.is_floating_point() else torch.float32  # pixel batches hold uint8 frames
@@ -590,7 +603,7 @@ def update(
     entry (``lr``, ``gamma``) replaces its :class:`Config` field and is carried to
     the new state.
     """
-    config: Config = state.get_non_tensor("config")
+    config: Config = _inputs.state_config(state, Config, "r2d2.update", "r2d2.init")
     _check_batch(config, batch)
     params, target = state["params"], state["target"]
     hparams = _hparams.of(state)

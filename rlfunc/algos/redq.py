@@ -120,7 +120,7 @@ import torch
 from tensordict import TensorDict
 from torch.func import grad_and_value
 
-from rlfunc.algos import _checks, _hparams
+from rlfunc.algos import _checks, _hparams, _inputs
 from rlfunc.core import nets
 from rlfunc.core.dists import tanh_gaussian, tanh_gaussian_mode
 from rlfunc.core.optim import Adam, LRSchedule, last_lr, scheduled_lr
@@ -271,11 +271,16 @@ class Config:
         _checks.one_of(self, "critic_loss_reduction", ("sum", "mean"))
         _checks.one_of(self, "ensemble_mode", nets.ENSEMBLE_MODES)
         _checks.one_of(self, "init", _checks.LINEAR_INITS)
+        for name in ("log_std_min", "log_std_max"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or isinstance(v, bool):
+                raise ValueError(f"{name} must be a finite number, got {v!r}.")
         if not self.log_std_min < self.log_std_max:
             raise ValueError(
                 f"log_std_min must be below log_std_max ({self.log_std_max}), got {self.log_std_min}."
             )
-        if self.tanh_epsilon is not None and (not isinstance(self.tanh_epsilon, (int, float)) or self.tanh_epsilon < 0):
+        te_ = self.tanh_epsilon
+        if te_ is not None and (not isinstance(te_, (int, float)) or isinstance(te_, bool) or te_ < 0):
             raise ValueError(f"tanh_epsilon must be >= 0 or null (exact), got {self.tanh_epsilon!r}.")
 
 
@@ -317,8 +322,12 @@ def init(
     gives ``-|A|``) and the static ``config``. Actions are in ``[-1, 1]``: the
     env factory rescales the env's bounds.
     """
+    if not isinstance(config, Config):
+        raise ValueError(f"redq.init: config must be a redq.Config (rlpd.init takes an rlpd.Config), got a {type(config).__name__}.")
     obs_dim, act_dim = _space_dims(obs_space, act_space)
-    gen = torch.Generator(device="cpu").manual_seed(int(seed))
+    seed = _inputs.check_seed(seed, "redq.init")
+    device = _inputs.check_device_arg(device, "redq.init")
+    gen = torch.Generator(device="cpu").manual_seed(seed)
     hidden = tuple(config.hidden_sizes)
 
     def critic_member() -> TensorDict:
@@ -597,6 +606,44 @@ def policy_step(
     return actor, actor_opt_state, la_td["log_alpha"], alpha_opt_state, metrics
 
 
+_BATCH_KEYS = ("obs", "action", "reward", "next_obs", "terminated")
+
+
+def _check_update_inputs(
+    config: Config, state: TensorDict, batch: TensorDict, noise: TensorDict | None, lead: torch.Size
+) -> None:
+    """One sentence for a batch or noise :func:`update` cannot use (shapes, dtypes, keys, devices
+    only: static under ``torch.compile``, no host sync; :mod:`rlfunc.algos._inputs`)."""
+    where = "redq.update"
+    _inputs.check_keys(
+        where, batch, _BATCH_KEYS,
+        "REDQ needs obs [G, B, O], action [G, B, A], reward [G, B], next_obs [G, B, O] and terminated [G, B].",
+    )
+    updates, rows = batch.batch_size[len(lead):]
+    if updates < 1 or rows < 1:
+        raise ValueError(f"{where}: batch_size {list(batch.batch_size)} is empty; G and B must both be at least 1.")
+    trunk = state["params", "actor", "trunk", "0", "weight"]  # [(P,) H, O]
+    obs_dim, act_dim = trunk.shape[-1], state["params", "actor", "mean", "weight"].shape[-2]
+    p = ["P"] * len(lead)
+    for key, width, label in (("obs", obs_dim, "O"), ("next_obs", obs_dim, "O"), ("action", act_dim, "A")):
+        _inputs.check_tensor(
+            where, f"batch[{key!r}]", batch[key], [(*lead, updates, rows, width)], dtype=trunk.dtype, labels=[*p, "G", "B", label]
+        )
+    for key in ("reward", "terminated"):
+        _inputs.check_tensor(where, f"batch[{key!r}]", batch[key], [(*lead, updates, rows)], dtype="real", labels=[*p, "G", "B"])
+    if noise is not None:
+        _inputs.check_noise(
+            where, noise,
+            {
+                "next_action": (*lead, updates, rows, act_dim),
+                "subset": (*lead, updates, config.num_critics),
+                "action": (*lead, rows, act_dim),
+            },
+            "redq.draw_noise(config, G, B, A)",
+        )
+    _inputs.check_device(where, trunk, {"batch": batch, "noise": noise})
+
+
 def update(
     state: TensorDict,
     batch: TensorDict,
@@ -629,15 +676,17 @@ def update(
     compiled one at a time (a compiled function cannot be called inside ``vmap``); metrics
     come back ``[P]``, as ``vmap`` of this function gives them.
     """
-    config: Config = state.get_non_tensor("config")
+    config: Config = _inputs.state_config(state, Config, "redq.update", "redq.init or rlpd.init")
     lead = 1 if members else 0  # the member dimension in front of [G, B]
-    if batch.batch_dims != 2 + lead:
+    if not isinstance(batch, TensorDict) or batch.batch_dims != 2 + lead:
+        got = list(batch.batch_size) if isinstance(batch, TensorDict) else type(batch).__name__
         raise ValueError(
             f"batch must have batch_size {'[P, G, B]' if members else '[G, B]'} (G critic updates of B rows), "
-            f"got {list(batch.batch_size)}."
+            f"got {got}."
         )
     if members and (steps is None or noise is None):
         raise ValueError("members=True needs the vmapped steps and the members' noise: use make_population_update.")
+    _check_update_inputs(config, state, batch, noise, batch.batch_size[:lead])
     do_critic, do_policy = steps if steps is not None else (critic_step, policy_step)
     updates, batch_size = batch.batch_size[lead:]
 
@@ -650,6 +699,11 @@ def update(
     target_critic = state["target", "critic"]
     target_entropy = state["target_entropy"]
     if noise is None:
+        if _inputs.under_vmap(batch["obs"]):
+            raise _inputs.NoiseUnderVmapError(
+                "redq.update under torch.vmap needs each member's noise (with randomness='error' it cannot draw); "
+                "pass population.draw_per_member(lambda g: redq.draw_noise(config, G, B, A, generator=g), generators)."
+            )
         noise = draw_noise(config, updates, batch_size, batch["action"].shape[-1], device=batch["action"].device)
     critic_opt_state = state["opt", "critic"]
     actor_opt_state = state["opt", "actor"]
@@ -800,6 +854,14 @@ def act(
     sample from ``noise`` (standard normal ``[..., A]``; drawn from the global
     generator if omitted).
     """
+    if not isinstance(params, TensorDict) or "actor" not in params.keys():
+        raise ValueError("redq.act: params must be the state's parameters, state['params'] (with an 'actor' entry).")
+    trunk = params["actor", "trunk", "0", "weight"]
+    if not isinstance(obs, torch.Tensor) or obs.dim() < 1 or obs.shape[-1] != trunk.shape[-1] or obs.dtype != trunk.dtype:
+        got = f"{type(obs).__name__}" if not isinstance(obs, torch.Tensor) else f"shape {list(obs.shape)} and dtype {obs.dtype}"
+        raise ValueError(
+            f"redq.act: obs must be [..., {trunk.shape[-1]}] with dtype {trunk.dtype} (the parameters'), got {got}."
+        )
     with torch.no_grad():
         mean, log_std = actor_apply(params["actor"], obs)
         if deterministic:

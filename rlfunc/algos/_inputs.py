@@ -1,0 +1,173 @@
+"""One-sentence checks of what a researcher passes to the pure functions (``init``, ``update``, ``act``).
+
+DESIGN.md, "Bad input gets a clear error, early": a batch of the wrong rank,
+width or dtype, a missing key, noise drawn for another batch, a state made by
+another algorithm (or loaded from a checkpoint without its config) stops at the
+top of the public function with one sentence naming what to change, instead of
+a matrix-product error deep inside a loss or, worse, a silent broadcast. Every
+check here reads only shapes, dtypes, devices and keys -- static under
+``torch.compile`` and per-member under ``torch.vmap`` -- never tensor values,
+so the compiled update stays free of host syncs and graph breaks
+(``tests/test_review_pure_api.py``). Value checks (an action index out of
+range, a non-finite reward) are the replay's and the runtime's, outside the
+compiled path.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Iterable, Mapping, Sequence
+
+import torch
+from tensordict import TensorDict
+
+__all__ = ["NoiseUnderVmapError", "state_config", "check_tensor", "check_keys", "check_noise", "check_device", "check_seed", "under_vmap"]
+
+
+def state_config(state, config_type: type, where: str, made_by: str):
+    """``state["config"]`` when it is a ``config_type``; else one ``ValueError`` sentence.
+
+    A state loaded from a checkpoint (:func:`rlfunc.runtime.checkpoint.load_checkpoint`)
+    holds only tensors: the message says how to put the config back.
+    """
+    if not isinstance(state, TensorDict):
+        raise ValueError(f"{where}: state must be the TensorDict {made_by} returns, got a {type(state).__name__}.")
+    if "config" not in state.keys():
+        raise ValueError(
+            f"{where}: the state has no 'config' entry (a checkpoint stores only tensors); pass a state made by "
+            f"{made_by}, or put the config back with state.set_non_tensor('config', config)."
+        )
+    config = state.get_non_tensor("config")
+    if not isinstance(config, config_type):
+        raise ValueError(
+            f"{where}: the state was made with a {type(config).__module__}.{type(config).__name__}, not a "
+            f"{config_type.__module__}.{config_type.__name__}; pass a state made by {made_by}."
+        )
+    return config
+
+
+def _dims(shape: Sequence) -> str:
+    """``[2, 4, 3]``; while ``torch.compile`` traces (a recompile for a new shape makes the sizes
+    symbolic, which it cannot turn into text) every size shows as ``?`` -- the sentence still names
+    the entry; run the call eagerly for the numbers."""
+    if torch.compiler.is_compiling():
+        return "[" + ", ".join(s if isinstance(s, str) else "?" for s in shape) + "]"
+    return "[" + ", ".join(s if isinstance(s, str) else str(int(s)) for s in shape) + "]"
+
+
+def check_tensor(
+    where: str,
+    name: str,
+    value,
+    shapes: Sequence[Sequence],
+    *,
+    dtype: torch.dtype | str | None = None,
+    labels: Sequence[str] | None = None,
+) -> None:
+    """``value`` is a tensor of one of ``shapes`` (ints; labels for the message) and of ``dtype``.
+
+    ``dtype``: a ``torch.dtype`` (exactly that one), ``"float"`` (any floating dtype),
+    ``"integer"`` (an integer dtype, not bool), ``"real"`` (not complex) or ``None``.
+    """
+    if not isinstance(value, torch.Tensor):
+        raise ValueError(f"{where}: {name} must be a tensor, got a {type(value).__name__}.")
+    if tuple(value.shape) not in [tuple(int(s) for s in shape) for shape in shapes]:
+        shown = " or ".join(_dims(s) for s in shapes)
+        if labels is not None:
+            shown = f"{' or '.join(_dims(l) for l in labels)} = {shown}" if isinstance(labels[0], (list, tuple)) else f"{_dims(labels)} = {shown}"
+        raise ValueError(f"{where}: {name} must have shape {shown}, got {_dims(value.shape)}.")
+    if dtype is None:
+        return
+    ok = (
+        value.dtype == dtype
+        if isinstance(dtype, torch.dtype)
+        else value.is_floating_point()
+        if dtype == "float"
+        else (not value.is_floating_point() and not value.is_complex() and value.dtype != torch.bool)
+        if dtype == "integer"
+        else not value.is_complex()
+    )
+    if not ok:
+        want = {"float": "floating point", "integer": "integer (action indices)", "real": "real (not complex)"}
+        wanted = want.get(dtype, str(dtype)) if isinstance(dtype, str) else f"{dtype} (the parameters' dtype)"
+        raise ValueError(f"{where}: {name} must have dtype {wanted}, got {value.dtype}; convert it before the call.")
+
+
+def check_keys(where: str, td, required: Iterable[str], hint: str) -> None:
+    """``td`` is a TensorDict holding every key of ``required``."""
+    if not isinstance(td, TensorDict):
+        raise ValueError(f"{where}: expected a TensorDict, got a {type(td).__name__}; {hint}")
+    missing = [k for k in required if k not in td.keys()]
+    if missing:
+        raise ValueError(f"{where}: the batch is missing {', '.join(repr(k) for k in missing)}; {hint}")
+
+
+def check_noise(where: str, noise, expected: Mapping[str, tuple], drawn_by: str) -> None:
+    """``noise`` holds each key of ``expected`` with exactly that shape (noise drawn for another
+    batch size, ensemble or action width would otherwise be sliced or broadcast silently)."""
+    if not isinstance(noise, TensorDict):
+        raise ValueError(f"{where}: noise must be the TensorDict {drawn_by} returns, got a {type(noise).__name__}.")
+    for key, shape in expected.items():
+        if key not in noise.keys():
+            raise ValueError(f"{where}: noise is missing {key!r}; draw it with {drawn_by}.")
+        got = tuple(noise[key].shape)
+        if got != tuple(shape):
+            raise ValueError(
+                f"{where}: noise[{key!r}] has shape {_dims(got)} but this batch needs {_dims(shape)}; draw the noise "
+                f"for this batch and config with {drawn_by}."
+            )
+
+
+def check_device(where: str, like: torch.Tensor, tds: Mapping[str, object]) -> None:
+    """Every tensor of the TensorDicts in ``tds`` lives on ``like``'s device (the state's)."""
+    for label, td in tds.items():
+        if td is None:
+            continue
+        items = td.items(include_nested=True, leaves_only=True) if isinstance(td, TensorDict) else [(label, td)]
+        for key, value in items:
+            if isinstance(value, torch.Tensor) and value.device != like.device:
+                name = label if key == label else f"{label}[{key!r}]"
+                raise ValueError(
+                    f"{where}: {name} is on {value.device} but the state is on {like.device}; move it with .to()."
+                )
+
+
+def check_device_arg(device, where: str) -> torch.device:
+    """``device`` as a ``torch.device``; one sentence for a bad string or a CUDA device this machine lacks."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"{where}: device must be a torch device such as 'cpu' or 'cuda:0', got {device!r}.") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"{where}: device {device!r} asks for CUDA, but this PyTorch sees no CUDA device; use 'cpu'.")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"{where}: device {device!r} does not exist; this machine has {torch.cuda.device_count()} CUDA device(s)."
+            )
+    return dev
+
+
+def check_seed(seed, where: str) -> int:
+    """An integer seed (a bool, a float such as ``1.5`` or a string is refused: it would be truncated or fail later)."""
+    if isinstance(seed, torch.Tensor) and seed.dim() == 0 and not seed.is_floating_point() and seed.dtype != torch.bool:
+        return int(seed)
+    if not isinstance(seed, numbers.Integral) or isinstance(seed, bool):
+        raise ValueError(f"{where}: seed must be an integer, got {seed!r}.")
+    return int(seed)
+
+
+class NoiseUnderVmapError(ValueError, RuntimeError):
+    """An update that would draw its own noise inside ``torch.vmap``. A ``ValueError`` (bad
+    input, one sentence) that is also the ``RuntimeError`` torch's ``randomness="error"`` raised
+    there before this check existed, so code that caught that keeps working."""
+
+
+def under_vmap(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is batched by an enclosing ``torch.vmap`` (eager only: ``False`` while compiling)."""
+    if torch.compiler.is_compiling():
+        return False
+    try:
+        return bool(torch._C._functorch.is_batchedtensor(tensor))
+    except (AttributeError, RuntimeError):  # pragma: no cover - older torch
+        return False
