@@ -38,8 +38,9 @@ update). So the population draws each member's noise *outside* the vmapped
 function from that member's own generator (:func:`draw_per_member`) and
 passes it in stacked ``[P, ...]``, and :func:`vmap_update` runs with
 ``randomness="error"``: an update that tried to draw (e.g. ``update(state,
-batch)`` without noise, which falls back to the global generator) fails
-loudly instead of silently sharing or splitting a stream. A member's numbers
+batch)`` without noise, which falls back to the global generator) is one
+``ValueError`` sentence pointing at :func:`draw_per_member` instead of silently
+sharing or splitting a stream. A member's numbers
 are then those of a single run with its generator, whatever ``P``.
 
 Numerics. Eagerly, a single update uses PyTorch's fused Adam kernel and one
