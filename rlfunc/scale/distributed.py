@@ -57,8 +57,8 @@ replay; one learner samples it, updates and publishes parameters. Here:
   (``distributed.max_restarts``) while the learner trains on; it is asked again once the new
   process answers. Each death is counted once (``actor_deaths``); one more than
   ``distributed.max_restarts`` stops the run in one sentence. The run ends with the first chunk at
-  or past ``train.total_steps`` (calls ask only for the steps still missing, so it ends at most
-  ``envs_per_actor - 1`` steps past it per actor).
+  or past ``train.total_steps`` (calls ask only for the steps still missing, counting those in flight as
+  the ``envs_per_actor - 1`` more each may collect, so it ends at most ``envs_per_actor - 1`` steps past it).
 * **checkpoints and resume**: the single-run format (:mod:`rlfunc.runtime.checkpoint`: learner
   state, replay with priorities, generators, counters) plus this trainer's parameter version and
   replay-ratio origin. ``rlfunc resume`` continues from the newest checkpoint with *fresh* actors:
@@ -88,7 +88,8 @@ from rlfunc.core.exploration import actor_epsilons
 from rlfunc.replay.sequence import SequenceReplay
 from rlfunc.runtime.config import ConfigError, RunConfig, to_dict
 from rlfunc.runtime.run_log import Progress
-from rlfunc.runtime.trainer import Trainer, TrainResult, _new_run_dir, _StopRun, prepare_run_dir
+from rlfunc.runtime.trainer import (Trainer, TrainResult, _new_run_dir, _StopRun, check_train_device, discard_new_run_dir,
+                                    prepare_run_dir)
 
 __all__ = [
     "RAY_MISSING",
@@ -314,6 +315,14 @@ class DistributedTrainer(Trainer):
         self.version = int(saved.get("param_version", self.learner_calls))
         self.ratio_from = saved.get("ratio_from")
 
+    def _missed_evaluation(self) -> bool:
+        """Whether an evaluation was due at the restored step but is not recorded (the run was stopped during
+        it). Chunks cross ``train.eval_every`` between its multiples, so the test is that the step passed a
+        multiple the newest evaluation had not (the single run's: the step is that multiple)."""
+        step, every = self.env_step, self.config.train.eval_every
+        newest = self.evals[-1][0] if self.evals else 0
+        return 0 < step < self.config.train.total_steps and step // every > newest // every
+
     # -- actors ---------------------------------------------------------------------
     def _publish(self) -> None:
         """``ray.put`` the learner's online and target parameters (on CPU) with their version."""
@@ -381,10 +390,14 @@ class DistributedTrainer(Trainer):
         retry: dict[int, float] = {}  # actor not up -> when to ask it for info again
 
         def submit(k: int) -> None:
+            """Ask actor ``k`` for the steps still missing (at most ``param_sync_steps``). A call collects up to
+            ``envs_per_actor - 1`` steps more than it asks (its envs step together), so calls in flight count
+            as that much: the run then ends at most ``envs_per_actor - 1`` steps past ``train.total_steps``."""
             if k not in up:
                 return
             queued = sum(a for _, a, _ in inflight.values())
-            asked = min(d.param_sync_steps, cfg.total_steps - self.env_step - queued)
+            worst = queued + len(inflight) * (d.envs_per_actor - 1)
+            asked = min(d.param_sync_steps, cfg.total_steps - self.env_step - worst)
             if asked <= 0:
                 return
             if self._behind(self.env_step + queued + asked):
@@ -612,9 +625,10 @@ def connect_for(config: RunConfig):
     training, when Ray is missing, the address cannot be reached, or the actors ask for more CPUs or
     GPUs than the cluster has in all; a line on stderr when fewer are free now (other jobs hold them:
     the actors Ray cannot place yet start later, and the run goes on with those that run)."""
-    from rlfunc.scale.sweep import _prepare_join, connect
+    from rlfunc.scale.sweep import _prepare_join, check_distributed_amounts, connect
 
     d = config.distributed
+    check_distributed_amounts(d)  # an amount Ray refuses: one sentence before Ray starts
     _prepare_join(d.address)
     if importlib.util.find_spec("ray") is None:
         raise ConfigError(RAY_MISSING)
@@ -656,14 +670,18 @@ def _in_placement_group(ray) -> bool:
 def train(run_config: RunConfig, run_dir: str | Path | None = None, callbacks: list | None = None) -> TrainResult:
     """Train ``run_config`` (with a ``distributed`` section) on Ray actors into ``run_dir`` (see the module docstring)."""
     run_dir = Path(run_dir) if run_dir is not None else _new_run_dir(run_config)
-    ray, started = connect_for(run_config)
+    check_train_device(run_config.train.device)  # as the run directory: refused before Ray starts
+    created = prepare_run_dir(run_dir)
     try:
-        created = prepare_run_dir(run_dir)
+        ray, started = connect_for(run_config)
+    except BaseException:
+        discard_new_run_dir(run_dir, created)
+        raise
+    try:
         try:
             trainer = DistributedTrainer(run_config, run_dir, callbacks, ray)
         except BaseException:
-            if created and run_dir.is_dir() and not any(run_dir.iterdir()):
-                run_dir.rmdir()
+            discard_new_run_dir(run_dir, created)  # as a single run's: no empty directory, no lock held
             raise
         return trainer.run()
     finally:

@@ -17,8 +17,9 @@ directories themselves.
   (``distributed.actors`` x ``actor_cpus`` / ``actor_gpus``) in one Ray placement group, so that two
   runs never each hold half of what both need. A run that asks for more than the cluster has (in all,
   or on its largest node) is refused in one sentence before anything is written.
-* Embedded by default: without ``--address`` a local Ray sized to the machine starts, bound to
-  loopback with the dashboard off, and is shut down at the end. ``--address auto`` or
+* Embedded by default: without ``--address`` a local Ray sized to the machine starts, its node
+  address loopback (Ray's servers still listen on every interface, guarded by its token
+  authentication) with the dashboard off, and is shut down at the end. ``--address auto`` or
   ``ray://host:port`` joins a running cluster (``ray start --head``); the sweep directory must
   then be on storage every node sees (the tasks write the run directories where they run). An
   address where no Ray answers (nothing listening, another kind of server, ``auto`` naming a
@@ -42,6 +43,7 @@ Ray is imported lazily, only here; nothing in ``core``, ``algos``, ``replay``, `
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import re
@@ -85,6 +87,48 @@ def _run_name(index: int, point: dict[str, Any], seed: int) -> str:
     return f"g{index}" + (f"-{desc}" if desc else "") + f"-s{seed}"
 
 
+# Ray refuses a nonzero resource amount below 1/RESOURCE_UNIT_SCALING (ray._raylet: 10000).
+RAY_SMALLEST_AMOUNT = 0.0001
+
+
+def check_ray_amount(name: str, value: float, what: str = "GPUs") -> None:
+    """One sentence for a resource amount Ray cannot schedule: negative, not finite, or nonzero but
+    below :data:`RAY_SMALLEST_AMOUNT` (Ray raises its own error once it runs, after Ray started)."""
+    if not (math.isfinite(value) and value >= 0):
+        raise ConfigError(f"{name} must be a number of {what} >= 0, got {value}.")
+    if 0 < value < RAY_SMALLEST_AMOUNT:
+        zero = "" if what == "CPUs" else "0 or "  # an actor needs some CPU; a GPU amount may be 0
+        raise ConfigError(
+            f"{name}{' ' if name.startswith('--') else '='}{value:g} is below {RAY_SMALLEST_AMOUNT:g}, the smallest "
+            f"amount Ray schedules; give {zero}at least {RAY_SMALLEST_AMOUNT:g}."
+        )
+
+
+def check_distributed_amounts(d) -> None:
+    """:func:`check_ray_amount` for a ``distributed`` section's ``actor_cpus`` and ``actor_gpus``."""
+    if d is not None:
+        check_ray_amount("distributed.actor_cpus", float(d.actor_cpus), "CPUs")
+        check_ray_amount("distributed.actor_gpus", float(d.actor_gpus))
+
+
+def results_path(sweep_dir: str | Path, out: str | Path | None) -> Path:
+    """Where the learn JSON goes (``--out``, else ``SWEEP_DIR/results.json``), refused in one sentence
+    where it cannot be written: a directory, the path of the PNG written beside it, or a place this
+    process may not write."""
+    path = Path(out) if out is not None else Path(sweep_dir) / "results.json"
+    if path.is_dir():
+        raise ConfigError(f"--out {str(path)!r} is a directory; give the JSON's file name, e.g. {str(path / 'results.json')!r}.")
+    if path.suffix.lower() == ".png":
+        raise ConfigError(f"--out {str(path)!r} names the PNG the sweep writes beside its JSON; give the JSON a .json name, "
+                          f"e.g. {str(path.with_suffix('.json'))!r}.")
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"--out {str(path)!r} cannot be written ({str(parent)!r} is not a writable directory); pick another --out.")
+    return path
+
+
 def plan_sweep(
     config: str | Path | dict | None,
     seeds: str | list[int],
@@ -99,6 +143,7 @@ def plan_sweep(
     from rlfunc.runtime.config import apply_overrides, build_config, load_config, parse_overrides
     from rlfunc.runtime.packaged import resolve_config
 
+    check_ray_amount("--gpus", float(gpus))
     seed_list = parse_seeds(seeds) if isinstance(seeds, str) else [int(s) for s in seeds]
     if not seed_list:
         raise ConfigError("--seeds names no seed; pass e.g. --seeds 0-4.")
@@ -123,6 +168,7 @@ def plan_sweep(
         for seed in seed_list:
             run_overrides = {**fixed, **point, "train.seed": seed, "train.progress": False}
             built = build_config(apply_overrides(raw, run_overrides))  # every run checked before training
+            check_distributed_amounts(built.distributed)
             label = " ".join(filter(None, [built.algo, describe_point(point)]))
             runs.append({
                 "name": _run_name(index, point, seed),
@@ -401,8 +447,8 @@ def _check_auto(timeout_s: float) -> None:
 
 def connect(address: str | None, num_cpus: int | None = None):
     """``ray.init`` for a sweep; returns ``(ray, initialized_here)`` (then ``ray.shutdown()`` is the
-    caller's). No address: a local Ray on this machine only (loopback, no dashboard, usage stats
-    off). An address: join that cluster, after :func:`_check_reachable`, with Ray's connection attempts
+    caller's). No address: a local Ray on this machine only (node address loopback, no dashboard,
+    usage stats off). An address: join that cluster, after :func:`_check_reachable`, with Ray's connection attempts
     bounded (:data:`JOIN_BOUNDS`, :data:`JOIN_ATTEMPTS`: about 15 s where no Ray answers). Already
     initialized: nothing to do."""
     _prepare_join(address)
@@ -674,7 +720,7 @@ def run_sweep(
         },
         "failed": failed,
     }
-    out = Path(out) if out is not None else sweep_dir / "results.json"
+    out = results_path(sweep_dir, out)
     out.parent.mkdir(parents=True, exist_ok=True)
     _write_json_atomic(out, result)
     result["json"] = str(out)
@@ -712,13 +758,15 @@ def sweep(
 ) -> dict:
     """Plan (or, with ``resume``, reload) a sweep, write ``sweep.json``, run it; see :func:`run_sweep`.
     Everything that can be checked — the specs, every run's config, Ray's presence, the address, that
-    the cluster can place each run (:func:`_check_fits`) — is checked before anything is written."""
+    the cluster can place each run (:func:`_check_fits`), where the JSON goes (:func:`results_path`) — is
+    checked before anything is written."""
     if resume is not None:
         if grid or overrides or config is not None or seeds is not None or sweep_dir is not None:
             raise ConfigError("--resume continues the stored plan; drop CONFIG, --seeds, --grid, --set and --sweep-dir.")
         plan = load_plan(resume)
     else:
         plan = plan_sweep(config, "0" if seeds is None else seeds, grid, overrides, sweep_dir, gpus)
+    results_path(plan["sweep_dir"], out)  # an --out that cannot be written: one sentence now, not after training
     _prepare_join(address)
     _import_ray()  # before writing anything: Ray missing is one sentence
     if resume is not None and not split_finished(plan)[1]:  # every run finished already: no Ray to start
