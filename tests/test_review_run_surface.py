@@ -235,3 +235,23 @@ def test_predict_takes_tensors_and_refuses_non_numbers_in_one_sentence():
         policy.predict(np.array(["a"] * 4))
     with pytest.raises(ValueError, match=r"dtype object .*pass numbers"):
         policy.predict(np.array([None] * 4, dtype=object))
+
+
+@pytest.mark.parametrize("step,evals,missed", [
+    (102, [], True),  # 3 envs: the step crossed 100 without landing on it, and no evaluation is recorded
+    (102, [(102, 0.0)], False),
+    (150, [(102, 0.0)], False),
+    (204, [(102, 0.0)], True),  # interrupted during the evaluation due at the crossing of 200
+    (100, [(100, 0.0)], False),
+    (60, [], False),
+])
+def test_a_missed_evaluation_is_one_whose_multiple_the_step_crossed(step, evals, missed):
+    """With several envs (or a distributed run's chunks) the loop evaluates when a step crosses a multiple of
+    eval_every, so a resume looks for a crossed multiple, not for a step that is one."""
+    from types import SimpleNamespace
+
+    from rlfunc.runtime.trainer import Trainer
+
+    run = SimpleNamespace(env_step=step, evals=evals,
+                          config=SimpleNamespace(train=SimpleNamespace(eval_every=100, total_steps=1000)))
+    assert Trainer._missed_evaluation(run) is missed

@@ -351,12 +351,14 @@ class Trainer:
         return mean
 
     def _missed_evaluation(self) -> bool:
-        """Whether an evaluation was due at the restored step but is not recorded: the run was
-        interrupted (Ctrl-C, SIGTERM, a crash) before or during it, and saved at that step."""
-        step = self.env_step
-        return 0 < step < self.config.train.total_steps and step % self.config.train.eval_every == 0 and (
-            not self.evals or self.evals[-1][0] != step
-        )
+        """Whether an evaluation was due by the restored step but is not recorded: the run was
+        interrupted (Ctrl-C, SIGTERM, a crash) before or during it, and saved at that step. The loop
+        evaluates when a step crosses a multiple of ``train.eval_every`` (with several envs, or a
+        distributed run's chunks, the step need not be that multiple), so the test is that the step
+        passed a multiple the newest evaluation had not."""
+        step, every = self.env_step, self.config.train.eval_every
+        newest = self.evals[-1][0] if self.evals else 0
+        return 0 < step < self.config.train.total_steps and step // every > newest // every
 
     # -- callbacks -------------------------------------------------------------------
     def _call(self, hook: str, *args) -> None:

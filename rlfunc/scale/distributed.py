@@ -315,14 +315,6 @@ class DistributedTrainer(Trainer):
         self.version = int(saved.get("param_version", self.learner_calls))
         self.ratio_from = saved.get("ratio_from")
 
-    def _missed_evaluation(self) -> bool:
-        """Whether an evaluation was due at the restored step but is not recorded (the run was stopped during
-        it). Chunks cross ``train.eval_every`` between its multiples, so the test is that the step passed a
-        multiple the newest evaluation had not (the single run's: the step is that multiple)."""
-        step, every = self.env_step, self.config.train.eval_every
-        newest = self.evals[-1][0] if self.evals else 0
-        return 0 < step < self.config.train.total_steps and step // every > newest // every
-
     # -- actors ---------------------------------------------------------------------
     def _publish(self) -> None:
         """``ray.put`` the learner's online and target parameters (on CPU) with their version."""
