@@ -546,6 +546,8 @@ class PopulationTrainer:
                 )
         # The settings each member's own state holds as data; stack adds those that differ across members.
         own_hparams = [set(lr.state["hparams"].keys()) if "hparams" in lr.state.keys() else set() for lr in self.learners]
+        # and the algorithm config each member's state carries (RLPD's state holds the REDQ config it runs)
+        own_configs = [lr.state.get_non_tensor("config") for lr in self.learners]
         try:
             self.state = population.stack([lr.state for lr in self.learners])
         except ValueError as exc:
@@ -586,7 +588,7 @@ class PopulationTrainer:
         # settings Python floats, as in its single run) and without the hparams stack added: bit for bit.
         # Compiled, it keeps them as data: one graph for every member, no recompilation per setting.
         added = [sorted(set(self.state["hparams"].keys()) - own) if "hparams" in self.state.keys() else [] for own in own_hparams]
-        self._own_settings = [(lr.config, tuple(a)) if a else None for lr, a in zip(self.learners, added)]
+        self._own_settings = [(config, tuple(a)) if a else None for config, a in zip(own_configs, added)]
         if not self._looped or cfg.compile:
             self._own_settings = [None] * p
         if cfg.cuda_graph:  # the state at fixed addresses, each update one CUDA graph replay (rlfunc.runtime.graphs)
