@@ -458,7 +458,9 @@ def obs_like(params: TensorDict) -> torch.Tensor:
 def check_window_inputs(params: TensorDict, config, batch: TensorDict, where: str) -> None:
     """One sentence for a ``[T, B]`` window batch the networks cannot read: empty, observations of
     another width or dtype, per-step entries of another shape, float action indices. Shapes, dtypes
-    and devices only (static under ``torch.compile``; :mod:`rlfunc.algos._inputs`); shared with R2D2."""
+    and devices only, skipped under ``torch.compile`` (:mod:`rlfunc.algos._inputs`); shared with R2D2."""
+    if torch.compiler.is_compiling():
+        return
     steps, rows = batch.batch_size
     if steps < 1 or rows < 1:
         raise ValueError(f"{where}: batch_size {list(batch.batch_size)} is empty; T and B must both be at least 1.")

@@ -377,7 +377,10 @@ def actor_loss(
 
 
 def _check_images(config: Config, params: TensorDict, images: torch.Tensor, where: str, name: str, lead: int) -> None:
-    """``images [*lead, C, H, W]`` fit the encoder and the trunks ``init`` built (static shapes only)."""
+    """``images [*lead, C, H, W]`` fit the encoder and the trunks ``init`` built (shapes only; skipped
+    under ``torch.compile``, as :mod:`rlfunc.algos._inputs`)."""
+    if torch.compiler.is_compiling():
+        return
     if not isinstance(images, torch.Tensor) or images.dim() != lead + 3 or images.is_complex():
         got = list(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
         raise ValueError(f"{where}: {name} must be images [{'B, ' * lead}C, H, W], got {got}.")
@@ -399,7 +402,9 @@ def _check_images(config: Config, params: TensorDict, images: torch.Tensor, wher
 
 def _check_update_inputs(config: Config, state: TensorDict, batch: TensorDict, noise: TensorDict | None) -> None:
     """One sentence for a batch or noise :func:`update` cannot use (shapes, dtypes, keys, devices
-    only: static under ``torch.compile``, no host sync; :mod:`rlfunc.algos._inputs`)."""
+    only, no host sync; skipped under ``torch.compile``: :mod:`rlfunc.algos._inputs`)."""
+    if torch.compiler.is_compiling():
+        return
     where = "drqv2.update"
     b = batch.batch_size[0]
     if b < 1:
