@@ -23,6 +23,16 @@ from tensordict import TensorDict
 __all__ = ["Collector"]
 
 
+def _own(obs: Any) -> np.ndarray:
+    """A copy of one env's observation with a leading env axis ``[1, ...]``.
+
+    Gymnasium lets an env return the same array every step, updated in place;
+    without a copy ``obs`` and ``next_obs`` of a stored row would be one buffer
+    (``SyncVectorEnv`` copies for the same reason: its ``copy=True`` default).
+    """
+    return np.array(obs, copy=True)[None]
+
+
 def _as_tensor(x: Any, dtype: torch.dtype | None = None) -> torch.Tensor:
     t = torch.as_tensor(np.asarray(x))
     if dtype is not None:
@@ -72,7 +82,7 @@ class Collector:
         """
         if self._pending_reset:
             self._pending_reset = False
-            self._obs = np.asarray(self.env.reset()[0])[None]
+            self._obs = _own(self.env.reset()[0])
             self._episode_start[:] = True
         return self._obs
 
@@ -97,8 +107,7 @@ class Collector:
             seeds = None if seed is None else [seed + i for i in range(self.num_envs)]
             obs, _ = self.env.reset(seed=seeds)
         else:
-            obs, _ = self.env.reset(seed=seed)
-            obs = np.asarray(obs)[None]
+            obs = _own(self.env.reset(seed=seed)[0])
         self.obs = np.asarray(obs)
         self._pending_reset = False
         self._episode_start[:] = True
@@ -121,7 +130,7 @@ class Collector:
             self.obs = next_obs
         else:
             ob, r, term, trunc, _ = self.env.step(actions[0])
-            next_obs = np.asarray(ob)[None]
+            next_obs = _own(ob)
             reward = np.asarray([r], dtype=np.float64)
             terminated = np.asarray([term])
             truncated = np.asarray([trunc])
@@ -192,7 +201,7 @@ class Collector:
             if hasattr(self.env, "_autoreset_envs"):
                 self.env._autoreset_envs[:] = False
         else:
-            obs = np.asarray(self.env.reset()[0])[None]
+            obs = _own(self.env.reset()[0])
         self.obs = obs
         self._pending_reset = False
         self._episode_start[:] = True
