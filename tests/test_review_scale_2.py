@@ -18,7 +18,6 @@ The tests that start Ray (loopback, no dashboard, 2 CPUs) are in the xdist group
 """
 
 import os
-import signal
 import sys
 
 import pytest
@@ -27,6 +26,7 @@ import yaml
 ray = pytest.importorskip("ray")
 
 from rlfunc.runtime.cli import main  # noqa: E402
+from test_sweep import bounded  # noqa: E402,F401 -- each test within 150 s, no Ray left running (autouse)
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
@@ -62,23 +62,6 @@ def _with(raw, **sections):
     for section, values in sections.items():
         out[section] = {**out.get(section, {}), **values}
     return out
-
-
-@pytest.fixture(autouse=True)
-def bounded():
-    """Each test ends within 150 s (SIGALRM) and leaves no Ray running in this process."""
-    def expire(signum, frame):
-        raise TimeoutError("test_review_scale_2: a test ran past 150 s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(150)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-        if ray.is_initialized():
-            ray.shutdown()
 
 
 def _one_sentence(capsys) -> str:

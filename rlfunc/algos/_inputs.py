@@ -138,19 +138,27 @@ def check_device(where: str, like: torch.Tensor, tds: Mapping[str, object]) -> N
                 )
 
 
-def check_device_arg(device, where: str) -> torch.device:
-    """``device`` as a ``torch.device``; one sentence for a bad string or a CUDA device this machine lacks."""
+def check_device_arg(device, where: str | None = None, *, allow_meta: bool = True) -> torch.device:
+    """``device`` as a ``torch.device``; one sentence (prefixed ``where: `` if given) for a bad string,
+    a CUDA or MPS device this machine lacks, or a device type rlfunc does not run on. The one device
+    check: :func:`rlfunc.runtime.api.check_device` (loading, evaluating; no ``meta``) calls it too."""
+    at = f"{where}: " if where else ""
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError, ValueError):
-        raise ValueError(f"{where}: device must be a torch device such as 'cpu' or 'cuda:0', got {device!r}.") from None
+        raise ValueError(f"{at}device must be a torch device such as 'cpu' or 'cuda:0', got {device!r}.") from None
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError(f"{where}: device {device!r} asks for CUDA, but this PyTorch sees no CUDA device; use 'cpu'.")
+            raise ValueError(f"{at}device {str(device)!r} asks for CUDA, but CUDA is not available here; use 'cpu'.")
         if dev.index is not None and dev.index >= torch.cuda.device_count():
             raise ValueError(
-                f"{where}: device {device!r} does not exist; this machine has {torch.cuda.device_count()} CUDA device(s)."
+                f"{at}device {str(device)!r} does not exist; this machine has {torch.cuda.device_count()} CUDA "
+                "device(s): use 'cuda:0' or 'cpu'."
             )
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"{at}device {str(device)!r} asks for MPS, but MPS is not available here; use 'cpu'.")
+    elif dev.type not in ("cpu", "cuda", "mps", *(("meta",) if allow_meta else ())):
+        raise ValueError(f"{at}device {str(device)!r} is not supported; use 'cpu', 'cuda' or 'cuda:N'.")
     return dev
 
 

@@ -26,24 +26,11 @@ _EXPORT_META_KEYS = (
 
 
 def check_device(device: str | torch.device) -> torch.device:
-    """``device`` parsed and available here, else one ``ValueError`` sentence."""
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError, ValueError):
-        raise ValueError(f"Unknown device {str(device)!r}; use cpu, cuda or cuda:N.") from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"Device {str(device)!r} was asked for, but CUDA is not available here; use cpu.")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise ValueError(
-                f"Device {str(device)!r} was asked for, but this machine has {torch.cuda.device_count()} CUDA device(s); "
-                "use cuda:0 or cpu."
-            )
-    elif dev.type == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"Device {str(device)!r} was asked for, but MPS is not available here; use cpu.")
-    elif dev.type not in ("cpu", "cuda", "mps"):
-        raise ValueError(f"Device {str(device)!r} is not supported; use cpu, cuda or cuda:N.")
-    return dev
+    """``device`` parsed and available here, else one ``ValueError`` sentence
+    (:func:`rlfunc.algos._inputs.check_device_arg`, without ``meta``)."""
+    from rlfunc.algos._inputs import check_device_arg
+
+    return check_device_arg(device, allow_meta=False)
 
 
 def _load_parts(path: str | Path):
