@@ -859,7 +859,9 @@ def act(
     if not isinstance(params, TensorDict) or "actor" not in params.keys():
         raise ValueError("redq.act: params must be the state's parameters, state['params'] (with an 'actor' entry).")
     trunk = params["actor", "trunk", "0", "weight"]
-    if not isinstance(obs, torch.Tensor) or obs.dim() < 1 or obs.shape[-1] != trunk.shape[-1] or obs.dtype != trunk.dtype:
+    if torch.compiler.is_compiling():  # shapes checked eagerly only, as rlfunc.algos._inputs
+        pass
+    elif not isinstance(obs, torch.Tensor) or obs.dim() < 1 or obs.shape[-1] != trunk.shape[-1] or obs.dtype != trunk.dtype:
         got = f"{type(obs).__name__}" if not isinstance(obs, torch.Tensor) else f"shape {list(obs.shape)} and dtype {obs.dtype}"
         raise ValueError(
             f"redq.act: obs must be [..., {trunk.shape[-1]}] with dtype {trunk.dtype} (the parameters'), got {got}."
