@@ -50,6 +50,16 @@ FIRST_SEED=${DRQV2_FIRST_SEED:-0}
 EVAL_EVERY=${DRQV2_EVAL_EVERY:-25000}
 DRQV2_CONFIG=configs/drqv2/cartpole_balance.yaml
 TOTAL=$(sed -n 's/^ *total_steps: *\([0-9]*\).*/\1/p' $DRQV2_CONFIG)  # agent steps (50000 = 100k frames)
+if [ "${TINY:-0}" = 1 ]; then  # the CPU dry run: a few hundred agent steps, fast render, small batch
+    TOTAL=${TINY_STEPS:-400}
+    EVAL_EVERY=200
+    DRQV2_DEV=(--set train.device=cpu --set train.total_steps=$TOTAL --set train.learning_starts=100
+               --set agent.batch_size=8 --set env.kwargs.fast_render=true)
+    DRQV2_ON="the CPU (TINY dry run, $TOTAL agent steps)"
+else
+    DRQV2_DEV=(--set train.device=cuda --set train.cuda_graph=true)
+    DRQV2_ON="cuda, 100k frames"
+fi
 want() { case " $STAGES " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
 if want card; then
@@ -88,13 +98,13 @@ tail -15 "$OUT/pytest_gpu.log"
 fi
 
 if want drqv2; then
-stage "DrQ-v2 faithful: $SEEDS seed(s) from $FIRST_SEED x 100k frames on cuda, one process each"
+stage "DrQ-v2 faithful: $SEEDS seed(s) from $FIRST_SEED on $DRQV2_ON, one process each"
 LEARN_S=$(($(left) - 40))
 mkdir -p "$OUT/runs"
 declare -A PIDS
 for ((k = FIRST_SEED; k < FIRST_SEED + SEEDS; k++)); do
     setsid timeout $LEARN_S $PY benchmarks/run.py learn --config $DRQV2_CONFIG --seeds 1 \
-        --first-seed $k --threads 1 --set train.device=cuda --set train.cuda_graph=true \
+        --first-seed $k --threads 1 "${DRQV2_DEV[@]}" \
         --set train.replay_size=100000 --set train.eval_every=$EVAL_EVERY --set train.checkpoint_every=$TOTAL \
         --runs-dir "$OUT/runs/s$k" --out "$OUT/learn_drqv2_gpu_s$k.json" \
         --note "official settings on CUDA; replay_size 100000 frames holds every frame of a 100k-frame run, as 1M would; evaluated every $((2 * EVAL_EVERY)) frames (official: 10k) and checkpointed at the end only: neither changes training" \
