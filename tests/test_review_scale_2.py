@@ -132,7 +132,7 @@ def test_distributed_train_refusals_come_before_ray_and_leave_no_run_directory(t
     assert not run_dir.exists() and not ray.is_initialized()
     if not torch.cuda.is_available():
         assert main(["train", str(config), "--run-dir", str(run_dir), "--set", "train.device=cuda"]) == 2
-        assert "no CUDA device is available" in _one_sentence(capsys)
+        assert "CUDA is not available here" in _one_sentence(capsys)
         assert not run_dir.exists(), "a refused run leaves no directory (it left one holding only the lock file)"
         assert not ray.is_initialized()
     run_dir.mkdir()
