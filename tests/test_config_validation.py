@@ -183,7 +183,8 @@ RANGE_CASES = [
     ("redq", {"agent.tau": 0}, r"agent\.tau must be in \(0, 1\]"),
     ("drqv2", {"agent.tau": 1.5}, r"agent\.tau must be in \(0, 1\]"),
     # schedules that decay
-    ("drqn", {"agent.eps_start": 0.1, "agent.eps_end": 0.5}, r"agent\.eps_end must not exceed eps_start"),
+    ("drqn", {"agent.eps_start": 0.1, "agent.eps_end": 0.5}, r"agent\.eps_end \(0\.5\) must not exceed eps_start \(0\.1\)"),
+    ("drqn", {"agent.eps_start": 0.0}, r"agent\.eps_end \(0\.05\) must not exceed eps_start \(0\.0\): .* raise eps_start or lower eps_end\.$"),
     ("drqv2", {"agent.stddev_init": 0.1, "agent.stddev_final": 0.5}, r"agent\.stddev_final must not exceed stddev_init"),
     ("drqv2", {"agent.stddev_clip": 0}, r"agent\.stddev_clip must be a finite number > 0"),
     # choices

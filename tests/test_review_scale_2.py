@@ -204,3 +204,19 @@ def test_an_evaluation_cut_off_by_a_stop_is_run_on_resume(ray_local, tmp_path, m
     steps = [int(line.split(",")[0]) for line in (tmp_path / "run" / "eval.csv").read_text().splitlines()[1:]]
     assert steps[0] == stopped, steps
     assert [s // 200 for s in steps] == [1, 2, 3] and steps[-1] == result.env_steps >= 600
+
+
+@pytest.mark.parametrize("key, value, sentence", [
+    ("actor_cpus", 0.00001, "distributed.actor_cpus=1e-05 is below 0.0001, the smallest amount Ray schedules; give at least 0.0001."),
+    ("actor_gpus", 0.00001,
+     "distributed.actor_gpus=1e-05 is below 0.0001, the smallest amount Ray schedules; give 0 or at least 0.0001."),
+    ("actor_gpus", -1.0, "distributed.actor_gpus must be a number of GPUs >= 0, got -1.0."),
+])
+def test_the_distributed_section_itself_refuses_amounts_ray_cannot_schedule(key, value, sentence):
+    """Refused where the section is built (a script building a RunConfig, ``rlfunc resume``, a sweep's
+    plan), not only by the CLI's check before Ray starts."""
+    from rlfunc.runtime.config import ConfigError, DistributedSection
+
+    with pytest.raises(ConfigError) as err:
+        DistributedSection(**{key: value})
+    assert str(err.value) == sentence

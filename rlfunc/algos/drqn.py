@@ -241,7 +241,8 @@ class Config:
         _checks.probability(self, "eps_start", "eps_end", "eval_epsilon")
         if self.eps_end > self.eps_start:
             raise ValueError(
-                f"eps_end must not exceed eps_start ({self.eps_start}): the schedule decays; got {self.eps_end}."
+                f"eps_end ({self.eps_end}) must not exceed eps_start ({self.eps_start}): the schedule decays from "
+                f"eps_start to eps_end, so raise eps_start or lower eps_end."
             )
         _checks.one_of(self, "init", _checks.LINEAR_INITS)
         _checks.one_of(self, "lstm_init", _checks.LSTM_INITS)

@@ -269,6 +269,23 @@ class DataSection:
             raise ConfigError(f"data.pretrain_steps must be >= 0, got {self.pretrain_steps}.")
 
 
+# Ray refuses a nonzero resource amount below 1/RESOURCE_UNIT_SCALING (ray._raylet: 10000).
+RAY_SMALLEST_AMOUNT = 0.0001
+
+
+def check_ray_amount(name: str, value: float, what: str = "GPUs") -> None:
+    """One sentence for a resource amount Ray cannot schedule: negative, not finite, or nonzero but
+    below :data:`RAY_SMALLEST_AMOUNT` (Ray raises its own error once it runs, after Ray started)."""
+    if not (math.isfinite(value) and value >= 0):
+        raise ConfigError(f"{name} must be a number of {what} >= 0, got {value}.")
+    if 0 < value < RAY_SMALLEST_AMOUNT:
+        zero = "" if what == "CPUs" else "0 or "  # an actor needs some CPU; a GPU amount may be 0
+        raise ConfigError(
+            f"{name}{' ' if name.startswith('--') else '='}{value:g} is below {RAY_SMALLEST_AMOUNT:g}, the smallest "
+            f"amount Ray schedules; give {zero}at least {RAY_SMALLEST_AMOUNT:g}."
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class DistributedSection:
     """R2D2 with its actors in Ray actor processes (:mod:`rlfunc.scale.distributed`; R2D2 paper, Ape-X).
@@ -310,8 +327,8 @@ class DistributedSection:
             )
         if not (math.isfinite(self.actor_cpus) and self.actor_cpus > 0):
             raise ConfigError(f"distributed.actor_cpus must be a positive number of CPUs, got {self.actor_cpus}.")
-        if not (math.isfinite(self.actor_gpus) and self.actor_gpus >= 0):
-            raise ConfigError(f"distributed.actor_gpus must be a number of GPUs >= 0, got {self.actor_gpus}.")
+        check_ray_amount("distributed.actor_cpus", float(self.actor_cpus), "CPUs")
+        check_ray_amount("distributed.actor_gpus", float(self.actor_gpus))
         if self.max_restarts < 0:
             raise ConfigError(f"distributed.max_restarts must be >= 0, got {self.max_restarts}.")
         if self.address is not None and not self.address.strip():

@@ -617,10 +617,9 @@ def connect_for(config: RunConfig):
     training, when Ray is missing, the address cannot be reached, or the actors ask for more CPUs or
     GPUs than the cluster has in all; a line on stderr when fewer are free now (other jobs hold them:
     the actors Ray cannot place yet start later, and the run goes on with those that run)."""
-    from rlfunc.scale.sweep import _prepare_join, check_distributed_amounts, connect
+    from rlfunc.scale.sweep import _prepare_join, connect
 
-    d = config.distributed
-    check_distributed_amounts(d)  # an amount Ray refuses: one sentence before Ray starts
+    d = config.distributed  # amounts Ray refuses were refused when the config was built (DistributedSection)
     _prepare_join(d.address)
     if importlib.util.find_spec("ray") is None:
         raise ConfigError(RAY_MISSING)

@@ -55,7 +55,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from rlfunc.runtime.config import ConfigError
+from rlfunc.runtime.config import ConfigError, check_ray_amount
 from rlfunc.scale.results import collected_run, run_finished, summary
 from rlfunc.runtime.specs import describe_point, grid_points, parse_grid, parse_seeds
 
@@ -85,30 +85,6 @@ def _run_name(index: int, point: dict[str, Any], seed: int) -> str:
     desc = ",".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in point.items())
     desc = re.sub(r"[^A-Za-z0-9_.=,+-]", "_", desc)[:60]
     return f"g{index}" + (f"-{desc}" if desc else "") + f"-s{seed}"
-
-
-# Ray refuses a nonzero resource amount below 1/RESOURCE_UNIT_SCALING (ray._raylet: 10000).
-RAY_SMALLEST_AMOUNT = 0.0001
-
-
-def check_ray_amount(name: str, value: float, what: str = "GPUs") -> None:
-    """One sentence for a resource amount Ray cannot schedule: negative, not finite, or nonzero but
-    below :data:`RAY_SMALLEST_AMOUNT` (Ray raises its own error once it runs, after Ray started)."""
-    if not (math.isfinite(value) and value >= 0):
-        raise ConfigError(f"{name} must be a number of {what} >= 0, got {value}.")
-    if 0 < value < RAY_SMALLEST_AMOUNT:
-        zero = "" if what == "CPUs" else "0 or "  # an actor needs some CPU; a GPU amount may be 0
-        raise ConfigError(
-            f"{name}{' ' if name.startswith('--') else '='}{value:g} is below {RAY_SMALLEST_AMOUNT:g}, the smallest "
-            f"amount Ray schedules; give {zero}at least {RAY_SMALLEST_AMOUNT:g}."
-        )
-
-
-def check_distributed_amounts(d) -> None:
-    """:func:`check_ray_amount` for a ``distributed`` section's ``actor_cpus`` and ``actor_gpus``."""
-    if d is not None:
-        check_ray_amount("distributed.actor_cpus", float(d.actor_cpus), "CPUs")
-        check_ray_amount("distributed.actor_gpus", float(d.actor_gpus))
 
 
 def results_path(sweep_dir: str | Path, out: str | Path | None) -> Path:
@@ -168,7 +144,6 @@ def plan_sweep(
         for seed in seed_list:
             run_overrides = {**fixed, **point, "train.seed": seed, "train.progress": False}
             built = build_config(apply_overrides(raw, run_overrides))  # every run checked before training
-            check_distributed_amounts(built.distributed)
             label = " ".join(filter(None, [built.algo, describe_point(point)]))
             runs.append({
                 "name": _run_name(index, point, seed),
