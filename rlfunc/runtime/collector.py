@@ -33,6 +33,17 @@ def _own(obs: Any) -> np.ndarray:
     return np.array(obs, copy=True)[None]
 
 
+def _vector_copies(env: gym.vector.VectorEnv) -> bool:
+    """Whether ``env`` hands out a fresh observation array at every ``reset``/``step``.
+
+    Gymnasium's vector envs do with their default ``copy=True``; with ``copy=False`` they return
+    one buffer that the next ``step`` overwrites in place, so the observation a row was stepped
+    from would read the next one (the collector then copies). A vector env that does not say
+    (no ``copy`` attribute) is copied too.
+    """
+    return getattr(env.unwrapped, "copy", False) is True
+
+
 def _as_tensor(x: Any, dtype: torch.dtype | None = None) -> torch.Tensor:
     t = torch.as_tensor(np.asarray(x))
     if dtype is not None:
@@ -63,6 +74,9 @@ class Collector:
                     f"Collector supports vector envs with next-step autoreset only, got {mode}; "
                     "create the vector env with gymnasium's default autoreset mode."
                 )
+        # A vector env that reuses its observation buffer (copy=False) is copied here, as _own copies
+        # a single env's observation.
+        self._copy_obs = self.vector and not _vector_copies(env)
         self.seed = int(seed)
         self._obs: np.ndarray | None = None
         self._pending_reset = False
@@ -106,6 +120,7 @@ class Collector:
         if self.vector:
             seeds = None if seed is None else [seed + i for i in range(self.num_envs)]
             obs, _ = self.env.reset(seed=seeds)
+            obs = np.array(obs, copy=True) if self._copy_obs else obs
         else:
             obs = _own(self.env.reset(seed=seed)[0])
         self.obs = np.asarray(obs)
@@ -126,7 +141,7 @@ class Collector:
             valid = ~self._needs_reset_step
             self._episode_start = self._needs_reset_step.copy()
             self._needs_reset_step = np.logical_or(terminated, truncated)
-            next_obs = np.asarray(next_obs)
+            next_obs = np.array(next_obs, copy=True) if self._copy_obs else np.asarray(next_obs)
             self.obs = next_obs
         else:
             ob, r, term, trunc, _ = self.env.step(actions[0])
