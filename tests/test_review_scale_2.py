@@ -220,3 +220,16 @@ def test_the_distributed_section_itself_refuses_amounts_ray_cannot_schedule(key,
     with pytest.raises(ConfigError) as err:
         DistributedSection(**{key: value})
     assert str(err.value) == sentence
+
+
+def test_a_sweep_without_a_config_plans_the_embedded_default_as_rlfunc_train_does(tmp_path):
+    """``rlfunc sweep --seeds 0-1`` (no CONFIG) refused every run with 'algo is missing'; its help says the
+    config works as for ``rlfunc train``, which trains the embedded default (REDQ on Pendulum)."""
+    from rlfunc.runtime.config import DEFAULT_CONFIG
+    from rlfunc.scale.sweep import plan_sweep
+
+    plan = plan_sweep(None, "0-1", None, {"train.total_steps": 3000}, tmp_path / "sw")
+    assert [r["seed"] for r in plan["runs"]] == [0, 1]
+    assert plan["raw_config"]["algo"] == DEFAULT_CONFIG["algo"] == "redq"
+    assert plan["raw_config"]["env"]["id"] == DEFAULT_CONFIG["env"]["id"]
+    assert not ray.is_initialized()

@@ -130,8 +130,8 @@ def plan_sweep(
         raise ConfigError(f"{clash[0]} is in both --set and --grid; give it in one of them.")
     if "train.seed" in fixed or "train.seed" in grid_map:
         raise ConfigError("train.seed is set by --seeds in a sweep; remove it from --set/--grid.")
-    if config is None:
-        raw, config_name = {}, None
+    if config is None:  # the embedded default, as rlfunc train
+        raw, config_name = load_config(None), None
     elif isinstance(config, dict):
         raw, config_name = dict(config), None
     else:
