@@ -22,12 +22,13 @@ each window's first step stored with it -- plus proportional priorities
 
 Sampling and priority updates are a constant number of vectorised ops (no
 loop over the batch or the tree depth), so their cost hardly grows with the
-buffer: on the 2-core development machine under heavy load (load average ~7),
-drawing 64 windows from 1M took ~0.1-0.2 ms, writing their priorities back
-~0.15-0.2 ms, and a whole ``sample`` (draw, gather of every key, stored
-state, weights) ~0.5-0.7 ms, against a yardstick of ~1.5 us for one tiny
-torch op (``benchmarks/prioritized_replay.py``; results in
-``benchmarks/results/prioritized_replay.json``). :meth:`state_dict` /
+buffer: on one core of the 2-core AMD EPYC development machine (load average ~3,
+from other jobs at low priority), drawing 64 windows from 1M took ~0.03 ms
+(0.02 ms from 10k), writing their priorities back ~0.03 ms, and a whole
+``sample`` (draw, gather of every key, stored state, weights) ~0.1 ms (CPU
+time), against a yardstick of ~0.9 us for one tiny torch op
+(``python benchmarks/prioritized_replay.py --out
+benchmarks/results/prioritized_replay.json``). :meth:`state_dict` /
 :meth:`load_state_dict` include the priorities, so a resumed run samples
 exactly as it would have.
 """
