@@ -87,6 +87,7 @@ __all__ = [
     "lock_run_dir",
     "locked_run_dir",
     "unlock_run_dir",
+    "hand_over_lock",
     "LOCK_FILE",
     "CheckpointError",
     "CheckpointWriteError",
@@ -262,6 +263,8 @@ def save_checkpoint(directory: str | Path, name: str, tensors: TensorDict, meta:
         raise ValueError(f"Checkpoint names look like step_000001000 (see checkpoint_name), got {_short(name)}.")
     final = directory / name
     tmp = directory / f".{name}.tmp-{os.getpid()}"
+    old = directory / f".{name}.old-{os.getpid()}"  # the checkpoint of the same name being replaced
+    latest_tmp = directory / f".latest.tmp-{os.getpid()}"
     previous = None
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -293,14 +296,12 @@ def save_checkpoint(directory: str | Path, name: str, tensors: TensorDict, meta:
         _write_bytes(tmp / "meta.json", json.dumps(meta, indent=1, sort_keys=True).encode())
         _fsync_dir(tmp)
         if os.path.lexists(final):
-            old = directory / f".{name}.old-{os.getpid()}"
             os.replace(final, old)
             os.replace(tmp, final)
             _remove(old)
         else:
             os.replace(tmp, final)
         _fsync_dir(directory)
-        latest_tmp = directory / f".latest.tmp-{os.getpid()}"
         latest_tmp.unlink(missing_ok=True)  # a leftover (or a planted link) is never written through
         fd = os.open(latest_tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
         with os.fdopen(fd, "w") as f:
@@ -310,16 +311,36 @@ def save_checkpoint(directory: str | Path, name: str, tensors: TensorDict, meta:
         os.replace(latest_tmp, directory / "latest")
         _fsync_dir(directory)
     except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _undo_write(tmp, old, final, latest_tmp)
         reason = "the disk is full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else (exc.strerror or str(exc))
         kept = f"the previous checkpoint {previous.name} is intact" if previous else "no earlier checkpoint exists"
         raise CheckpointWriteError(
             exc.errno, f"Could not write checkpoint {name} in {str(directory)!r} ({reason}); {kept}; free space or fix the permissions, then `rlfunc resume` the run."
         ) from exc
-    except BaseException:  # a tensor that cannot be stored, Ctrl-C: leave no temporary directory
-        shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:  # a tensor that cannot be stored, Ctrl-C, SIGTERM: leave no temporary directory
+        _undo_write(tmp, old, final, latest_tmp)
         raise
     return final
+
+
+def _undo_write(tmp: Path, old: Path, final: Path, latest_tmp: Path) -> None:
+    """What an interrupted or failed :func:`save_checkpoint` leaves, undone in the process that was
+    writing (not only at the next start, :func:`clean_leftovers`): the temporary directory and the
+    ``latest`` temporary file are removed, and a checkpoint of the same name that was moved aside to
+    be replaced is put back if its replacement never arrived (else deleted). Without this, a Ctrl-C
+    or SIGTERM between the two renames left the previous checkpoint only as ``.step_*.old-PID``,
+    which ``rlfunc.load``, ``rlfunc eval`` and the run's own way-out save do not see, and a full copy
+    of it on disk until the next ``rlfunc resume``."""
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        latest_tmp.unlink(missing_ok=True)
+        if os.path.lexists(old):
+            if os.path.lexists(final):
+                _remove(old)
+            else:
+                os.replace(old, final)
+    except OSError:  # never mask the write's own error; clean_leftovers finishes this at the next start
+        pass
 
 
 def clean_leftovers(directory: str | Path) -> list[str]:
@@ -871,6 +892,7 @@ LOCK_FILE = ".rlfunc.lock"
 """The file in a run directory that the process training there holds an exclusive ``flock`` on."""
 
 _LOCKS: dict[str, int] = {}  # real path of a run directory -> fd of its lock file, held by this process
+_HANDED_OVER: set[str] = set()  # locks taken for a run about to start (hand_over_lock): its locked_run_dir releases them
 
 
 def _forget_locks_in_child() -> None:
@@ -882,6 +904,7 @@ def _forget_locks_in_child() -> None:
             except OSError:
                 pass
     _LOCKS.clear()
+    _HANDED_OVER.clear()
 
 
 if hasattr(os, "register_at_fork"):
@@ -949,17 +972,37 @@ def lock_run_dir(run_dir: str | Path) -> bool:
 
 def unlock_run_dir(run_dir: str | Path) -> None:
     """Release ``run_dir``'s lock if this process holds it (the lock file stays; it is reused)."""
-    fd = _LOCKS.pop(os.path.realpath(Path(run_dir)), None)
+    key = os.path.realpath(Path(run_dir))
+    _HANDED_OVER.discard(key)
+    fd = _LOCKS.pop(key, None)
     if fd is not None and fd >= 0:
         os.close(fd)
+
+
+def hand_over_lock(run_dir: str | Path) -> None:
+    """Mark ``run_dir``'s lock, which this process holds, as the lock of the run about to start there:
+    that run's :func:`locked_run_dir` releases it when the run ends, as if it had taken it.
+
+    What takes the lock before the run exists (``rlfunc.train``'s check of a new run directory) hands
+    it over, so the lock (and its file descriptor) is not held after the run until the process ends,
+    which refused any later ``rlfunc resume`` of the finished run in another process while, e.g., the
+    notebook that trained it was still open. A lock this process does not hold is left alone."""
+    key = os.path.realpath(Path(run_dir))
+    if key in _LOCKS:
+        _HANDED_OVER.add(key)
 
 
 @contextlib.contextmanager
 def locked_run_dir(run_dir: str | Path):
     """Hold ``run_dir``'s lock (:func:`lock_run_dir`) for the block, creating the directory first;
-    released at its end only if this block took it (an outer holder, e.g. ``resume``, keeps it)."""
+    released at its end only if this block took it or it was handed over to it (:func:`hand_over_lock`);
+    an outer holder, e.g. ``resume``, keeps it."""
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     took = lock_run_dir(run_dir)
+    key = os.path.realpath(Path(run_dir))
+    if key in _HANDED_OVER:
+        _HANDED_OVER.discard(key)
+        took = True
     try:
         yield
     finally:

@@ -42,6 +42,7 @@ from rlfunc.runtime.checkpoint import (
     check_structure,
     checkpoint_name,
     clean_leftovers,
+    hand_over_lock,
     load_newest_good,
     lock_run_dir,
     locked_run_dir,
@@ -595,10 +596,20 @@ class Trainer:
     # -- external loggers (TensorBoard, W&B) ------------------------------------------
     def _open_external(self, purge_step: int | None) -> list:
         loggers: list = []
-        if self.config.train.tensorboard:
-            loggers.append(TensorBoardLog(self.run_dir, purge_step=None if purge_step is None else purge_step + 1))
-        if self.config.train.wandb is not None:
-            loggers.append(WandbLog(dict(self.config.train.wandb), self.run_dir, to_dict(self.config)))
+        try:
+            if self.config.train.tensorboard:
+                loggers.append(TensorBoardLog(self.run_dir, purge_step=None if purge_step is None else purge_step + 1))
+            if self.config.train.wandb is not None:
+                loggers.append(WandbLog(dict(self.config.train.wandb), self.run_dir, to_dict(self.config)))
+        except BaseException:
+            # W&B refusing its settings must not leave the TensorBoard writer opened before it (its
+            # event file and writer thread) behind: one more of each per failed attempt in the process.
+            for logger in loggers:
+                try:
+                    logger.close()
+                except Exception:  # the logger's own error must not hide the one raised here
+                    pass
+            raise
         return loggers
 
     def _write_external(self, prefix: str, row: dict[str, Any]) -> None:
@@ -755,6 +766,8 @@ def prepare_run_dir(run_dir: Path) -> bool:
         if took:
             unlock_run_dir(run_dir)
         raise
+    if took:
+        hand_over_lock(run_dir)  # the run's Trainer.run releases it when it ends (not the process's exit)
     return created
 
 
@@ -884,6 +897,9 @@ def _resume(run_dir: str | Path, total_steps: int | None, callbacks: list | None
             return distributed.resume(run_config, run_dir, checkpoint, tensors, meta, callbacks)
         trainer = Trainer(run_config, run_dir, callbacks)
         trainer.restore(checkpoint, tensors, meta)
+        # The learner copied the replay out of the loaded checkpoint (its buffers are allocated at
+        # capacity): the loaded copy must not stay alive for the whole resumed run, one more replay in memory.
+        del tensors
         return trainer.run(resumed=True)
     finally:
         unlock_run_dir(run_dir)
