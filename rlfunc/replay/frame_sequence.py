@@ -490,9 +490,9 @@ class _FrameStore:
         td["first_frame"] = torch.as_tensor(self._first_frame.copy())
         if self._frames is not None:
             n = min(self._frames_written, self.frame_capacity)
-            td["frames"] = self._frames[:max(n, 1)].clone().cpu()
+            td["frames"] = self._frames[:max(n, 1)].cpu()
             if self._prev is not None:
-                td["frame_prev"] = self._prev[:max(n, 1)].clone().cpu()
+                td["frame_prev"] = self._prev[:max(n, 1)].cpu()
         return td
 
     def load_state_dict(self, td: TensorDict) -> None:

@@ -168,7 +168,7 @@ class PopulationReplay:
             batch_size=[],
         )
         if self.storage is not None:
-            td["storage"] = self._storage[:, : max(self.sizes)].clone().to("cpu")
+            td["storage"] = self._storage[:, : max(self.sizes)].to("cpu")
         return td
 
     def load_state_dict(self, td: TensorDict) -> None:
@@ -221,7 +221,7 @@ class _Member:
             batch_size=[],
         )
         if pop.storage is not None:
-            td["storage"] = pop.storage[self._k, :size].clone().to("cpu")
+            td["storage"] = pop.storage[self._k, :size].to("cpu")
         return td
 
 

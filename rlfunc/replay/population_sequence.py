@@ -247,11 +247,11 @@ class PopulationSequenceReplay:
         if self._buffers is not None:
             n = max(max(self.sizes), 1)  # filled rows; row 0 always kept as a shape template
             b = self._buffers
-            td["storage"] = b["storage"][:, :, :n].clone().cpu()
-            td["info"] = b["info"][:, :n].clone().cpu()
+            td["storage"] = b["storage"][:, :, :n].cpu()
+            td["info"] = b["info"][:, :n].cpu()
             td["pending"] = b["pending"].clone().cpu()
             if b["carry"] is not None:
-                td["carry"] = b["carry"][:, :n].clone().cpu()
+                td["carry"] = b["carry"][:, :n].cpu()
                 td["pending_carry"] = b["pending_carry"].clone().cpu()
         return td
 

@@ -420,11 +420,11 @@ class SequenceReplay:
         if self._storage is not None:
             # Only the filled rows (row 0 always kept as a shape template).
             n = max(self._size, 1)
-            td["storage"] = self._storage[:, :n].clone().to("cpu")
-            td["info"] = self._info[:n].clone().to("cpu")
+            td["storage"] = self._storage[:, :n].to("cpu")
+            td["info"] = self._info[:n].to("cpu")
             td["pending"] = self._pending.clone().to("cpu")
             if self._carry is not None:
-                td["carry"] = self._carry[:n].clone().to("cpu")
+                td["carry"] = self._carry[:n].to("cpu")
                 td["pending_carry"] = self._pending_carry.clone().to("cpu")
         return td
 

@@ -73,7 +73,7 @@ class UniformReplay:
             batch_size=[],
         )
         if self._storage is not None:
-            td["storage"] = self._storage[: self._size].clone().to("cpu")
+            td["storage"] = self._storage[: self._size].to("cpu")
         return td
 
     def load_state_dict(self, td: TensorDict) -> None:

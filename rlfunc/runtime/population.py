@@ -1430,6 +1430,7 @@ def resume(run_dir: str | Path, total_steps: int | None = None) -> PopulationRes
         run_config = build_config(raw, resolved=True)
         pop = PopulationTrainer(run_config, run_dir)
         pop.restore(checkpoint, tensors, meta)
+        del tensors  # the replays copied it: not kept alive beside them for the whole resumed run
         return pop.run(resumed=True)
     finally:
         unlock_run_dir(run_dir)

@@ -894,7 +894,9 @@ def _resume(run_dir: str | Path, total_steps: int | None, callbacks: list | None
         if run_config.distributed is not None:  # fresh Ray actors, the learner from the checkpoint
             from rlfunc.scale import distributed
 
-            return distributed.resume(run_config, run_dir, checkpoint, tensors, meta, callbacks)
+            loaded = [tensors]  # handed over in a box the resume empties, so no frame here keeps the loaded replay
+            del tensors
+            return distributed.resume(run_config, run_dir, checkpoint, loaded, meta, callbacks)
         trainer = Trainer(run_config, run_dir, callbacks)
         trainer.restore(checkpoint, tensors, meta)
         # The learner copied the replay out of the loaded checkpoint (its buffers are allocated at

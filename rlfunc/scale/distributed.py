@@ -680,12 +680,15 @@ def train(run_config: RunConfig, run_dir: str | Path | None = None, callbacks: l
             ray.shutdown()
 
 
-def resume(run_config: RunConfig, run_dir: Path, checkpoint: Path, tensors, meta: dict, callbacks: list | None = None) -> TrainResult:
-    """Continue a distributed run from its verified newest checkpoint with fresh actors (module docstring)."""
+def resume(run_config: RunConfig, run_dir: Path, checkpoint: Path, loaded: list, meta: dict,
+           callbacks: list | None = None) -> TrainResult:
+    """Continue a distributed run from its verified newest checkpoint with fresh actors (module docstring).
+    ``loaded``: a one-element list holding the checkpoint's tensors, emptied once the learner has copied
+    them, so that the loaded replay is not kept in memory beside the learner's for the whole run."""
     ray, started = connect_for(run_config)
     try:
         trainer = DistributedTrainer(run_config, run_dir, callbacks, ray)
-        trainer.restore(checkpoint, tensors, meta)
+        trainer.restore(checkpoint, loaded.pop(), meta)
         print(
             f"rlfunc: resuming from {Path(checkpoint).name} with {run_config.distributed.actors} fresh actors "
             "(new episodes; windows the old actors had not sent are not in the checkpoint)",
