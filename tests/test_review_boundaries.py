@@ -347,8 +347,6 @@ class _InPlaceBox(gym.Env):
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
-@pytest.mark.xfail(strict=True, reason="rlfunc/runtime/dataset.py keeps the env's observation arrays without a copy "
-                   "(np.asarray of float32 is the same buffer); outside this review's files, reported")
 def test_dataset_collect_stores_the_true_observations_of_an_in_place_env(tmp_path):
     from rlfunc.runtime.dataset import collect
 

@@ -10,15 +10,16 @@ import traceback
 __all__ = ["main", "build_parser", "algo_defaults"]
 
 
-def _int_at_least(minimum: int, what: str):
-    """An argparse type: an integer >= ``minimum``, else one sentence naming ``what`` it must be."""
+def _int_at_least(minimum: int, what: str, maximum: int | None = None):
+    """An argparse type: an integer >= ``minimum`` (and <= ``maximum``), else one sentence naming
+    ``what`` it must be."""
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             value = None
-        if value is None or value < minimum:
+        if value is None or value < minimum or (maximum is not None and value > maximum):
             raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
         return value
 
@@ -26,7 +27,14 @@ def _int_at_least(minimum: int, what: str):
 
 
 _positive_int = _int_at_least(1, "a positive integer")
-_nonnegative_int = _int_at_least(0, "an integer >= 0")
+
+
+def _seed_arg():
+    """``--seed`` of eval and dataset collect: train.seed's range, [0, 2**32 - 1] (a larger seed used to
+    reach torch's generator as "Overflow when unpacking long long")."""
+    from rlfunc.runtime.config import MAX_SEED
+
+    return _int_at_least(0, f"an integer in [0, 2**{MAX_SEED.bit_length()} - 1]", maximum=MAX_SEED)
 
 
 def _version() -> str:
@@ -83,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("eval", help="evaluate a run directory, checkpoint or export")
     e.add_argument("path", help="run directory, checkpoint directory or `rlfunc export` directory")
     e.add_argument("--episodes", type=_positive_int, default=10, help="episodes to run (default 10)")
-    e.add_argument("--seed", type=_nonnegative_int, default=10_000, help="seed of the first episode")
+    e.add_argument("--seed", type=_seed_arg(), default=10_000,
+                   help="seed of the first episode, 0 to 2**32 - 1 (default 10000)")
     e.add_argument("--stochastic", action="store_true",
                    help="act with the algorithm's own exploration (policy samples, DrQ-v2 noise, epsilon-greedy) "
                         "instead of the deterministic evaluation action")
@@ -118,11 +127,13 @@ def build_parser() -> argparse.ArgumentParser:
     dc.add_argument("--checkpoint", default=None, metavar="RUN_OR_CKPT", help="run directory or checkpoint of a trained agent")
     dc.add_argument("--env", default=None, help="gymnasium id (default: the checkpoint's env)")
     dc.add_argument("--steps", type=_positive_int, required=True, help="transitions to collect")
-    dc.add_argument("--noise", type=float, default=0.0, help="Gaussian action noise std in [-1, 1] units")
+    dc.add_argument("--noise", type=float, default=0.0,
+                    help="Gaussian noise std added to the checkpoint's actions, in [-1, 1] units "
+                         "(not with --policy random)")
     dc.add_argument("--policy", choices=["checkpoint", "random"], default=None,
                     help="'random': uniform actions (default: checkpoint if given)")
-    dc.add_argument("--seed", type=_nonnegative_int, default=0)
-    dc.add_argument("--out", required=True, help="output .npz file")
+    dc.add_argument("--seed", type=_seed_arg(), default=0, help="seed of the env and the noise, 0 to 2**32 - 1")
+    dc.add_argument("--out", required=True, help="output .npz file, new (an existing file is not replaced)")
     _add_allow_import(dc)
 
     from rlfunc.scale.cli import add_sweep_parser  # Ray itself is imported only when a sweep runs
@@ -191,7 +202,27 @@ def user_error_message(exc: BaseException) -> str | None:
     return " ".join(text.split()) or type(exc).__name__
 
 
+_PATH_ARGS = {
+    "config": "CONFIG", "run_dir": "--run-dir", "path": "PATH", "out": "--out", "video": "--video",
+    "checkpoint": "--checkpoint", "sweep_dir": "--sweep-dir", "resume": "--resume",
+}
+
+
+def _check_no_empty_paths(args: argparse.Namespace) -> None:
+    """An empty path (``--run-dir "$UNSET"``) meant the current directory: a run trained, a sweep or an
+    export written into wherever the command ran. Refused in one sentence instead."""
+    from rlfunc.runtime.config import ConfigError
+
+    names = {**_PATH_ARGS, "run_dir": "RUN_DIR"} if args.command == "resume" else _PATH_ARGS
+    for dest, name in names.items():
+        if getattr(args, dest, None) == "":
+            raise ConfigError(f"{name} is empty; pass a path (an unset shell variable?).")
+    if "" in (getattr(args, "run_dirs", None) or []):
+        raise ConfigError("a run directory is empty; pass each run's path (an unset shell variable?).")
+
+
 def _run(args: argparse.Namespace) -> None:
+    _check_no_empty_paths(args)
     if args.command == "train":
         from rlfunc.runtime.packaged import resolve_config
         from rlfunc.runtime.population import train
@@ -201,12 +232,14 @@ def _run(args: argparse.Namespace) -> None:
             config = resolve_config(args.config)
             if str(config) != args.config:
                 print(f"config {args.config}: {config}")  # stdout: an error after it stays stderr's one line
+        _check_population_flags(args)
         res = train(config, overrides=args.overrides, run_dir=args.run_dir, seeds=args.seeds, grid=args.grid,
                     vectorize=args.vectorize)
         _report(res)
     elif args.command == "resume":
         from rlfunc.runtime.trainer import resume
 
+        _check_resume_dir(args.run_dir)
         _report(resume(args.run_dir, total_steps=args.total_steps, allow_import=args.allow_import))
     elif args.command == "eval":
         from rlfunc.runtime.api import check_device, evaluate
@@ -223,7 +256,7 @@ def _run(args: argparse.Namespace) -> None:
     elif args.command == "export":
         from rlfunc.runtime.api import export
 
-        written = export(args.path, args.out)
+        written = _export(export, args.path, args.out)
         size = sum(f.stat().st_size for f in written.rglob("*") if f.is_file())
         print(f"wrote {written} ({size / 1e6:.2f} MB); load it with rlfunc.load({args.out!r}) or `rlfunc eval {args.out}`")
     elif args.command == "configs":
@@ -257,6 +290,80 @@ def _run(args: argparse.Namespace) -> None:
         from rlfunc.scale.cli import run_sweep_command
 
         run_sweep_command(args)
+
+
+def _check_population_flags(args: argparse.Namespace) -> None:
+    """``--seeds``/``--grid``/``--vectorize`` and a ``--set`` of the same ``train.population`` key both
+    on one command line: refused, since the flag used to win silently over the ``--set``."""
+    from rlfunc.runtime.config import ConfigError, apply_overrides, parse_overrides
+
+    flags = {"seeds": args.seeds, "grid": args.grid, "vectorize": args.vectorize}
+    if all(v is None for v in flags.values()) or not args.overrides:
+        return
+    try:
+        given = apply_overrides({}, parse_overrides(args.overrides))
+    except ConfigError:
+        return  # train() says what is wrong with the overrides
+    spec = (given.get("train") or {}).get("population") if isinstance(given.get("train"), dict) else None
+    if not isinstance(spec, dict):
+        return
+    for key, value in flags.items():
+        if value is not None and key in spec:
+            raise ConfigError(
+                f"--{key} and --set train.population.{key} both set the population's {key}; give it once "
+                f"(drop one of them)."
+            )
+
+
+def _check_resume_dir(run_dir: str) -> None:
+    """A population's member or a sweep's directory passed to ``rlfunc resume``: one sentence naming
+    what to resume instead (a member used to be described as an export's weights-only policy)."""
+    import re
+    from pathlib import Path
+
+    from rlfunc.runtime.config import ConfigError
+    from rlfunc.runtime.population import is_population_run
+
+    path = Path(run_dir)
+    if (path / "sweep.json").is_file() and not (path / "checkpoints").exists():
+        raise ConfigError(
+            f"{run_dir!r} is a sweep's directory; continue the sweep with `rlfunc sweep --resume {run_dir}`, "
+            "or resume one of its runs' directories."
+        )
+    member = re.fullmatch(r"member-(\d+)", path.resolve().name) if path.is_dir() else None
+    if member and is_population_run(path.resolve().parent):
+        parent = str(path.resolve().parent)
+        raise ConfigError(
+            f"{run_dir!r} is member {member.group(1)} of the population in {parent!r}, which resumes as a whole (a "
+            f"member's own checkpoints hold its weights only); run `rlfunc resume {parent}`."
+        )
+
+
+def _export(export, path: str, out: str):
+    """``export(path, out)``; a write that fails (a place that cannot be written, a full disk) is one
+    sentence about the export, not the checkpoint writer's advice to resume a run, and the ``--out``
+    directory made for it is removed again when it is left empty."""
+    import os
+    from pathlib import Path
+
+    from rlfunc.runtime.checkpoint import CheckpointWriteError
+
+    existed = os.path.lexists(out)
+    try:
+        return export(path, out)
+    except CheckpointWriteError as exc:
+        if not existed:
+            try:
+                Path(out).rmdir()  # only if empty: what a failed export made, nothing else
+            except OSError:
+                pass
+        cause = exc.__cause__
+        full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        reason = "the disk is full" if full else (getattr(cause, "strerror", None) or str(cause or exc))
+        raise ValueError(
+            f"Cannot write the export to {out!r} ({reason}); "
+            + ("free space and export again." if full else "pass --out a new directory in a place you can write to.")
+        ) from None
 
 
 def _list_configs() -> None:

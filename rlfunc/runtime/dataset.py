@@ -47,7 +47,9 @@ def collect(
     samples actions uniformly in the env's bounds. ``env_id`` may be
     gymnasium's ``module:Env-v0`` (the module is imported first, so it can
     register the id); an env without Box observations and actions is refused
-    in one sentence (``--env`` applies no wrappers).
+    in one sentence (``--env`` applies no wrappers). ``noise`` applies to the checkpoint policy only
+    (with ``policy="random"`` it is refused). ``out`` must be a new ``.npz`` in a writable place, checked
+    before any env step; an existing file is refused, never replaced.
 
     With ``checkpoint``, its env is made from the checkpoint's config, a file that may be someone
     else's: under :func:`rlfunc.envs.factory.from_loaded_file`, a module that config names is imported
@@ -66,6 +68,29 @@ def collect(
         return _collect(out, checkpoint, env_id, steps, noise, policy, seed)
 
 
+def _check_out(out: str | Path) -> None:
+    """``out`` as a new ``.npz`` in a directory this process may write, else one ``ValueError`` sentence.
+    An existing file is never replaced: an RLPD run records its dataset's SHA-256 and ``rlfunc resume``
+    refuses a changed file, so overwriting it would strand that run."""
+    import os
+
+    path = Path(out)
+    if path.suffix != ".npz":
+        raise ValueError(f"Dataset output must end in .npz, got {str(path)!r}.")
+    if os.path.lexists(path):
+        raise ValueError(
+            f"--out {str(path)!r} already exists; pass a new file name (a dataset is never overwritten: runs "
+            "trained on it check its SHA-256 when they resume)."
+        )
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(
+            f"--out {str(path)!r} cannot be written ({str(parent)!r} is not a writable directory); pick another --out."
+        )
+
+
 def _collect(out, checkpoint, env_id, steps, noise, policy, seed) -> dict[str, Any]:
     """:func:`collect`'s body (``checkpoint``'s env under :func:`~rlfunc.envs.factory.from_loaded_file`)."""
     import gymnasium as gym
@@ -79,6 +104,12 @@ def _collect(out, checkpoint, env_id, steps, noise, policy, seed) -> dict[str, A
         raise ValueError(f"--noise must be a finite number >= 0, got {noise}.")
     if policy not in ("checkpoint", "random"):
         raise ValueError(f"--policy must be 'checkpoint' or 'random', got {policy!r}.")
+    if policy == "random" and noise > 0:
+        raise ValueError(
+            f"--noise {noise} perturbs a checkpoint's actions, but --policy random samples uniform actions; "
+            "drop --noise, or collect with --checkpoint RUN_OR_CKPT and the checkpoint policy."
+        )
+    _check_out(out)  # before any env step: a bad --out used to be found only after collecting every step
     agent = None
     env_kwargs: dict = {}
     wrappers: list = []
@@ -114,7 +145,7 @@ def _collect(out, checkpoint, env_id, steps, noise, policy, seed) -> dict[str, A
 
     obs_l, act_l, rew_l, next_l, term_l, trunc_l = [], [], [], [], [], []
     returns: list[float] = []
-    obs, _ = env.reset(seed=seed)
+    obs = np.array(env.reset(seed=seed)[0], dtype=np.float32, copy=True)  # an env may update its array in place
     ep_return, episode = 0.0, 0
     for _ in range(steps):
         if policy == "random":
@@ -127,10 +158,11 @@ def _collect(out, checkpoint, env_id, steps, noise, policy, seed) -> dict[str, A
             action = low + (a + 1.0) * 0.5 * (high - low)
         action = action.astype(np.float32)
         next_obs, reward, terminated, truncated, _ = env.step(action)
-        obs_l.append(np.asarray(obs, dtype=np.float32))
+        next_obs = np.array(next_obs, dtype=np.float32, copy=True)  # before the next step overwrites it
+        obs_l.append(obs)
         act_l.append(action)
         rew_l.append(float(reward))
-        next_l.append(np.asarray(next_obs, dtype=np.float32))
+        next_l.append(next_obs)
         term_l.append(bool(terminated))
         trunc_l.append(bool(truncated))
         ep_return += float(reward)
@@ -139,7 +171,7 @@ def _collect(out, checkpoint, env_id, steps, noise, policy, seed) -> dict[str, A
             returns.append(ep_return)
             ep_return = 0.0
             episode += 1
-            obs, _ = env.reset(seed=seed + episode)
+            obs = np.array(env.reset(seed=seed + episode)[0], dtype=np.float32, copy=True)
     env.close()
     source = "random" if policy == "random" else f"checkpoint {checkpoint}"
     arrays = {
