@@ -232,7 +232,7 @@ def _plan_sweep(args: argparse.Namespace) -> None:
             raise ConfigError("--resume continues the stored plan; it takes no CONFIG, --seeds, --grid or --set")
         return  # the plan is read from SWEEP_DIR
     plan_sweep(args.config, "0" if args.seeds is None else args.seeds, args.grid, args.overrides, args.sweep_dir,
-               args.gpus)
+               args.gpus, args.population)
 
 
 def problems(command: str, inline: bool) -> list[str]:

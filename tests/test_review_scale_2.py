@@ -233,3 +233,53 @@ def test_a_sweep_without_a_config_plans_the_embedded_default_as_rlfunc_train_doe
     assert plan["raw_config"]["algo"] == DEFAULT_CONFIG["algo"] == "redq"
     assert plan["raw_config"]["env"]["id"] == DEFAULT_CONFIG["env"]["id"]
     assert not ray.is_initialized()
+
+
+def test_a_population_sweep_plans_one_population_per_grid_point_and_trains_it_as_ordinary_member_runs(tmp_path):
+    """``rlfunc sweep --population``: each grid point's seeds are one population entry (one task); its
+    records are the members' run directories with their grid values. The task body runs here in-process
+    (no Ray), as a Ray worker runs it."""
+    from rlfunc.scale.sweep import entry_finished, plan_sweep, train_or_continue, write_plan
+
+    config = _write(tmp_path, "tiny.yaml", TINY)
+    plan = plan_sweep(config, "0-1", ["agent.actor_lr=3e-4,1e-3"], None, tmp_path / "sw", population=True)
+    assert [(r["name"], r["members"], r["seeds"]) for r in plan["runs"]] == [
+        ("g0-actor_lr=0.0003-pop", 2, [0, 1]), ("g1-actor_lr=0.001-pop", 2, [0, 1])]
+    write_plan(plan)
+    entry = plan["runs"][1]
+    records = train_or_continue(plan, entry)
+    assert entry_finished(plan, entry)
+    assert [r["name"] for r in records] == ["g1-actor_lr=0.001-pop/member-0", "g1-actor_lr=0.001-pop/member-1"]
+    assert all(r["grid"] == {"agent.actor_lr": 0.001} and r["env_steps"] == 300 for r in records)
+    member = yaml.safe_load((tmp_path / "sw" / entry["name"] / "member-1" / "config.yaml").read_text())
+    assert member["train"]["seed"] == 1 and member["agent"]["actor_lr"] == 0.001
+    assert not ray.is_initialized()
+
+
+@pytest.mark.parametrize("args, sentence", [
+    (["--set", "train.population.seeds=[0,1]"],
+     "rlfunc sweep makes its runs from --seeds and --grid, so train.population is not used; drop it, and pass "
+     "--population to train each grid point's seeds as one population."),
+    (["--population", "--resume", "SW"],
+     "--resume continues the stored plan; drop CONFIG, --seeds, --grid, --set, --sweep-dir and --population."),
+])
+def test_sweep_population_refusals_are_one_sentence_before_ray(tmp_path, capsys, args, sentence):
+    config = _write(tmp_path, "tiny.yaml", TINY)
+    if "--resume" in args:
+        from rlfunc.scale.sweep import plan_sweep, write_plan
+
+        write_plan(plan_sweep(config, "0", None, None, tmp_path / "sw"))
+        cmd = ["sweep", *[str(tmp_path / "sw") if a == "SW" else a for a in args]]
+    else:
+        cmd = ["sweep", str(config), "--sweep-dir", str(tmp_path / "sw2"), *args]
+    assert main(cmd) == 2
+    assert _one_sentence(capsys) == sentence
+    assert not (tmp_path / "sw2").exists() and not ray.is_initialized()
+
+
+def test_a_population_sweep_of_a_config_populations_do_not_train_is_refused_naming_the_way_out(tmp_path):
+    from rlfunc.runtime.config import ConfigError
+    from rlfunc.scale.sweep import plan_sweep
+
+    with pytest.raises(ConfigError, match=r"\(drop --population to train each seed as its own run\)\.$"):
+        plan_sweep(_write(tmp_path, "d.yaml", DISTRIBUTED), "0-1", None, None, tmp_path / "sw", population=True)

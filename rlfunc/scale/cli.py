@@ -55,6 +55,9 @@ def add_sweep_parser(sub) -> argparse.ArgumentParser:
     s.add_argument("--sweep-dir", default=None, help="where the run directories go (default: runs/sweep-<algo>-<env>-<time>)")
     s.add_argument("--resume", default=None, metavar="SWEEP_DIR",
                    help="continue a stopped sweep: finished runs are kept, the others resume from their checkpoints")
+    s.add_argument("--population", action="store_true",
+                   help="train each grid point's seeds as one population (one task, member-<k>/ runs; the algorithms "
+                        "rlfunc.runtime.population supports) instead of one run per seed")
     s.add_argument("--out", default=None, help="the JSON path (default SWEEP_DIR/results.json; the PNG goes beside it)")
     return s
 
@@ -107,7 +110,7 @@ def run_sweep_command(args: argparse.Namespace) -> None:
         config, args.seeds, args.grid, args.overrides, sweep_dir=args.sweep_dir,
         resume=args.resume, address=args.address, max_concurrent=args.max_concurrent,
         max_retries=args.max_retries, gpus=args.gpus, out=args.out,
-        echo=lambda line: print(line, flush=True),
+        echo=lambda line: print(line, flush=True), population=args.population,
     )
     for label, s in result["summary"].items():
         median = "n/a" if s["median_final_return"] is None else f"{s['median_final_return']:.1f}"

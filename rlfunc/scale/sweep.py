@@ -81,10 +81,11 @@ def _write_json_atomic(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
-def _run_name(index: int, point: dict[str, Any], seed: int) -> str:
+def _run_name(index: int, point: dict[str, Any], seed: int | None) -> str:
+    """``g<index>-<grid values>-s<seed>``; ``...-pop`` for a population of the point's seeds."""
     desc = ",".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in point.items())
     desc = re.sub(r"[^A-Za-z0-9_.=,+-]", "_", desc)[:60]
-    return f"g{index}" + (f"-{desc}" if desc else "") + f"-s{seed}"
+    return f"g{index}" + (f"-{desc}" if desc else "") + ("-pop" if seed is None else f"-s{seed}")
 
 
 def results_path(sweep_dir: str | Path, out: str | Path | None) -> Path:
@@ -112,10 +113,14 @@ def plan_sweep(
     overrides: list[str] | dict[str, Any] | None = None,
     sweep_dir: str | Path | None = None,
     gpus: float = 0.0,
+    population: bool = False,
 ) -> dict:
     """Check everything and return the sweep's plan (not yet written): one entry per (grid point,
-    seed), each with its run directory name, seed, grid values and overrides. Every run's config is
-    built here, so a bad key or value stops the sweep before any Ray or training starts."""
+    seed), each with its run directory name, seed, grid values and overrides; with ``population``, one
+    entry per grid point that trains all its seeds as one population (``"members"``, one task, the
+    members' ``member-<k>/`` directories as its runs). Every run's config is built here, so a bad key
+    or value stops the sweep before any Ray or training starts."""
+    from rlfunc.runtime import population as populations
     from rlfunc.runtime.config import apply_overrides, build_config, load_config, parse_overrides
     from rlfunc.runtime.packaged import resolve_config
 
@@ -137,10 +142,36 @@ def plan_sweep(
     else:
         path = resolve_config(str(config))
         raw, config_name = load_config(path), str(Path(path).resolve())
+    if "train.population" in fixed or any(k.startswith("train.population.") for k in [*fixed, *grid_map]) or (
+            isinstance(raw.get("train"), dict) and raw["train"].get("population") is not None):
+        raise ConfigError(
+            "rlfunc sweep makes its runs from --seeds and --grid, so train.population is not used; drop it, and pass "
+            "--population to train each grid point's seeds as one population."
+        )
     points = grid_points(grid_map)
     runs = []
     built = None
     for index, point in enumerate(points):
+        if population:
+            base = {**fixed, **point, "train.progress": False}
+            why = populations.supports(build_config(apply_overrides(raw, {**base, "train.seed": seed_list[0]})))
+            if why is not None:
+                raise ConfigError(f"{why.rstrip('.')} (drop --population to train each seed as its own run).")
+            over = {**base, "train.population": {"seeds": list(seed_list)}}
+            built = build_config(apply_overrides(raw, over))
+            populations.member_specs(built)  # every member checked now
+            runs.append({
+                "name": _run_name(index, point, None),
+                "label": " ".join(filter(None, [built.algo, describe_point(point)])),
+                "seed": None,
+                "seeds": list(seed_list),
+                "members": len(seed_list),
+                "grid": point,
+                "overrides": over,
+                "threads": int(built.train.threads),
+                "total_steps": int(built.train.total_steps),
+            })
+            continue
         for seed in seed_list:
             run_overrides = {**fixed, **point, "train.seed": seed, "train.progress": False}
             built = build_config(apply_overrides(raw, run_overrides))  # every run checked before training
@@ -673,8 +704,10 @@ def run_sweep(
         raise ConfigError(f"--max-concurrent must be a positive integer, got {max_concurrent}.")
     t0 = time.perf_counter()
     done, todo = split_finished(plan)
-    echo(f"sweep {sweep_dir}: {len(plan['runs'])} runs ({len(grid_points(plan['grid']))} settings x "
-         f"{len(plan['seeds'])} seeds), {len(done)} finished already, {len(todo)} to train")
+    populations = any(e.get("members") for e in plan["runs"])
+    echo(f"sweep {sweep_dir}: {len(plan['runs'])} {'populations' if populations else 'runs'} "
+         f"({len(grid_points(plan['grid']))} settings x {len(plan['seeds'])} seeds), {len(done)} finished already, "
+         f"{len(todo)} to train")
     trained, failed, machine = run_entries(plan, todo, address, max_concurrent, max_retries, echo, of=len(plan["runs"]))
     done.update(trained)
     runs = [r for e in plan["runs"] if e["name"] in done for r in done[e["name"]]]
@@ -688,6 +721,7 @@ def run_sweep(
             "seeds": plan["seeds"],
             "grid": plan["grid"],
             "overrides": plan["overrides"],
+            "population": populations,  # each grid point's seeds trained as one population (--population)
             "max_concurrent": max_concurrent,
             "max_retries": max_retries,
             "final_return": "mean greedy return of the last evaluation (train.eval_episodes episodes)",
@@ -730,17 +764,20 @@ def sweep(
     gpus: float = 0.0,
     out: str | Path | None = None,
     echo: Callable[[str], None] = print,
+    population: bool = False,
 ) -> dict:
     """Plan (or, with ``resume``, reload) a sweep, write ``sweep.json``, run it; see :func:`run_sweep`.
     Everything that can be checked — the specs, every run's config, Ray's presence, the address, that
     the cluster can place each run (:func:`_check_fits`), where the JSON goes (:func:`results_path`) — is
     checked before anything is written."""
     if resume is not None:
-        if grid or overrides or config is not None or seeds is not None or sweep_dir is not None:
-            raise ConfigError("--resume continues the stored plan; drop CONFIG, --seeds, --grid, --set and --sweep-dir.")
+        if grid or overrides or config is not None or seeds is not None or sweep_dir is not None or population:
+            raise ConfigError(
+                "--resume continues the stored plan; drop CONFIG, --seeds, --grid, --set, --sweep-dir and --population."
+            )
         plan = load_plan(resume)
     else:
-        plan = plan_sweep(config, "0" if seeds is None else seeds, grid, overrides, sweep_dir, gpus)
+        plan = plan_sweep(config, "0" if seeds is None else seeds, grid, overrides, sweep_dir, gpus, population)
     results_path(plan["sweep_dir"], out)  # an --out that cannot be written: one sentence now, not after training
     _prepare_join(address)
     _import_ray()  # before writing anything: Ray missing is one sentence
