@@ -340,3 +340,21 @@ def test_a_checkpoint_of_the_replay_does_not_copy_its_storage():
     assert not shares(again._storage["obs"], uniform._storage["obs"])
     assert torch.equal(again.sample(4, torch.Generator().manual_seed(0))["obs"],
                        uniform.sample(4, torch.Generator().manual_seed(0))["obs"])
+
+
+def test_a_new_run_inside_another_runs_directory_is_refused_in_one_sentence(tmp_path):
+    """``--run-dir RUN/checkpoints`` trained a run nested in another's: ``rlfunc eval RUN/checkpoints``
+    then read the nested run instead of RUN's newest checkpoint."""
+    from rlfunc.runtime.config import ConfigError
+
+    run = tmp_path / "run"
+    rlfunc.train(None, overrides=TINY, run_dir=run)
+    before = sorted(p.name for p in (run / "checkpoints").iterdir())
+    for inner in (run / "checkpoints" / "nested", run / "sub" / "deeper"):
+        with pytest.raises(ConfigError) as err:
+            rlfunc.train(None, overrides=TINY, run_dir=inner)
+        assert str(err.value) == (
+            f"Run directory {str(inner)!r} is inside the run directory {str(run)!r}, whose own files and commands "
+            "(resume, eval, checkpoint clean-up) it would mix with; pass a --run-dir outside it.")
+        assert not inner.exists()
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == before

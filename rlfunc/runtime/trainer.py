@@ -744,6 +744,12 @@ def prepare_run_dir(run_dir: Path) -> bool:
     created here (to remove it if the run never starts: :func:`discard_new_run_dir`)."""
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError(f"Run directory {str(run_dir)!r} is a file; pass a directory with --run-dir.")
+    outer = _enclosing_run(run_dir)
+    if outer is not None:
+        raise ConfigError(
+            f"Run directory {str(run_dir)!r} is inside the run directory {str(outer)!r}, whose own files and "
+            "commands (resume, eval, checkpoint clean-up) it would mix with; pass a --run-dir outside it."
+        )
     took = False
     try:
         if os.path.lexists(run_dir / LOCK_FILE):
@@ -769,6 +775,16 @@ def prepare_run_dir(run_dir: Path) -> bool:
     if took:
         hand_over_lock(run_dir)  # the run's Trainer.run releases it when it ends (not the process's exit)
     return created
+
+
+def _enclosing_run(run_dir: Path) -> Path | None:
+    """The nearest directory above ``run_dir`` that is a run's (its ``config.yaml`` beside a
+    ``checkpoints/``), or ``None``: a new run inside another (``--run-dir RUN/checkpoints``) made
+    ``rlfunc eval RUN/checkpoints`` read the nested run."""
+    for parent in Path(os.path.abspath(run_dir)).parents:
+        if (parent / "config.yaml").is_file() and (parent / "checkpoints").is_dir():
+            return parent
+    return None
 
 
 def discard_new_run_dir(run_dir: Path, created: bool) -> None:
