@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import errno
 import hashlib
 import json
 import os
@@ -343,14 +344,32 @@ def read_minari(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, Any]
 
 
 def write_npz(path: str | Path, arrays: dict[str, np.ndarray]) -> Path:
-    """Write a D4RL-style ``.npz`` atomically (temporary name, then rename)."""
+    """Write a D4RL-style ``.npz`` atomically (temporary name, then rename).
+
+    A write that fails (a full disk, a place that cannot be written) removes the temporary file
+    and raises :class:`DatasetError`: one sentence naming ``path``, never the temporary name.
+    """
     path = Path(path)
     if path.suffix != ".npz":
         raise DatasetError(f"Dataset output must end in .npz, got {str(path)!r}.")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.npz")
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
+    try:
+        np.savez(tmp, **arrays)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass  # the error below says what went wrong; a leftover is the lesser harm
+        if not isinstance(exc, OSError):
+            raise
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DatasetError(f"Cannot write the dataset to {str(path)!r}: the disk is full; free space and run again.") from None
+        raise DatasetError(
+            f"Cannot write the dataset to {str(path)!r} ({exc.strerror or str(exc).replace(str(tmp), str(path))}); "
+            "pass an output path in a place you can write to."
+        ) from None
     return path
 
 

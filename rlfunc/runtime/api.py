@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -166,7 +168,10 @@ def export(path: str | Path, out: str | Path) -> Path:
     checkpoint directory written (``out/step_<N>``).
     """
     out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+    if out.exists() and not out.is_dir():
+        what = "a file" if out.is_file() else "not a directory"
+        raise ValueError(f"Export directory {str(out)!r} is {what}; pass a new directory.")
+    if out.exists() and any(out.iterdir()):
         raise ValueError(f"Export directory {str(out)!r} already exists and is not empty; pass a new directory.")
     ckpt, meta, config, _, params = _load_parts(path)
     exported = {k: meta[k] for k in _EXPORT_META_KEYS if k in meta}
@@ -242,6 +247,29 @@ def _video_env_kwargs(env_id: str, kwargs: dict[str, Any] | None) -> dict[str, A
     return kwargs
 
 
+def _video_prefix(algo: str, env_id: str) -> str:
+    """The ``name_prefix`` of an evaluation's videos: files ``<prefix>-episode-<i>.mp4``."""
+    return f"{algo}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', env_id)}"
+
+
+def _refuse_old_videos(video_dir: Path, prefix: str, episodes: int) -> None:
+    """Refuse a ``video_dir`` already holding a video this evaluation would write over (RecordVideo
+    names episode ``i`` ``<prefix>-episode-<i>.mp4`` and replaces such a file with a warning only)."""
+    if not video_dir.is_dir():
+        return
+    pattern = re.compile(re.escape(prefix) + r"-episode-(0|[1-9][0-9]*)\.mp4")
+    taken = sorted(
+        (int(m.group(1)), name)
+        for name in os.listdir(video_dir)
+        if (m := pattern.fullmatch(name)) and int(m.group(1)) < episodes
+    )
+    if taken:
+        raise ValueError(
+            f"Video directory {str(video_dir)!r} already holds videos this evaluation would overwrite "
+            f"(the first: {taken[0][1]!r}); pass a new directory or remove them."
+        )
+
+
 def evaluate(
     path_or_policy: str | Path | Policy,
     episodes: int = 10,
@@ -263,7 +291,9 @@ def evaluate(
     policy runs. ``video_dir``: record every episode there as
     ``<algo>-<env>-episode-<i>.mp4`` with gymnasium's ``RecordVideo`` (needs
     moviepy: ``pip install 'rlfunc[video]'``; MuJoCo and DMC envs render
-    headless through EGL); ``videos`` lists the files.
+    headless through EGL); ``videos`` lists the files. A ``video_dir`` already holding a file
+    of that name for one of these episodes (an earlier evaluation's video) is refused with a
+    ``ValueError`` sentence before the env is made, never written over; other files are fine.
 
     The env and wrappers of a loaded policy's stored config are made under
     :func:`rlfunc.envs.factory.from_loaded_file`, since the file may be someone else's: a module
@@ -296,21 +326,25 @@ def evaluate(
     allowed = [allow_import] if isinstance(allow_import, str) else list(allow_import)
     if env_id is not None and split_env_id(env_id)[0] is not None:
         allowed.append(split_env_id(env_id)[0])  # the caller wrote it
+    prefix = None
+    if video_dir is not None:
+        prefix = _video_prefix(policy.algo_name, the_id)
+        _refuse_old_videos(video_dir, prefix, episodes)  # before the env is made or any episode runs
     with from_loaded_file(allowed) if env_cfg is not None else contextlib.nullcontext():
         wrappers = build_wrappers(env_cfg.wrappers) if env_cfg else None
         check_env_id(the_id)  # before _render_modes, whose gym.spec would import a module:Env-v0's module
         if video_dir is not None:
             kwargs = _video_env_kwargs(the_id, kwargs)
         env = make_env(the_id, kwargs=kwargs, wrappers=wrappers)
-    prefix = None
     if video_dir is not None:
         if "rgb_array" not in (env.metadata.get("render_modes") or []):
             env.close()
             raise ValueError(f"Environment {the_id!r} cannot render rgb_array frames, so its episodes cannot be recorded.")
-        prefix = f"{policy.algo_name}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', the_id)}"
-        env = gym.wrappers.RecordVideo(
-            env, str(video_dir), episode_trigger=lambda _: True, name_prefix=prefix, disable_logger=True
-        )
+        with warnings.catch_warnings():  # it warns of any existing directory: nothing is overwritten (refused above)
+            warnings.filterwarnings("ignore", message=".*Overwriting existing videos")
+            env = gym.wrappers.RecordVideo(
+                env, str(video_dir), episode_trigger=lambda _: True, name_prefix=prefix, disable_logger=True
+            )
     try:
         returns = run_episodes(policy, env, episodes, seed, stochastic=stochastic)
     finally:

@@ -203,7 +203,15 @@ class WandbLog:
         import wandb
 
         kwargs = {"dir": str(run_dir), "config": config, "name": run_dir.name, **settings}
-        self.run = wandb.init(**kwargs)
+        try:
+            self.run = wandb.init(**kwargs)
+        except ValueError as exc:  # pydantic's ValidationError: wandb's Settings refused a value
+            refused = _wandb_refusal(exc, settings)
+            if refused is None:
+                raise
+            from rlfunc.runtime.config import ConfigError
+
+            raise ConfigError(refused) from None
 
     def write(self, prefix: str, row: dict[str, Any]) -> None:
         values = {f"{prefix}/{k}": v for k, v in row.items() if k != "step" and isinstance(v, (int, float))}
@@ -211,6 +219,45 @@ class WandbLog:
 
     def close(self) -> None:
         self.run.finish()
+
+
+def _wandb_refusal(exc: ValueError, settings: dict[str, Any]) -> str | None:
+    """One sentence for a pydantic ``ValidationError`` of ``wandb.init``: the ``train.wandb`` key and
+    value it refused, with wandb's own short reason; ``None`` for any other error.
+
+    wandb validates ``wandb.init``'s arguments as its ``Settings`` fields, whose names may differ
+    (``job_type`` is ``run_job_type``); ``train.wandb.settings`` entries are fields themselves."""
+    errors = getattr(exc, "errors", None)
+    if not callable(errors) or type(exc).__name__ != "ValidationError":
+        return None
+    try:
+        found = [e for e in errors(include_url=False) if isinstance(e, dict) and e.get("loc")]
+    except Exception:  # not pydantic's errors(): leave the error as it is
+        return None
+    if not found:
+        return None
+    field, value = str(found[0]["loc"][0]), found[0].get("input")
+    nested = settings.get("settings")
+    nested = nested if isinstance(nested, dict) else {}
+    if field in settings and field != "settings":
+        key, value = f"train.wandb.{field}", settings[field]
+    elif field in nested:
+        key, value = f"train.wandb.settings.{field}", nested[field]
+    else:  # a field named otherwise than its wandb.init argument: the argument holding the value
+        same = [k for k, v in settings.items() if k != "settings" and _same(v, value)]
+        same += [f"settings.{k}" for k, v in nested.items() if _same(v, value)]
+        key = f"train.wandb.{same[0]}" if len(same) == 1 else f"train.wandb (wandb's setting {field})"
+    reasons = (" ".join(str(e.get("msg", "")).split()).rstrip(".") for e in found if e["loc"][0] == found[0]["loc"][0])
+    reason = " or ".join(dict.fromkeys(r[:1].lower() + r[1:] for r in reasons if r))
+    shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+    return f"wandb.init refused {key}={shown}" + (f" ({reason})" if reason else "") + "; change or remove it."
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except Exception:
+        return False
 
 
 class Progress:

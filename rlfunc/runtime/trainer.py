@@ -388,12 +388,14 @@ class Trainer:
         for directory in (self.ckpt_dir, self.best_dir):
             for line in clean_leftovers(directory):
                 print(f"rlfunc: {directory}: {line}", file=sys.stderr)
+        truncate = self.env_step if resumed else None
+        # TensorBoard and W&B first: a logger that refuses its settings (wandb.init) leaves no run files
+        # behind, so the same command runs again once the setting is fixed.
+        self._external = self._open_external(truncate)
         # A copy for people: resume reads the config stored in the checkpoint.
         write_atomic(self.run_dir / "config.yaml", yaml.safe_dump(to_dict(self.config), sort_keys=False))
-        truncate = self.env_step if resumed else None
         self._metrics_log = CsvLog(self.run_dir / "metrics.csv", truncate_after=truncate)
         self._eval_log = CsvLog(self.run_dir / "eval.csv", truncate_after=truncate)
-        self._external = self._open_external(truncate)
         if not resumed:
             self.collector.reset(seed=cfg.seed)
         self._t0 = time.monotonic()
