@@ -22,21 +22,9 @@ import pytest
 import rlfunc
 from rlfunc.runtime.cli import main
 from rlfunc.runtime.config import ConfigError
+from test_review_resources import TINY as RESOURCES_TINY  # noqa: E402 -- the tiny REDQ run these tests share
 
-TINY = {
-    "agent.hidden_sizes": [8, 8],
-    "agent.num_critics": 2,
-    "agent.updates_per_step": 1,
-    "agent.batch_size": 8,
-    "train.replay_size": 400,
-    "train.learning_starts": 20,
-    "train.eval_every": 40,
-    "train.eval_episodes": 1,
-    "train.checkpoint_every": 30,
-    "train.log_every": 10,
-    "train.progress": False,
-    "train.total_steps": 40,
-}
+TINY = {**RESOURCES_TINY, "train.total_steps": 40}
 
 VIDEO = "redq-Pendulum-v1-episode-{}.mp4"  # <algo>-<env>-episode-<i>.mp4, as evaluate names them
 
