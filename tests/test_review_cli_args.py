@@ -200,6 +200,14 @@ def test_resume_of_a_member_or_a_sweep_names_what_to_resume(runs, tmp_path, caps
         f"rlfunc: error: {str(sweep_dir)!r} is a sweep's directory; continue the sweep with "
         f"`rlfunc sweep --resume {sweep_dir}`, or resume one of its runs' directories."
     )
+    import rlfunc  # the same sentences from Python: the check lives in rlfunc.resume, not the CLI
+    from rlfunc.runtime.config import ConfigError
+
+    for path, start in ((member, f"{str(member)!r} is member 1"), (sweep_dir, f"{str(sweep_dir)!r} is a sweep's")):
+        with pytest.raises(ConfigError) as err:
+            rlfunc.resume(path)
+        assert str(err.value).startswith(start)
+    assert snapshot(runs / "pop") == before
 
 
 # ---------------------------------------------------------------------------------------------- train

@@ -239,7 +239,6 @@ def _run(args: argparse.Namespace) -> None:
     elif args.command == "resume":
         from rlfunc.runtime.trainer import resume
 
-        _check_resume_dir(args.run_dir)
         _report(resume(args.run_dir, total_steps=args.total_steps, allow_import=args.allow_import))
     elif args.command == "eval":
         from rlfunc.runtime.api import check_device, evaluate
@@ -313,30 +312,6 @@ def _check_population_flags(args: argparse.Namespace) -> None:
                 f"--{key} and --set train.population.{key} both set the population's {key}; give it once "
                 f"(drop one of them)."
             )
-
-
-def _check_resume_dir(run_dir: str) -> None:
-    """A population's member or a sweep's directory passed to ``rlfunc resume``: one sentence naming
-    what to resume instead (a member used to be described as an export's weights-only policy)."""
-    import re
-    from pathlib import Path
-
-    from rlfunc.runtime.config import ConfigError
-    from rlfunc.runtime.population import is_population_run
-
-    path = Path(run_dir)
-    if (path / "sweep.json").is_file() and not (path / "checkpoints").exists():
-        raise ConfigError(
-            f"{run_dir!r} is a sweep's directory; continue the sweep with `rlfunc sweep --resume {run_dir}`, "
-            "or resume one of its runs' directories."
-        )
-    member = re.fullmatch(r"member-(\d+)", path.resolve().name) if path.is_dir() else None
-    if member and is_population_run(path.resolve().parent):
-        parent = str(path.resolve().parent)
-        raise ConfigError(
-            f"{run_dir!r} is member {member.group(1)} of the population in {parent!r}, which resumes as a whole (a "
-            f"member's own checkpoints hold its weights only); run `rlfunc resume {parent}`."
-        )
 
 
 def _export(export, path: str, out: str):

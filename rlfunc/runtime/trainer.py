@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import signal
 import sys
 import threading
@@ -873,6 +874,26 @@ def resume(
         return _resume(run_dir, total_steps, callbacks)
 
 
+def _refuse_part_of_a_larger_run(run_dir: Path) -> None:
+    """A sweep's directory or a population's member passed to resume: one sentence naming what to
+    resume instead (a member was described as an export's weights-only policy, a sweep directory as
+    having no checkpoints)."""
+    from rlfunc.runtime.population import is_population_run
+
+    if (run_dir / "sweep.json").is_file() and not (run_dir / "checkpoints").exists():
+        raise ConfigError(
+            f"{str(run_dir)!r} is a sweep's directory; continue the sweep with `rlfunc sweep --resume {run_dir}`, "
+            "or resume one of its runs' directories."
+        )
+    member = re.fullmatch(r"member-(\d+)", run_dir.resolve().name)
+    parent = run_dir.resolve().parent
+    if member and is_population_run(parent):
+        raise ConfigError(
+            f"{str(run_dir)!r} is member {member.group(1)} of the population in {str(parent)!r}, which resumes as a "
+            f"whole (a member's own checkpoints hold its weights only); run `rlfunc resume {parent}`."
+        )
+
+
 def _resume(run_dir: str | Path, total_steps: int | None, callbacks: list | None) -> TrainResult:
     from rlfunc.runtime import population
     from rlfunc.runtime.api import is_weights_only
@@ -880,6 +901,7 @@ def _resume(run_dir: str | Path, total_steps: int | None, callbacks: list | None
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ConfigError(f"{str(run_dir)!r} is not a run directory; pass the directory `rlfunc train` created.")
+    _refuse_part_of_a_larger_run(run_dir)
     if population.is_population_run(run_dir):
         if callbacks:
             raise ConfigError("callbacks are not available for populations yet; resume without callbacks.")
