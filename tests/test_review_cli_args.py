@@ -264,24 +264,29 @@ def test_sweep_out_may_not_name_the_plan_the_config_or_another_file(tmp_path, ca
         "`rlfunc sweep`; pick a new file name (nothing else is overwritten)."
     )
     config = tmp_path / "c.yaml"
-    config.write_text("algo: redq\n")
+    import yaml
+
+    from rlfunc.runtime.config import DEFAULT_CONFIG
+
+    text = yaml.safe_dump(DEFAULT_CONFIG)  # a config that builds: the refusal is about --out alone
+    config.write_text(text)
     assert main(["sweep", str(config), "--sweep-dir", str(tmp_path / "new"), "--out", str(config)]) == 2
     assert refusal(capsys) == (
         f"rlfunc: error: --out {str(config)!r} is the config file the sweep reads; give the results another name."
     )
     assert main(["sweep", "--sweep-dir", str(tmp_path / "new"), "--out", str(tmp_path / "new" / "sweep.json")]) == 2
     assert "is the sweep's plan sweep.json" in refusal(capsys)
-    assert snapshot(sweep_dir) == before and config.read_text() == "algo: redq\n"
+    assert snapshot(sweep_dir) == before and config.read_text() == text
     assert not (tmp_path / "new").exists()
 
 
 def test_sweep_out_may_replace_an_earlier_results_json(tmp_path):
-    from rlfunc.scale.cli import _check_out
+    from rlfunc.scale.sweep import results_path
 
     earlier = tmp_path / "results.json"
     earlier.write_text(json.dumps({"machine": {}, "runs": [], "summary": {}, "settings": {}, "failed": {}}))
-    _check_out(str(earlier), str(tmp_path), None)  # a re-run's own JSON: allowed
-    _check_out(str(tmp_path / "new.json"), str(tmp_path), None)
+    assert results_path(tmp_path, str(earlier)) == earlier  # a re-run's own JSON: allowed
+    assert results_path(tmp_path, str(tmp_path / "new.json")) == tmp_path / "new.json"
 
 
 # ------------------------------------------------------------------------------------ empty paths

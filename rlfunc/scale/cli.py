@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 __all__ = ["add_sweep_parser", "run_sweep_command"]
 
@@ -62,41 +61,6 @@ def add_sweep_parser(sub) -> argparse.ArgumentParser:
     return s
 
 
-def _is_results_json(path: Path) -> bool:
-    """Whether ``path`` holds a learn JSON an earlier sweep wrote (read as JSON only, size-bounded)."""
-    import json
-
-    try:
-        if path.stat().st_size > 256 * 2**20:
-            return False
-        data = json.loads(path.read_text())
-    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
-        return False
-    return isinstance(data, dict) and {"runs", "summary", "settings"} <= set(data)
-
-
-def _check_out(out: str, sweep_dir: str | None, config) -> None:
-    """``--out`` may replace only an earlier sweep's results JSON: not the sweep's own ``sweep.json``
-    (``--resume`` reads it), the config the sweep reads, or any other file (a run's eval.csv, the
-    user's own file), each of which it used to overwrite when the sweep ended."""
-    from rlfunc.runtime.config import ConfigError
-    from rlfunc.scale.sweep import PLAN_FILE
-
-    path = Path(out)
-    if sweep_dir is not None and path.resolve() == (Path(sweep_dir) / PLAN_FILE).resolve():
-        raise ConfigError(
-            f"--out {out!r} is the sweep's plan {PLAN_FILE}, which `rlfunc sweep --resume` reads; give the results "
-            f"another name, e.g. {str(Path(sweep_dir) / 'results.json')!r}."
-        )
-    if config is not None and not isinstance(config, dict) and path.resolve() == Path(config).resolve():
-        raise ConfigError(f"--out {out!r} is the config file the sweep reads; give the results another name.")
-    if path.is_file() and not _is_results_json(path):
-        raise ConfigError(
-            f"--out {out!r} already exists and is not a results JSON of an earlier `rlfunc sweep`; pick a new "
-            "file name (nothing else is overwritten)."
-        )
-
-
 def run_sweep_command(args: argparse.Namespace) -> None:
     from rlfunc.runtime.packaged import resolve_config
     from rlfunc.scale.sweep import sweep
@@ -104,8 +68,6 @@ def run_sweep_command(args: argparse.Namespace) -> None:
     config = args.config
     if config is not None and args.resume is None:
         config = resolve_config(config)
-    if args.out is not None:
-        _check_out(args.out, args.resume or args.sweep_dir, config if args.resume is None else None)
     result = sweep(
         config, args.seeds, args.grid, args.overrides, sweep_dir=args.sweep_dir,
         resume=args.resume, address=args.address, max_concurrent=args.max_concurrent,

@@ -88,22 +88,47 @@ def _run_name(index: int, point: dict[str, Any], seed: int | None) -> str:
     return f"g{index}" + (f"-{desc}" if desc else "") + ("-pop" if seed is None else f"-s{seed}")
 
 
-def results_path(sweep_dir: str | Path, out: str | Path | None) -> Path:
+def results_path(sweep_dir: str | Path, out: str | Path | None, config: str | Path | None = None) -> Path:
     """Where the learn JSON goes (``--out``, else ``SWEEP_DIR/results.json``), refused in one sentence
     where it cannot be written: a directory, the path of the PNG written beside it, or a place this
-    process may not write."""
+    process may not write; and where writing it would destroy something: the sweep's own plan
+    (``--resume`` reads it), the ``config`` file the sweep reads, or any existing file that is not an
+    earlier sweep's results JSON (a run's eval.csv, a user's file)."""
     path = Path(out) if out is not None else Path(sweep_dir) / "results.json"
     if path.is_dir():
         raise ConfigError(f"--out {str(path)!r} is a directory; give the JSON's file name, e.g. {str(path / 'results.json')!r}.")
     if path.suffix.lower() == ".png":
         raise ConfigError(f"--out {str(path)!r} names the PNG the sweep writes beside its JSON; give the JSON a .json name, "
                           f"e.g. {str(path.with_suffix('.json'))!r}.")
+    if path.resolve() == (Path(sweep_dir) / PLAN_FILE).resolve():
+        raise ConfigError(
+            f"--out {str(out)!r} is the sweep's plan {PLAN_FILE}, which `rlfunc sweep --resume` reads; give the results "
+            f"another name, e.g. {str(Path(sweep_dir) / 'results.json')!r}."
+        )
+    if config is not None and path.resolve() == Path(config).resolve():
+        raise ConfigError(f"--out {str(out)!r} is the config file the sweep reads; give the results another name.")
+    if path.is_file() and not _is_results_json(path):
+        raise ConfigError(
+            f"--out {str(out)!r} already exists and is not a results JSON of an earlier `rlfunc sweep`; pick a new "
+            "file name (nothing else is overwritten)."
+        )
     parent = path.parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
     if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
         raise ConfigError(f"--out {str(path)!r} cannot be written ({str(parent)!r} is not a writable directory); pick another --out.")
     return path
+
+
+def _is_results_json(path: Path) -> bool:
+    """Whether ``path`` holds a learn JSON an earlier sweep wrote (read as JSON only, size-bounded)."""
+    try:
+        if path.stat().st_size > 256 * 2**20:
+            return False
+        data = json.loads(path.read_text())
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
+        return False
+    return isinstance(data, dict) and {"runs", "summary", "settings"} <= set(data)
 
 
 def plan_sweep(
@@ -778,7 +803,8 @@ def sweep(
         plan = load_plan(resume)
     else:
         plan = plan_sweep(config, "0" if seeds is None else seeds, grid, overrides, sweep_dir, gpus, population)
-    results_path(plan["sweep_dir"], out)  # an --out that cannot be written: one sentence now, not after training
+    # an --out that cannot be written, or would destroy a file: one sentence now, not after training
+    results_path(plan["sweep_dir"], out, plan.get("config"))
     _prepare_join(address)
     _import_ray()  # before writing anything: Ray missing is one sentence
     if resume is not None and not split_finished(plan)[1]:  # every run finished already: no Ray to start
