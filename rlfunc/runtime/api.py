@@ -35,8 +35,23 @@ def check_device(device: str | torch.device) -> torch.device:
     return check_device_arg(device, allow_meta=False)
 
 
+def as_path(value, what: str) -> Path:
+    """``value`` (a ``str``, ``pathlib.Path``/``os.PathLike`` or ``bytes`` path) as a :class:`Path`; anything else
+    (``None``, a number, a list) is one ``TypeError`` sentence naming the argument, not pathlib's."""
+    if isinstance(value, bytes):
+        value = os.fsdecode(value)
+    if isinstance(value, (str, os.PathLike)):
+        path = os.fspath(value)
+        if isinstance(path, bytes):
+            path = os.fsdecode(path)
+        if isinstance(path, str) and path:
+            return Path(path)
+    raise TypeError(f"{what} must be a file-system path (a str or pathlib.Path), got {value!r}.")
+
+
 def _load_parts(path: str | Path):
     """Read and verify a checkpoint or export -> ``(ckpt, meta, run_config, spaces, params)``."""
+    path = as_path(path, "path")
     tensors, meta = load_checkpoint(path)
     ckpt = resolve_checkpoint(path)
     if "population" in meta:
@@ -77,6 +92,7 @@ def load(path: str | Path, device: str = "cpu") -> Policy:
     (``cpu``, ``cuda``, ``cuda:1``); one that is not available here is a
     ``ValueError`` before anything is read.
     """
+    path = as_path(path, "path")
     check_device(device)
     _, _, config, (obs_shape, low, high, _), params = _load_parts(path)
     policy = Policy(config.algo, params, config.agent, low, high, obs_shape, device)
@@ -167,7 +183,8 @@ def export(path: str | Path, out: str | Path) -> Path:
     and ``rlfunc resume`` refuses it. ``out`` must be new or empty; returns the
     checkpoint directory written (``out/step_<N>``).
     """
-    out = Path(out)
+    path = as_path(path, "path")
+    out = as_path(out, "out")
     if out.exists() and not out.is_dir():
         what = "a file" if out.is_file() else "not a directory"
         raise ValueError(f"Export directory {str(out)!r} is {what}; pass a new directory.")
@@ -204,6 +221,16 @@ def is_weights_only(path: str | Path) -> bool:
 
 
 # -- evaluation -----------------------------------------------------------------------------
+
+
+def _check_count(value, name: str) -> int:
+    """A positive integer count (numpy integers too); a bool, a float such as ``2.0``, a string or ``None`` is one
+    ``ValueError`` sentence (``True`` is not one episode)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}.")
+    if value < 1:
+        raise ValueError(f"{name} must be at least 1, got {value}.")
+    return int(value)
 
 
 def _render_modes(env_id: str) -> list[str] | None:
@@ -311,9 +338,27 @@ def evaluate(
     from rlfunc.envs.factory import from_loaded_file
     from rlfunc.runtime.evaluate import run_episodes
 
-    if episodes < 1:
-        raise ValueError(f"episodes must be at least 1, got {episodes}.")
-    video_dir = Path(video_dir) if video_dir is not None else None
+    episodes = _check_count(episodes, "episodes")
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be an integer of at least 0, got {seed!r}.")
+    seed = int(seed)
+    if not isinstance(stochastic, (bool, np.bool_)):
+        raise ValueError(f"stochastic must be True or False, got {stochastic!r}.")
+    stochastic = bool(stochastic)
+    if env_id is not None and (not isinstance(env_id, str) or not env_id):
+        raise ValueError(f"env_id must be a gymnasium environment id such as 'Pendulum-v1' (or None), got {env_id!r}.")
+    if not isinstance(allow_import, str) and not (
+        isinstance(allow_import, (list, tuple, set, frozenset)) and all(isinstance(m, str) for m in allow_import)
+    ):
+        raise ValueError(f"allow_import must be a module name or a list of them, got {allow_import!r}.")
+    if not isinstance(path_or_policy, Policy):
+        if hasattr(path_or_policy, "predict") or hasattr(path_or_policy, "act_normalized"):
+            raise TypeError(
+                f"path_or_policy must be a run directory, checkpoint or an rlfunc Policy (rlfunc.load), got "
+                f"{type(path_or_policy).__name__}."
+            )
+        path_or_policy = as_path(path_or_policy, "path_or_policy")
+    video_dir = as_path(video_dir, "video_dir") if video_dir is not None else None
     if video_dir is not None and video_dir.exists() and not video_dir.is_dir():
         raise ValueError(f"Video directory {str(video_dir)!r} is a file; pass a directory.")
     policy = path_or_policy if isinstance(path_or_policy, Policy) else load(path_or_policy, device=device)

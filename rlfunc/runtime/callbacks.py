@@ -34,7 +34,9 @@ The config's stopping rules are these callbacks (:func:`from_config`):
 
 from __future__ import annotations
 
+import inspect
 import math
+from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
@@ -49,6 +51,10 @@ __all__ = [
 ]
 
 HOOKS = ("on_start", "on_step", "on_log", "on_eval", "on_checkpoint", "on_end")
+
+_ARGS = {"on_start": "run", "on_step": "run", "on_log": "run, row", "on_eval": "run, step, returns",
+         "on_checkpoint": "run, path", "on_end": "run, reason", "reached": "run"}
+"""The arguments the loop calls each hook with (after ``self``)."""
 
 
 class Callback:
@@ -180,6 +186,8 @@ def check(callbacks: Any) -> list[Any]:
     env is built)."""
     if callbacks is None:
         return []
+    if isinstance(callbacks, (str, bytes, Mapping)):
+        raise TypeError(f"callbacks must be a list of callback objects, got {callbacks!r}; pass callbacks=[cb].")
     if not isinstance(callbacks, type) and any(callable(getattr(callbacks, hook, None)) for hook in HOOKS):
         callbacks = [callbacks]  # one callback, not in a list
     try:
@@ -195,4 +203,25 @@ def check(callbacks: Any) -> list[Any]:
             raise TypeError(
                 f"callback {cb!r} has none of the hooks {', '.join(HOOKS)}; subclass rlfunc.Callback or add one."
             )
+        _check_signatures(cb)
     return list(callbacks)
+
+
+def _check_signatures(cb: Any) -> None:
+    """A hook the loop could not call with its arguments (``def on_step(self)``) is one ``TypeError`` sentence
+    now, before any env is built or file written, not a traceback at the first step of a started run."""
+    for hook, args in _ARGS.items():
+        fn = getattr(cb, hook, None)
+        if not callable(fn):
+            continue
+        try:
+            sig = inspect.signature(fn)
+        except (TypeError, ValueError):  # a builtin or C callable: nothing to tell
+            continue
+        try:
+            sig.bind(*args.split(", "))
+        except TypeError:
+            raise TypeError(
+                f"callback {type(cb).__name__}.{hook} cannot be called as {hook}({args}) (it takes {sig}); "
+                f"define it as def {hook}(self, {args})."
+            ) from None

@@ -27,7 +27,6 @@ from tensordict import TensorDict
 
 __all__ = ["Policy"]
 
-_MODES = (None, True, False)
 
 
 class Policy:
@@ -106,8 +105,10 @@ class Policy:
 
     # -- randomness -------------------------------------------------------------------------
     def seed(self, seed: int) -> Policy:
-        """Seed the generator of stochastic actions (returns the policy)."""
-        self._generator = torch.Generator(device=self.device).manual_seed(int(seed))
+        """Seed the generator of stochastic actions (returns the policy). ``seed``: an integer from 0 to
+        2**64 - 1 (a bool, float or string is one ``ValueError`` sentence, not truncated)."""
+        seed = _check_int(seed, "seed", 0, 2**64 - 1)
+        self._generator = torch.Generator(device=self.device).manual_seed(seed)
         return self
 
     def _gen(self) -> torch.Generator:
@@ -118,6 +119,7 @@ class Policy:
     # -- the internal state of act() --------------------------------------------------------
     def reset(self, num_envs: int = 1) -> None:
         """Forget recurrent state (no-op for feed-forward policies)."""
+        num_envs = _check_int(num_envs, "num_envs", 1)
         init_carry = getattr(self.entry.algo, "initial_carry", None)
         self._carry = None if init_carry is None else init_carry(self.config, num_envs, device=self.device)
 
@@ -143,8 +145,20 @@ class Policy:
         """``obs`` as a batch ``[n, *obs_shape]`` and whether it was one observation (a torch tensor,
         on any device and requiring grad or not, is taken as its values)."""
         if isinstance(obs, torch.Tensor):
+            if obs.is_meta:
+                raise ValueError(
+                    "Observation is a tensor on the meta device, which holds no values; pass the env's observation."
+                )
+            if obs.is_floating_point() and obs.dtype not in (torch.float32, torch.float64):
+                obs = obs.float()  # bfloat16 / float16: numpy has no bfloat16; the network takes float32 anyway
             obs = obs.detach().cpu().numpy()
-        obs = np.asarray(obs)
+        try:
+            obs = np.asarray(obs)
+        except (TypeError, ValueError):  # ragged nested lists
+            raise ValueError(
+                f"Observation is not an array of numbers (its nested lists differ in length) and does not fit this "
+                f"{self.algo_name} policy; pass a numpy array of shape {self.obs_shape} or a batch of them."
+            ) from None
         if obs.dtype.kind not in "biuf":
             raise ValueError(
                 f"Observation of dtype {obs.dtype} does not fit this {self.algo_name} policy; pass numbers "
@@ -228,8 +242,8 @@ class Policy:
         ``deterministic``: ``None`` the evaluation action, ``True`` the
         deterministic one, ``False`` a sample (see the class docstring).
         """
-        if deterministic not in _MODES:
-            raise ValueError(f"deterministic must be None, True or False, got {deterministic!r}.")
+        if deterministic is not None:
+            deterministic = _check_bool(deterministic, "deterministic", "None, True or False")
         batch, single = self._batch(obs)
         obs_t = torch.as_tensor(batch, dtype=torch.float32, device=self.device)
         if self._q_learning and (self._carry is None or self._carry[0].shape[0] != batch.shape[0]):
@@ -251,6 +265,7 @@ class Policy:
     # -- predict(): SB3's signature, caller-held state --------------------------------------
     def initial_state(self, num_envs: int = 1) -> tuple[np.ndarray, ...] | None:
         """The recurrent state at an episode start for ``num_envs`` envs (``None`` for feed-forward policies)."""
+        num_envs = _check_int(num_envs, "num_envs", 1)
         if not self.recurrent:
             return None
         return tuple(t.cpu().numpy() for t in self.entry.algo.initial_carry(self.config, num_envs, device="cpu"))
@@ -266,7 +281,17 @@ class Policy:
             )
         parts = []
         for i, (given, want) in enumerate(zip(state, template)):
-            t = torch.as_tensor(np.asarray(given), device=self.device)
+            if isinstance(given, torch.Tensor):
+                given = given.detach().cpu()
+            try:
+                given = np.asarray(given)
+            except (TypeError, ValueError):
+                given = np.asarray(None)
+            if given.dtype.kind not in "biuf":
+                raise ValueError(
+                    f"state[{i}] is not an array of numbers ({given.dtype}); pass the state predict() returned."
+                )
+            t = torch.as_tensor(given, device=self.device)
             if tuple(t.shape) != tuple(want.shape):
                 raise ValueError(
                     f"state[{i}] has shape {tuple(t.shape)}, but {n} observation(s) need {tuple(want.shape)}; "
@@ -312,14 +337,13 @@ class Policy:
         policy with ``reward_input`` that is continued without it warns once
         and keeps the previous reward at 0.
         """
-        if deterministic not in (True, False):
-            raise ValueError(f"deterministic must be True or False, got {deterministic!r}.")
+        deterministic = _check_bool(deterministic, "deterministic", "True or False")
         batch, single = self._batch(observation)
         n = batch.shape[0]
         obs_t = torch.as_tensor(batch, dtype=torch.float32, device=self.device)
         start = None
         if episode_start is not None:
-            start_np = np.asarray(episode_start, dtype=bool).reshape(-1)
+            start_np = _episode_starts(episode_start)
             if start_np.shape != (n,):
                 raise ValueError(
                     f"episode_start has {start_np.size} entries for {n} observation(s); pass one bool per env."
@@ -332,7 +356,12 @@ class Policy:
         carry = self._carry_from_state(state, n)
         algo = self.entry.algo
         if reward is not None and hasattr(algo, "prepare_carry"):
-            r = np.asarray(reward, dtype=np.float32).reshape(-1)
+            try:
+                r = np.asarray(reward, dtype=np.float32).reshape(-1)
+            except (TypeError, ValueError):
+                raise ValueError(
+                    f"reward must be a number or one number per env, got {reward!r}; pass the rewards the env returned."
+                ) from None
             if r.shape != (n,):
                 raise ValueError(f"reward has {r.size} entries for {n} observation(s); pass one reward per env.")
             carry = algo.prepare_carry(carry, prev_reward=torch.as_tensor(r, device=self.device))
@@ -353,6 +382,46 @@ class Policy:
         out = action.cpu().numpy()
         new_state = tuple(t.cpu().numpy() for t in carry)
         return self._native(out[0] if single else out), new_state
+
+
+def _check_int(value, name: str, low: int, high: int | None = None) -> int:
+    """``value`` as an int (numpy and 0-d integer tensors too) within ``[low, high]``, else one ``ValueError``
+    sentence: a bool, a float such as ``1.5`` or a string would be truncated or fail deep inside torch."""
+    if isinstance(value, torch.Tensor) and value.dim() == 0 and not value.is_floating_point() and value.dtype != torch.bool:
+        value = int(value)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an integer, got {value!r}.")
+    value = int(value)
+    if value < low or (high is not None and value > high):
+        span = f"from {low} to {high}" if high is not None else f"at least {low}"
+        raise ValueError(f"{name} must be an integer {span}, got {value}.")
+    return value
+
+
+def _check_bool(value, name: str, allowed: str) -> bool:
+    """``value`` as a bool (a numpy bool too), else one ``ValueError`` sentence: ``1``, ``0.0`` or ``"no"``
+    would be read as its truth value, ``"no"`` as True."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise ValueError(f"{name} must be {allowed}, got {value!r}.")
+
+
+def _episode_starts(episode_start) -> np.ndarray:
+    """``episode_start`` as a flat bool array: bools, or numbers that are 0 or 1 (a VecEnv's ``dones`` as
+    floats); anything else (``"no"``, ``2.5``) is one ``ValueError`` sentence, not its truth value."""
+    if isinstance(episode_start, torch.Tensor):
+        episode_start = episode_start.detach().cpu().numpy()
+    try:
+        arr = np.asarray(episode_start)
+    except (TypeError, ValueError):
+        arr = np.asarray(None)
+    if arr.dtype.kind == "b":
+        return arr.reshape(-1)
+    if arr.dtype.kind in "iuf" and np.all((arr == 0) | (arr == 1)):
+        return arr.astype(bool).reshape(-1)
+    raise ValueError(
+        f"episode_start must be one bool per env (True where an episode starts), got {episode_start!r}."
+    )
 
 
 def _rebuild(like, parts: list[torch.Tensor]):
