@@ -185,3 +185,19 @@ def test_callbacks_refused_before_the_run_starts(tmp_path, callbacks, match):
         rlfunc.train(None, overrides=SHORT, run_dir=tmp_path / "r", callbacks=callbacks)
     _one_sentence(info.value)
     assert not (tmp_path / "r").exists()
+
+
+def test_an_override_replacing_a_whole_section_is_refused_naming_the_dotted_form(tmp_path):
+    """``overrides={"train": {"total_steps": 25}}`` replaced the config's whole train section: every other
+    train setting fell back to the algorithm's defaults, and the refusal that followed (REDQ's default
+    learning_starts 5000 against 25) named neither."""
+    from rlfunc.runtime.config import ConfigError, apply_overrides, load_config
+
+    with pytest.raises(ConfigError) as err:
+        rlfunc.train(None, overrides={"train": {"total_steps": 25}}, run_dir=tmp_path / "r")
+    assert str(err.value) == (
+        "Override 'train' with a mapping would replace the whole train section, dropping the config's other train "
+        "settings; give each key dotted, e.g. {'train.total_steps': ...}.")
+    assert not (tmp_path / "r").exists()
+    raw = apply_overrides(load_config(None), {"train.total_steps": 25, "algo": "sac"})  # dotted keys still merge
+    assert raw["train"]["total_steps"] == 25 and raw["train"]["learning_starts"] == load_config(None)["train"]["learning_starts"]

@@ -571,6 +571,12 @@ def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str,
         if not isinstance(dotted, str) or not dotted or any(not p for p in dotted.split(".")):
             raise ConfigError(f"Override key {dotted!r} must look like section.key, e.g. train.seed.")
         parts = dotted.split(".")
+        if len(parts) == 1 and isinstance(value, dict) and isinstance(raw.get(dotted), dict):
+            first = next(iter(value), "key")
+            raise ConfigError(
+                f"Override {dotted!r} with a mapping would replace the whole {dotted} section, dropping the config's "
+                f"other {dotted} settings; give each key dotted, e.g. {{'{dotted}.{first}': ...}}."
+            )
         node = raw
         for i, p in enumerate(parts[:-1]):
             if node.get(p) is None:
