@@ -199,7 +199,9 @@ class Collector:
         An episode in progress when the checkpoint was written cannot be
         restored in general (simulator state is not saved), so every env starts
         a new episode, drawn from the restored RNG. Checkpoints taken at an
-        episode boundary therefore continue exactly.
+        episode boundary therefore continue exactly: a single env resets at the
+        next observation read, a vector env at its next step, the autoreset
+        step (acted on and not stored, as after every episode end).
         """
         envs = self._sub_envs()
         if len(envs) != len(rng_states):
@@ -209,17 +211,26 @@ class Collector:
             )
         for e, st in zip(envs, rng_states):
             e.unwrapped.np_random.bit_generator.state = st
+        self._pending_reset = False
+        self._ep_return[:] = 0.0
+        self._ep_length[:] = 0
+        space = getattr(self.env, "single_observation_space", None)
+        if self.vector and hasattr(self.env, "_autoreset_envs") and getattr(space, "shape", None) is not None:
+            # As the uninterrupted run continues from an episode boundary: its next step is the autoreset
+            # step, which acts on the old observations (the actions are ignored; the policy's draws are
+            # spent all the same), resets every sub-env from its RNG and stores no row. Resetting here
+            # instead skipped that act, so the policy's generator drifted from the uninterrupted run's.
+            self.obs = np.zeros((self.num_envs, *space.shape), dtype=space.dtype)  # acted on, never stored
+            self.env._autoreset_envs[:] = True
+            self._episode_start[:] = False
+            self._needs_reset_step[:] = True
+            return
         if self.vector:
             obs = np.stack([np.asarray(e.reset()[0]) for e in envs])
-            # The vector wrapper keeps its own per-env bookkeeping; a plain reset
-            # of each sub-env plus clearing the autoreset flags is equivalent.
             if hasattr(self.env, "_autoreset_envs"):
                 self.env._autoreset_envs[:] = False
         else:
             obs = _own(self.env.reset()[0])
         self.obs = obs
-        self._pending_reset = False
         self._episode_start[:] = True
         self._needs_reset_step[:] = False
-        self._ep_return[:] = 0.0
-        self._ep_length[:] = 0

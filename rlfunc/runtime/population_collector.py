@@ -181,7 +181,8 @@ class PopulationCollector:
 
     def restore(self, rng_states: Sequence[Sequence[dict]]) -> None:
         """Every member's env RNGs (``rng_states[k]``: member ``k``'s), then new episodes drawn from
-        them, as each single run's :meth:`Collector.restore <rlfunc.runtime.collector.Collector.restore>`."""
+        them, as each single run's :meth:`Collector.restore <rlfunc.runtime.collector.Collector.restore>`
+        (vector members: at the next step, the autoreset step)."""
         if len(rng_states) != self.members:
             raise ValueError(f"Checkpoint has env RNG states for {len(rng_states)} members but this population has {self.members}.")
         for k, states in enumerate(rng_states):
@@ -192,8 +193,20 @@ class PopulationCollector:
                 )
             for e, st in zip(self.env.envs[self._slice(k)], states):
                 e.unwrapped.np_random.bit_generator.state = st
+        everyone = np.ones(self.members * self.num_envs, dtype=bool)
+        space = self.env.single_observation_space
+        if self.vector and getattr(space, "shape", None) is not None:
+            # Vector members, as the single Collector's restore: the next step is the autoreset step of
+            # every copy (acted on, not stored, each copy reset from its restored RNG), as in the
+            # uninterrupted run after an episode boundary.
+            self._obs = np.zeros((len(everyone), *space.shape), dtype=space.dtype)
+            self.env._autoreset_envs[:] = True
+            self._clear(everyone)
+            self._needs_reset_step[:] = True
+            self._episode_start[:] = False
+            return
         self._obs, _ = self.env.reset()  # every copy from its restored RNG (seed None)
-        self._clear(np.ones(self.members * self.num_envs, dtype=bool))
+        self._clear(everyone)
 
     def close(self) -> None:
         self.env.close()
