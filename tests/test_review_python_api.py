@@ -201,3 +201,31 @@ def test_an_override_replacing_a_whole_section_is_refused_naming_the_dotted_form
     assert not (tmp_path / "r").exists()
     raw = apply_overrides(load_config(None), {"train.total_steps": 25, "algo": "sac"})  # dotted keys still merge
     assert raw["train"]["total_steps"] == 25 and raw["train"]["learning_starts"] == load_config(None)["train"]["learning_starts"]
+
+
+def test_numpy_numbers_are_config_values_as_python_numbers_are(tmp_path):
+    """``for s in np.arange(3): train(..., {"train.seed": s})`` was refused ("must be of type int, got
+    np.int64(0)") while ``np.float64(25)`` passed; numpy bools stay refused as bools are."""
+    import numpy as np
+
+    from rlfunc.runtime.config import ConfigError, apply_overrides, build_config, load_config
+
+    built = build_config(apply_overrides(load_config(None), {
+        "train.seed": np.int64(3), "train.total_steps": np.float64(3000), "agent.actor_lr": np.float32(1e-3)}))
+    assert (built.train.seed, built.train.total_steps) == (3, 3000) and type(built.train.seed) is int
+    assert isinstance(built.agent.actor_lr, float) and abs(built.agent.actor_lr - 1e-3) < 1e-9
+    with pytest.raises(ConfigError, match=r"train\.seed must be of type int"):
+        build_config(apply_overrides(load_config(None), {"train.seed": np.bool_(True)}))
+
+
+def test_resume_total_steps_is_checked_as_a_number_and_against_the_runs_steps_first(run):
+    """``resume(run, total_steps="80")`` compared a str with an int deep in resume (a raw TypeError), and a
+    total below the run's steps was refused about learning_starts rather than about the steps."""
+    from rlfunc.runtime.config import ConfigError
+
+    steps = TINY["train.total_steps"]
+    for bad in ("80", 80.0, True):
+        with pytest.raises(ConfigError, match=r"^--total-steps must be a whole number of env steps, got "):
+            rlfunc.resume(run, total_steps=bad)
+    with pytest.raises(ConfigError, match=rf"^--total-steps 10 is below the {steps} env steps the run already has"):
+        rlfunc.resume(run, total_steps=10)

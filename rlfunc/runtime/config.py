@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import numbers
 import types
 import typing
 from pathlib import Path
@@ -410,11 +411,13 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
                 if not f.is_integer():
                     raise TypeError
                 return int(f)
-            if isinstance(value, int):
-                return value
+            if isinstance(value, numbers.Integral):  # int, numpy integers (e.g. a seed from np.arange)
+                return int(value)
+            if isinstance(value, numbers.Real) and float(value).is_integer():  # numpy floats such as 25.0
+                return int(value)
             raise TypeError
         if tp is float:
-            if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            if isinstance(value, bool) or not isinstance(value, (numbers.Real, str)):  # numpy bools are not Real
                 raise TypeError
             return float(value)
         if tp is str:

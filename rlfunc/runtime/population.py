@@ -1422,11 +1422,9 @@ def resume(run_dir: str | Path, total_steps: int | None = None) -> PopulationRes
         if not isinstance(raw, dict) or "population" not in meta:
             raise CheckpointError(f"Checkpoint {str(checkpoint)!r} is not a population's; resume it with `rlfunc resume` of its own run.")
         if total_steps is not None:
-            if total_steps < int(meta.get("env_step", 0)):
-                raise ConfigError(
-                    f"--total-steps {total_steps} is below the {meta.get('env_step')} env steps the run already has; pass a larger number."
-                )
-            raw = apply_overrides(raw, {"train.total_steps": total_steps})
+            from rlfunc.runtime.trainer import resumed_total_steps
+
+            raw = apply_overrides(raw, {"train.total_steps": resumed_total_steps(total_steps, meta)})
         run_config = build_config(raw, resolved=True)
         pop = PopulationTrainer(run_config, run_dir)
         pop.restore(checkpoint, tensors, meta)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import os
 import re
 import signal
@@ -874,6 +875,18 @@ def resume(
         return _resume(run_dir, total_steps, callbacks)
 
 
+def resumed_total_steps(total_steps: Any, meta: dict) -> int:
+    """``total_steps`` of a resume as an int not below the env steps the checkpoint (``meta``) has, else one
+    sentence (checked before the config is rebuilt, whose own checks would name other keys first)."""
+    if isinstance(total_steps, bool) or not isinstance(total_steps, numbers.Integral):
+        raise ConfigError(f"--total-steps must be a whole number of env steps, got {total_steps!r}.")
+    if int(total_steps) < int(meta.get("env_step", 0)):
+        raise ConfigError(
+            f"--total-steps {total_steps} is below the {meta.get('env_step')} env steps the run already has; pass a larger number."
+        )
+    return int(total_steps)
+
+
 def _refuse_part_of_a_larger_run(run_dir: Path) -> None:
     """A sweep's directory or a population's member passed to resume: one sentence naming what to
     resume instead (a member was described as an export's weights-only policy, a sweep directory as
@@ -925,12 +938,8 @@ def _resume(run_dir: str | Path, total_steps: int | None, callbacks: list | None
         if not isinstance(raw, dict):
             raise CheckpointError(f"Checkpoint {str(checkpoint)!r} holds no run config; it was not written by `rlfunc train`.")
         if total_steps is not None:
-            raw = apply_overrides(raw, {"train.total_steps": total_steps})
+            raw = apply_overrides(raw, {"train.total_steps": resumed_total_steps(total_steps, meta)})
         run_config = build_config(raw, resolved=True)  # a config rlfunc wrote, possibly an older version's
-        if total_steps is not None and total_steps < int(meta.get("env_step", 0)):
-            raise ConfigError(
-                f"--total-steps {total_steps} is below the {meta.get('env_step')} env steps the run already has; pass a larger number."
-            )
         if run_config.distributed is not None:  # fresh Ray actors, the learner from the checkpoint
             from rlfunc.scale import distributed
 
