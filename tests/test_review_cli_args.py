@@ -222,9 +222,16 @@ def test_resume_of_a_member_or_a_sweep_names_what_to_resume(runs, tmp_path, caps
     ],
 )
 def test_train_refuses_a_population_flag_beside_a_set_of_the_same_key(tmp_path, capsys, flag, setting):
-    """The flag won and the --set was ignored without a word."""
+    """The flag won and the --set was ignored without a word (from Python too: the check is in train)."""
     key = flag[0][2:]
     run_dir = tmp_path / "r"
+    from rlfunc.runtime.config import ConfigError, parse_overrides
+    from rlfunc.runtime.population import train
+
+    with pytest.raises(ConfigError, match=rf"^--{key} and --set train\.population\.{key} both set"):
+        train(None, overrides=parse_overrides([setting]), run_dir=run_dir,
+              **{"seeds": "0-1" if "--seeds" in flag else None, "grid": [flag[1]] if key == "grid" else None,
+                 "vectorize": "loop" if key == "vectorize" else None})
     assert main(["train", *flag, "--set", setting, *TINY_SET, "--run-dir", str(run_dir)]) == 2
     assert refusal(capsys) == (
         f"rlfunc: error: --{key} and --set train.population.{key} both set the population's {key}; give it once "

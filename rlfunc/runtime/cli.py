@@ -232,7 +232,6 @@ def _run(args: argparse.Namespace) -> None:
             config = resolve_config(args.config)
             if str(config) != args.config:
                 print(f"config {args.config}: {config}")  # stdout: an error after it stays stderr's one line
-        _check_population_flags(args)
         res = train(config, overrides=args.overrides, run_dir=args.run_dir, seeds=args.seeds, grid=args.grid,
                     vectorize=args.vectorize)
         _report(res)
@@ -289,29 +288,6 @@ def _run(args: argparse.Namespace) -> None:
         from rlfunc.scale.cli import run_sweep_command
 
         run_sweep_command(args)
-
-
-def _check_population_flags(args: argparse.Namespace) -> None:
-    """``--seeds``/``--grid``/``--vectorize`` and a ``--set`` of the same ``train.population`` key both
-    on one command line: refused, since the flag used to win silently over the ``--set``."""
-    from rlfunc.runtime.config import ConfigError, apply_overrides, parse_overrides
-
-    flags = {"seeds": args.seeds, "grid": args.grid, "vectorize": args.vectorize}
-    if all(v is None for v in flags.values()) or not args.overrides:
-        return
-    try:
-        given = apply_overrides({}, parse_overrides(args.overrides))
-    except ConfigError:
-        return  # train() says what is wrong with the overrides
-    spec = (given.get("train") or {}).get("population") if isinstance(given.get("train"), dict) else None
-    if not isinstance(spec, dict):
-        return
-    for key, value in flags.items():
-        if value is not None and key in spec:
-            raise ConfigError(
-                f"--{key} and --set train.population.{key} both set the population's {key}; give it once "
-                f"(drop one of them)."
-            )
 
 
 def _export(export, path: str, out: str):

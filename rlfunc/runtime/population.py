@@ -1346,6 +1346,28 @@ def _new_run_dir(config, members: int) -> Path:
     return path
 
 
+def _refuse_given_twice(overrides: dict | None, **flags: Any) -> None:
+    """``seeds``/``grid``/``vectorize`` (``--seeds``/``--grid``/``--vectorize``) and an override of the same
+    ``train.population`` key both given: refused, since the argument used to win silently over the override."""
+    from rlfunc.runtime.config import apply_overrides
+
+    if all(v is None for v in flags.values()) or not overrides:
+        return
+    try:
+        given = apply_overrides({}, overrides)
+    except ConfigError:
+        return  # train() says what is wrong with the overrides
+    spec = (given.get("train") or {}).get("population") if isinstance(given.get("train"), dict) else None
+    if not isinstance(spec, dict):
+        return
+    for key, value in flags.items():
+        if value is not None and key in spec:
+            raise ConfigError(
+                f"--{key} and --set train.population.{key} both set the population's {key}; give it once "
+                f"(drop one of them)."
+            )
+
+
 def train(
     config=None,
     overrides: dict[str, Any] | list[str] | None = None,
@@ -1376,6 +1398,7 @@ def train(
         raw = config if isinstance(config, dict) else load_config(config)
         if isinstance(overrides, list):
             overrides = parse_overrides(overrides)
+        _refuse_given_twice(overrides, seeds=seeds, grid=grid, vectorize=vectorize)
         raw = apply_overrides(raw, overrides or {})
         if vectorize is not None and seeds is None and grid is None and not (raw.get("train") or {}).get("population"):
             raise ConfigError("vectorize (--vectorize) sets how a population updates its members; give --seeds or --grid too.")
