@@ -358,3 +358,21 @@ def test_a_new_run_inside_another_runs_directory_is_refused_in_one_sentence(tmp_
             "(resume, eval, checkpoint clean-up) it would mix with; pass a --run-dir outside it.")
         assert not inner.exists()
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == before
+
+
+def test_the_last_step_is_saved_once_after_the_final_evaluation(tmp_path):
+    """With ``total_steps`` a multiple of ``checkpoint_every`` but not of ``eval_every`` the last step was
+    written twice: the periodic save, then again after the final evaluation (replay and all)."""
+    saves = []
+
+    class Count(rlfunc.Callback):
+        def on_checkpoint(self, run, path):
+            saves.append(Path(path).name)
+
+    rlfunc.train(None, overrides={**TINY, "train.total_steps": 60, "train.checkpoint_every": 30, "train.eval_every": 40},
+                 run_dir=tmp_path / "run", callbacks=[Count()])
+    assert saves == ["step_000000030", "step_000000060"]
+    rows = _rows(tmp_path / "run" / "eval.csv")
+    assert [int(r["step"]) for r in rows] == [40, 60]  # the final evaluation is in the one last checkpoint
+    meta = load_checkpoint(tmp_path / "run" / "checkpoints" / "step_000000060")[1]
+    assert [s for s, _ in meta["evals"]] == [40, 60]

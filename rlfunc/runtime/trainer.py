@@ -514,10 +514,14 @@ class Trainer:
                 if self.env_step // cfg.eval_every > prev // cfg.eval_every:
                     self._check_finite()
                     last_eval = self.evaluate()
-                if self.env_step // cfg.checkpoint_every > prev // cfg.checkpoint_every:
+                last = self.env_step >= cfg.total_steps
+                # At the last step a final evaluation still follows unless this step had one; the end of
+                # the run saves after it, so a periodic save here would write the same step twice.
+                final_eval_follows = last and (not self.evals or self.evals[-1][0] != self.env_step)
+                if self.env_step // cfg.checkpoint_every > prev // cfg.checkpoint_every and not final_eval_follows:
                     self._check_finite()
                     self._save_or_continue()
-                if self.env_step >= cfg.total_steps:
+                if last:
                     break
             progress.update(self.env_step, last_eval)
         return last_eval
