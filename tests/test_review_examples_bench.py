@@ -235,7 +235,7 @@ LEGACY_WITHOUT_MACHINE = {
     "learn_drqn_n_step5_actor_ladder", "learn_drqn_n_step5_rescaled", "learn_drqn_scale_obs_10",
     "learn_drqv2_cpu", "learn_drqv2_gpu", "learn_drqv2_gpu_s0_94k", "reference_drqv2",
 }
-LEGACY_WITHOUT_COMMAND = {"update_drqv2_amd"}
+LEGACY_WITHOUT_COMMAND: set[str] = set()  # every JSON records its command now
 
 
 def test_committed_jsons_record_machine_and_command_but_for_a_named_legacy_list():
