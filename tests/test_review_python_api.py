@@ -229,3 +229,21 @@ def test_resume_total_steps_is_checked_as_a_number_and_against_the_runs_steps_fi
             rlfunc.resume(run, total_steps=bad)
     with pytest.raises(ConfigError, match=rf"^--total-steps 10 is below the {steps} env steps the run already has"):
         rlfunc.resume(run, total_steps=10)
+
+
+def test_train_and_resume_take_bytes_run_dirs_and_refuse_other_types_in_one_sentence(tmp_path, run):
+    """``train``/``resume`` failed inside pathlib on ``bytes``, ``None`` (resume) or a number, and ``""`` meant
+    the current directory, as load/export/evaluate did before they took ``as_path``."""
+    import os
+
+    out = tmp_path / "b"
+    rlfunc.train(None, overrides=TINY, run_dir=os.fsencode(out))
+    assert (out / "checkpoints").is_dir()
+    for bad in (5, ""):
+        with pytest.raises(TypeError, match=r"^run_dir must be a file-system path \(a str or pathlib\.Path\), got "):
+            rlfunc.train(None, overrides=TINY, run_dir=bad)
+    for bad in (None, 5, ""):
+        with pytest.raises(TypeError, match=r"^run_dir must be a file-system path"):
+            rlfunc.resume(bad)
+    with pytest.raises(TypeError, match=r"^run_dir must be a file-system path"):
+        rlfunc.train(None, overrides={**TINY, "train.population": {"seeds": [0, 1]}}, run_dir=3)

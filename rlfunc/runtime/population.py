@@ -1416,7 +1416,9 @@ def train(
     if run_config.train.population is None:
         return trainer.train(run_config, run_dir=run_dir)
     members = member_specs(run_config)  # refusals before the run directory is made
-    run_dir = Path(run_dir) if run_dir is not None else _new_run_dir(run_config, len(members))
+    from rlfunc.runtime.api import as_path
+
+    run_dir = as_path(run_dir, "run_dir") if run_dir is not None else _new_run_dir(run_config, len(members))
     created = trainer.prepare_run_dir(run_dir)  # and its lock, released when the run ends
     try:
         pop = PopulationTrainer(run_config, run_dir)

@@ -831,8 +831,11 @@ def train(
     Everything is checked before any env is built: the config, and that the
     run directory holds no other run and is writable.
     """
+    from rlfunc.runtime.api import as_path
     from rlfunc.runtime.config import parse_overrides
 
+    if run_dir is not None:
+        run_dir = as_path(run_dir, "run_dir")  # a bytes path too; a number or "" is one sentence
     if isinstance(config, RunConfig):
         if overrides:
             raise ConfigError("Pass overrides with a YAML path or mapping, not with a built RunConfig.")
@@ -853,7 +856,7 @@ def train(
         from rlfunc.scale import distributed
 
         return distributed.train(run_config, run_dir=run_dir, callbacks=callbacks)
-    run_dir = Path(run_dir) if run_dir is not None else _new_run_dir(run_config)
+    run_dir = run_dir if run_dir is not None else _new_run_dir(run_config)
     created = prepare_run_dir(run_dir)
     return _start(run_config, run_dir, created, callbacks).run()
 
@@ -913,9 +916,9 @@ def _refuse_part_of_a_larger_run(run_dir: Path) -> None:
 
 def _resume(run_dir: str | Path, total_steps: int | None, callbacks: list | None) -> TrainResult:
     from rlfunc.runtime import population
-    from rlfunc.runtime.api import is_weights_only
+    from rlfunc.runtime.api import as_path, is_weights_only
 
-    run_dir = Path(run_dir)
+    run_dir = as_path(run_dir, "run_dir")  # a bytes path too; None, a number or "" is one sentence
     if not run_dir.is_dir():
         raise ConfigError(f"{str(run_dir)!r} is not a run directory; pass the directory `rlfunc train` created.")
     _refuse_part_of_a_larger_run(run_dir)
