@@ -343,6 +343,15 @@ def _undo_write(tmp: Path, old: Path, final: Path, latest_tmp: Path) -> None:
         pass
 
 
+def unwritable_parent(path: str | Path) -> Path | None:
+    """The nearest existing directory above ``path`` if this process may not create ``path`` in it (not a
+    directory, or no write permission), else ``None``: an output checked before the work that writes it."""
+    parent = Path(path).parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    return None if parent.is_dir() and os.access(parent, os.W_OK | os.X_OK) else parent
+
+
 def clean_leftovers(directory: str | Path) -> list[str]:
     """Remove what killed writes left in a checkpoints ``directory``; returns what was done.
 

@@ -82,10 +82,10 @@ def _check_out(out: str | Path) -> None:
             f"--out {str(path)!r} already exists; pass a new file name (a dataset is never overwritten: runs "
             "trained on it check its SHA-256 when they resume)."
         )
-    parent = path.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+    from rlfunc.runtime.checkpoint import unwritable_parent
+
+    parent = unwritable_parent(path)
+    if parent is not None:
         raise ValueError(
             f"--out {str(path)!r} cannot be written ({str(parent)!r} is not a writable directory); pick another --out."
         )

@@ -112,10 +112,10 @@ def results_path(sweep_dir: str | Path, out: str | Path | None, config: str | Pa
             f"--out {str(out)!r} already exists and is not a results JSON of an earlier `rlfunc sweep`; pick a new "
             "file name (nothing else is overwritten)."
         )
-    parent = path.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+    from rlfunc.runtime.checkpoint import unwritable_parent
+
+    parent = unwritable_parent(path)
+    if parent is not None:
         raise ConfigError(f"--out {str(path)!r} cannot be written ({str(parent)!r} is not a writable directory); pick another --out.")
     return path
 
