@@ -14,22 +14,9 @@ import torch
 from test_predict import _obs, _policy
 
 import rlfunc
+from test_review_resources import TINY as RESOURCES_TINY  # noqa: E402 -- the tiny REDQ run the reviews share
 
-TINY = {
-    "agent.hidden_sizes": [8, 8],
-    "agent.num_critics": 2,
-    "agent.updates_per_step": 1,
-    "agent.batch_size": 8,
-    "train.replay_size": 400,
-    "train.learning_starts": 20,
-    "train.eval_every": 40,
-    "train.eval_episodes": 1,
-    "train.checkpoint_every": 30,
-    "train.log_every": 10,
-    "train.progress": False,
-    "train.total_steps": 40,
-    "train.threads": 1,
-}
+TINY = {**RESOURCES_TINY, "train.total_steps": 40, "train.threads": 1}
 SHORT = {**TINY, "train.total_steps": 25, "train.eval_every": 25, "train.checkpoint_every": 25}
 
 
