@@ -475,7 +475,7 @@ def test_with_max_restarts_0_one_death_stops_the_run_in_one_sentence(ray_local, 
 @pytest.fixture
 def hog(ray_local):
     """Holds CPUs of the 2-CPU Ray the way another job would: ``hog(n)`` starts an actor holding ``n``."""
-    held = []
+    held, taken = [], []
 
     class Hog:  # defined here: Ray sends it by value (the workers cannot import the test module)
         def ping(self):
@@ -485,6 +485,14 @@ def hog(ray_local):
         actor = ray_local.remote(num_cpus=cpus)(Hog).remote()
         ray_local.get(actor.ping.remote(), timeout=60)
         held.append(actor)
+        taken.append(cpus)
+        # Ray's available_resources() is synced periodically: wait (bounded) until it shows the held CPUs, as
+        # the run's "N of M free now" line reads it (under a loaded full suite it lagged and the line was missing).
+        total = ray_local.cluster_resources().get("CPU", 0.0)
+        deadline = time.monotonic() + 20
+        while ray_local.available_resources().get("CPU", 0.0) > total - sum(taken) + 1e-9:
+            assert time.monotonic() < deadline, "Ray never showed the held CPUs as taken"
+            time.sleep(0.1)
 
     yield start
     for actor in held:
