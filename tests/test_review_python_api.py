@@ -124,12 +124,12 @@ def test_paths_may_be_bytes_and_non_paths_are_one_sentence(run, tmp_path):
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"episodes": 2.0}, "episodes must be a whole number"),  # was a TypeError from range()
-        ({"episodes": 1.5}, "episodes must be a whole number"),
-        ({"episodes": True}, "episodes must be a whole number"),  # was one episode
-        ({"episodes": "2"}, "episodes must be a whole number"),
-        ({"episodes": None}, "episodes must be a whole number"),
-        ({"episodes": 0}, "episodes must be at least 1"),
+        ({"episodes": 2.0}, "episodes must be an integer"),  # was a TypeError from range()
+        ({"episodes": 1.5}, "episodes must be an integer"),
+        ({"episodes": True}, "episodes must be an integer"),  # was one episode
+        ({"episodes": "2"}, "episodes must be an integer"),
+        ({"episodes": None}, "episodes must be an integer"),
+        ({"episodes": 0}, "episodes must be an integer at least 1"),
         ({"seed": 1.5}, "seed must be an integer"),  # was truncated to 1
         ({"seed": -1}, "seed must be an integer"),  # was gymnasium's error after the env was made
         ({"seed": "x"}, "seed must be an integer"),

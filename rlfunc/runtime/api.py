@@ -223,16 +223,6 @@ def is_weights_only(path: str | Path) -> bool:
 # -- evaluation -----------------------------------------------------------------------------
 
 
-def _check_count(value, name: str) -> int:
-    """A positive integer count (numpy integers too); a bool, a float such as ``2.0``, a string or ``None`` is one
-    ``ValueError`` sentence (``True`` is not one episode)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}.")
-    if value < 1:
-        raise ValueError(f"{name} must be at least 1, got {value}.")
-    return int(value)
-
-
 def _render_modes(env_id: str) -> list[str] | None:
     """The render modes ``env_id``'s registered class declares (``None`` if that cannot be told)."""
     import gymnasium as gym
@@ -338,10 +328,10 @@ def evaluate(
     from rlfunc.envs.factory import from_loaded_file
     from rlfunc.runtime.evaluate import run_episodes
 
-    episodes = _check_count(episodes, "episodes")
-    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be an integer of at least 0, got {seed!r}.")
-    seed = int(seed)
+    from rlfunc.runtime.policy import _check_int  # the one integer check of the Python API
+
+    episodes = _check_int(episodes, "episodes", 1)  # True is not one episode, 2.0 not two
+    seed = _check_int(seed, "seed", 0)
     if not isinstance(stochastic, (bool, np.bool_)):
         raise ValueError(f"stochastic must be True or False, got {stochastic!r}.")
     stochastic = bool(stochastic)
