@@ -499,6 +499,13 @@ class PopulationTrainer:
     """
 
     def __init__(self, config, run_dir: Path) -> None:
+        try:
+            self._build(config, run_dir)
+        except BaseException:  # refused (memory, settings) after some envs were made: none is left open
+            self.close_envs()
+            raise
+
+    def _build(self, config, run_dir: Path) -> None:
         from rlfunc.core import population
         from rlfunc.envs import build_wrappers, env_fns, env_spaces
         from rlfunc.runtime.memory import Need, require_memory
@@ -518,8 +525,11 @@ class PopulationTrainer:
         self.entry = get_algo(config.algo)
         self.algo = self.entry.algo
         self.device = torch.device(cfg.device)
-        envs = [_make_envs(m.config, train_env=False) for m in self.members]
-        self.eval_envs = [e for _, e, _ in envs]
+        self.eval_envs, natives = [], []
+        for m in self.members:
+            _, eval_env, native = _make_envs(m.config, train_env=False)
+            self.eval_envs.append(eval_env)
+            natives.append(native)
         # Every member's training envs, P x env.num_envs copies, in one vector env (issue #24 §5).
         self.collector = PopulationCollector(
             [env_fns(m.config.env.id, m.config.env.num_envs, kwargs=m.config.env.kwargs,
@@ -533,7 +543,7 @@ class PopulationTrainer:
         # entropy resolved), its initial state from its seed, its replay, its generator (seed + 1).
         # The first one sizes its replay: P of them must fit before the others are built.
         self.learners = []
-        for k, (m, (_, _, native)) in enumerate(zip(self.members, envs)):
+        for k, (m, native) in enumerate(zip(self.members, natives)):
             learner = self.entry.make_learner(m.config, obs_space, act_space)
             learner.native_action_space = native
             self.learners.append(learner)
@@ -1159,7 +1169,17 @@ class PopulationTrainer:
         from rlfunc.runtime.checkpoint import locked_run_dir
 
         with locked_run_dir(self.run_dir):
-            return self._run(resumed)
+            try:
+                return self._run(resumed)
+            finally:
+                self.close_envs()
+
+    def close_envs(self) -> None:
+        """Close every member's training copies (one vector env) and evaluation env, as a single run does
+        (:meth:`rlfunc.runtime.trainer.Trainer.close_envs`)."""
+        from rlfunc.runtime.trainer import close_quietly
+
+        close_quietly(getattr(self, "collector", None), *getattr(self, "eval_envs", []))
 
     def _missed_evaluations(self) -> list[int]:
         """The members whose evaluation was due at their restored env step but is not recorded: the
