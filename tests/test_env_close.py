@@ -115,3 +115,28 @@ def test_an_env_that_fails_its_first_step_leaves_no_copy_open(tmp_path):
     with pytest.raises(ConfigError, match="failed at its first step"):
         rlfunc.train(None, overrides={**TINY, "env.num_envs": 2, "env.kwargs": {"speed": "fast"}}, run_dir=tmp_path / "bad")
     assert ClosingEnv.open_ids == set()
+
+
+def test_a_checkpoint_that_does_not_fit_closes_the_envs_its_trainer_made(tmp_path):
+    """A resume builds the trainer (its envs) from the checkpoint's config, then restores; a restore that
+    refuses the checkpoint must not leave them open (single run and population)."""
+    from rlfunc.runtime import population as pr
+    from rlfunc.runtime.checkpoint import CheckpointError, load_newest_good
+    from rlfunc.runtime.config import build_config
+    from rlfunc.runtime.trainer import Trainer
+
+    rlfunc.train(None, overrides=TINY, run_dir=tmp_path / "run")
+    checkpoint, tensors, meta = load_newest_good(tmp_path / "run")
+    trainer = Trainer(build_config(meta["config"], resolved=True), tmp_path / "again")
+    assert ClosingEnv.open_ids
+    with pytest.raises(CheckpointError, match="algo"):
+        trainer.restore(checkpoint, tensors, {**meta, "algo": "redq"})
+    assert ClosingEnv.open_ids == set()
+
+    rlfunc.train(None, overrides={**TINY, "train.population": {"seeds": [0, 1]}}, run_dir=tmp_path / "pop")
+    checkpoint, tensors, meta = load_newest_good(tmp_path / "pop")
+    pop = pr.PopulationTrainer(build_config(meta["config"], resolved=True), tmp_path / "pop-again")
+    assert ClosingEnv.open_ids
+    with pytest.raises(CheckpointError):
+        pop.restore(checkpoint, tensors, {**meta, "env_steps": [1, 2, 3]})
+    assert ClosingEnv.open_ids == set()

@@ -1070,7 +1070,15 @@ class PopulationTrainer:
     def restore(self, checkpoint: Path, tensors: TensorDict, meta: dict[str, Any]) -> None:
         """Continue every member from a verified population checkpoint: the stacked state, and each
         member's learner from its tensors (its ``load_state_tensors``: replay, generator, and what
-        its single run's resume does, e.g. closing open episodes and zeroing carries)."""
+        its single run's resume does, e.g. closing open episodes and zeroing carries). A checkpoint
+        that does not fit closes the envs, as a single run's restore does."""
+        try:
+            self._restore(checkpoint, tensors, meta)
+        except BaseException:
+            self.close_envs()
+            raise
+
+    def _restore(self, checkpoint: Path, tensors: TensorDict, meta: dict[str, Any]) -> None:
         from rlfunc.runtime.checkpoint import CheckpointError, check_structure, recorded_best_return
 
         p = len(self.members)

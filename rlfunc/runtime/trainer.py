@@ -303,7 +303,16 @@ class Trainer:
         prune_best(self.best_dir, path, mean)
 
     def restore(self, checkpoint: Path, tensors, meta: dict[str, Any]) -> None:
-        """Continue from a verified checkpoint (see :func:`rlfunc.runtime.checkpoint.load_newest_good`)."""
+        """Continue from a verified checkpoint (see :func:`rlfunc.runtime.checkpoint.load_newest_good`).
+        A checkpoint that does not fit is one :class:`CheckpointError`; the trainer closes its envs then
+        (it is not run after a failed restore)."""
+        try:
+            self._restore(checkpoint, tensors, meta)
+        except BaseException:
+            self.close_envs()
+            raise
+
+    def _restore(self, checkpoint: Path, tensors, meta: dict[str, Any]) -> None:
         if meta.get("weights_only"):
             raise CheckpointError(
                 f"{str(checkpoint)!r} holds a policy's weights only (an export or the best policy), not a training state; "
