@@ -32,9 +32,9 @@ __all__ = [
     "lr_schedules",
 ]
 
-LINEAR_INITS = ("xavier_uniform", "orthogonal", "torch_default")
+LINEAR_INITS = ("xavier_uniform", "orthogonal", "torch_default", "lecun_normal")
 """Weight inits of :func:`rlfunc.core.nets.linear_init`."""
-LSTM_INITS = ("torch_default", "orthogonal")
+LSTM_INITS = ("torch_default", "orthogonal", "lecun_normal")
 """Weight inits of :func:`rlfunc.core.nets.lstm_init`."""
 
 

@@ -203,6 +203,7 @@ class Config:
     # Read by the training runtime, not by update() (replay size and warm-up: train.replay_size, train.learning_starts):
     train_every: int = 1
     lstm_init: str = "torch_default"
+    forget_bias: float = 0.0  # added to the LSTM's forget-gate bias at init; 1.0: hk.LSTM's constant forget bias
     init: str = "torch_default"
 
     def __post_init__(self) -> None:
@@ -317,7 +318,7 @@ def _network_init(config: Config, obs_shape: tuple[int, ...], num_actions: int, 
     lstm_in = enc[-1] if enc else features
     if config.core == "lstm":
         core_key = "lstm"
-        core = nets.lstm_init(lstm_in, config.lstm_size, init=config.lstm_init, generator=gen)
+        core = nets.lstm_init(lstm_in, config.lstm_size, init=config.lstm_init, forget_bias=config.forget_bias, generator=gen)
     else:
         core_key = "fc"
         core = nets.linear_init(lstm_in, config.lstm_size, init=config.init, generator=gen)

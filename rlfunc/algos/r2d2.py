@@ -42,7 +42,14 @@ default:
   updates;
 * **acting**: epsilon-greedy with a fixed epsilon per actor,
   ``eps_i = 0.4^(1 + 7 i / (N - 1))`` (:func:`actor_epsilons`; Ape-X, and
-  Acme's ``np.logspace(1, 8, N, base=0.4)``); evaluation greedy.
+  Acme's ``np.logspace(1, 8, N, base=0.4)``); evaluation greedy;
+* **initialisation** (not in the paper; a named deviation from Acme): PyTorch's
+  own (``init`` and ``lstm_init`` ``"torch_default"``: ``nn.Linear``/``nn.LSTM``
+  uniform weights and biases, no forget bias), what the committed results use.
+  Acme's networks are haiku's: truncated-normal fan-in weights with zero biases
+  everywhere, and ``hk.LSTM`` adds 1 to the forget gate (``init="lecun_normal"``,
+  ``lstm_init="lecun_normal"``, ``forget_bias=1.0`` give that; at init the cell
+  then keeps sigmoid(1) = 0.73 of itself per step instead of about 0.5).
 
 Options beyond the paper, off by default: ``lr_schedule`` (a learning-rate
 schedule, :class:`rlfunc.core.optim.LRSchedule`: constant, linear or cosine
@@ -228,6 +235,7 @@ class Config:
     # Read by the training runtime, not by update() (replay size and warm-up: train.replay_size, train.learning_starts):
     samples_per_insert: float = 4.0  # Acme's rate limiter
     lstm_init: str = "torch_default"
+    forget_bias: float = 0.0  # added to the LSTM's forget-gate bias at init; Acme's hk.LSTM: 1.0 (with lstm_init lecun_normal)
     init: str = "torch_default"
 
     def __post_init__(self) -> None:
@@ -297,7 +305,7 @@ def _network_init(config: Config, obs_shape: tuple[int, ...], num_actions: int, 
         {
             **torso,
             "encoder": drqn.encoder_mlp_init(config, torso_features, gen),  # after the head: the generator order of before
-            "lstm": nets.lstm_init(lstm_in, H, init=config.lstm_init, generator=gen),
+            "lstm": nets.lstm_init(lstm_in, H, init=config.lstm_init, forget_bias=config.forget_bias, generator=gen),
             "head": head,
         },
         batch_size=[],

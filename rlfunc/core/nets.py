@@ -30,6 +30,7 @@ from tensordict import TensorDict
 
 __all__ = [
     "linear_init",
+    "lecun_normal_",
     "mlp_init",
     "mlp_apply",
     "num_linear_layers",
@@ -46,6 +47,18 @@ _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "elu": F.elu,
     "gelu": F.gelu,
 }
+
+
+TRUNCATED_NORMAL_STD = 0.87962566103423978
+"""Standard deviation of a unit normal truncated to [-2, 2] (haiku's and flax's ``VarianceScaling`` divide by it)."""
+
+
+def lecun_normal_(weight: torch.Tensor, fan_in: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Fill ``weight`` in place from N(0, s^2) truncated to [-2s, 2s], s = sqrt(1 / fan_in) / 0.8796...:
+    variance 1 / ``fan_in`` after truncation, haiku's default initialiser
+    (``hk.initializers.VarianceScaling(1.0, "fan_in", "truncated_normal")``)."""
+    std = math.sqrt(1.0 / max(fan_in, 1)) / TRUNCATED_NORMAL_STD
+    return torch.nn.init.trunc_normal_(weight, 0.0, std, -2.0 * std, 2.0 * std, generator=generator)
 
 
 def linear_init(
@@ -65,9 +78,13 @@ def linear_init(
     * ``"xavier_uniform"``: U(-a, a), a = gain * sqrt(6 / (in + out)), zero
       bias -- REDQ's ``weights_init_`` (watchernyu/REDQ ``redq/algos/core.py``);
     * ``"orthogonal"``: orthogonal rows/columns scaled by ``gain``, zero bias --
-      DrQ-v2's ``utils.weight_init`` and Acme/flax defaults;
+      DrQ-v2's ``utils.weight_init``;
     * ``"torch_default"``: ``nn.Linear``'s own kaiming-uniform(a=sqrt(5)) weight
-      and U(-1/sqrt(in), 1/sqrt(in)) bias.
+      and U(-1/sqrt(in), 1/sqrt(in)) bias;
+    * ``"lecun_normal"``: a normal truncated at two standard deviations, variance
+      1/in after truncation, zero bias -- haiku's default ``w_init``
+      (``VarianceScaling(1.0, "fan_in", "truncated_normal")``, so Acme's R2D2 networks)
+      and flax's ``lecun_normal``; ``gain`` is not used.
     """
     weight = torch.empty(out_features, in_features, device=device, dtype=dtype)
     bias = torch.zeros(out_features, device=device, dtype=dtype)
@@ -87,9 +104,11 @@ def linear_init(
         bound = 1.0 / math.sqrt(in_features) if in_features > 0 else 0.0
         weight.uniform_(-bound, bound, generator=generator)
         bias.uniform_(-bound, bound, generator=generator)
+    elif init == "lecun_normal":
+        lecun_normal_(weight, in_features, generator)
     else:
         raise ValueError(
-            f"Unknown init {init!r}; use one of 'xavier_uniform', 'orthogonal', 'torch_default'."
+            f"Unknown init {init!r}; use one of 'xavier_uniform', 'orthogonal', 'torch_default', 'lecun_normal'."
         )
     return TensorDict({"weight": weight, "bias": bias}, batch_size=[])
 
@@ -332,11 +351,15 @@ def lstm_init(
     * ``"torch_default"``: every weight and bias U(-k, k), k = 1/sqrt(H), as
       ``nn.LSTM.reset_parameters``;
     * ``"orthogonal"``: orthogonal ``weight_hh`` blocks (one per gate),
-      xavier-uniform ``weight_ih``, zero biases (a common RL choice, e.g.
-      flax/Acme-style initialisers).
+      xavier-uniform ``weight_ih``, zero biases (a common RL choice);
+    * ``"lecun_normal"``: haiku's ``hk.LSTM`` (Acme's R2D2 networks): its one
+      linear layer over ``[x, h]`` from :func:`lecun_normal_` with fan-in
+      ``input_size + hidden_size``, zero biases.
 
-    ``forget_bias`` is added to the forget-gate slice ``[H:2H]`` of ``bias_ih``
-    (Jozefowicz et al. 2015 recommend 1.0); default 0 keeps torch's init.
+    ``forget_bias`` is added to the forget-gate slice ``[H:2H]`` of ``bias_ih``:
+    ``hk.LSTM`` adds 1 to the forget gate's pre-activation (a constant, the same
+    function and gradients as a learned bias starting 1 higher; Jozefowicz et al.
+    2015 recommend 1.0); default 0 keeps torch's init.
     """
     if input_size < 1 or hidden_size < 1:
         raise ValueError(
@@ -370,8 +393,12 @@ def lstm_init(
                 ]
             )
         )
+    elif init == "lecun_normal":
+        w = lecun_normal_(torch.empty(h4, input_size + hidden_size, device=device, dtype=dtype), input_size + hidden_size, generator)
+        w_ih.copy_(w[:, :input_size])
+        w_hh.copy_(w[:, input_size:])
     else:
-        raise ValueError(f"Unknown LSTM init {init!r}; use 'torch_default' or 'orthogonal'.")
+        raise ValueError(f"Unknown LSTM init {init!r}; use 'torch_default', 'orthogonal' or 'lecun_normal'.")
     if forget_bias:
         b_ih[hidden_size : 2 * hidden_size] += forget_bias
     return TensorDict(
@@ -510,20 +537,21 @@ def conv_init(
     """One ``Conv2d`` layer: ``weight [out, in, k, k]``, zero ``bias [out]``.
 
     ``init="orthogonal"`` (DrQ-v2's ``utils.weight_init``: orthogonal on the
-    weight viewed as ``[out, in * k * k]``, ReLU gain sqrt(2)) or
-    ``"torch_default"`` (``nn.Conv2d``'s own init).
+    weight viewed as ``[out, in * k * k]``, ReLU gain sqrt(2)),
+    ``"torch_default"`` (``nn.Conv2d``'s own init) or ``"lecun_normal"``
+    (``hk.Conv2D``'s default, fan-in ``in * k * k``, zero bias; ``gain`` not used).
     """
     fan_in = in_channels * kernel * kernel
     if init == "orthogonal":
         flat = linear_init(fan_in, out_channels, init="orthogonal", gain=gain, generator=generator, device=device, dtype=dtype)
         weight = flat["weight"].reshape(out_channels, in_channels, kernel, kernel)
         bias = flat["bias"]
-    elif init == "torch_default":
-        flat = linear_init(fan_in, out_channels, init="torch_default", generator=generator, device=device, dtype=dtype)
+    elif init in ("torch_default", "lecun_normal"):
+        flat = linear_init(fan_in, out_channels, init=init, generator=generator, device=device, dtype=dtype)
         weight = flat["weight"].reshape(out_channels, in_channels, kernel, kernel)
         bias = flat["bias"]
     else:
-        raise ValueError(f"Unknown conv init {init!r}; use 'orthogonal' or 'torch_default'.")
+        raise ValueError(f"Unknown conv init {init!r}; use 'orthogonal', 'torch_default' or 'lecun_normal'.")
     return TensorDict({"weight": weight.contiguous(), "bias": bias}, batch_size=[])
 
 
@@ -669,7 +697,7 @@ def torso_init(
     """Parameters of torso ``kind`` for observations of ``obs_shape``: ``{kind: {"0": conv, ...}}``.
 
     ``init``: ``"torch_default"`` (``nn.Conv2d``'s own, what the MinAtar and PyTorch DQN code
-    get) or ``"orthogonal"`` (ReLU gain)."""
+    get), ``"orthogonal"`` (ReLU gain) or ``"lecun_normal"`` (haiku's ``hk.Conv2D``, Acme's torsos)."""
     torso_check(kind, obs_shape)
     spec = TORSOS[kind]
     c_in = _torso_layout(kind, obs_shape)[0]
