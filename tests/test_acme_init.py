@@ -85,3 +85,4 @@ def test_unknown_inits_and_a_non_finite_forget_bias_are_one_sentence(module):
         module.Config(init="haiku")
     with pytest.raises(ValueError, match="forget_bias"):
         module.Config(forget_bias=float("nan"))
+

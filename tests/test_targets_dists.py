@@ -1,5 +1,6 @@
 import math
 
+import pytest
 import torch
 from tensordict import TensorDict
 
@@ -51,3 +52,17 @@ def test_clipped_normal_straight_through():
     torch.testing.assert_close(x[1], torch.tensor(-0.15))
     x.sum().backward()
     torch.testing.assert_close(mean.grad, torch.ones(2))
+
+
+def test_a_zero_tanh_epsilon_is_refused_naming_the_exact_formula():
+    """log(1 - tanh(u)^2 + 0) is -inf once float32 tanh rounds to +-1 (|u| >= ~9): a NaN loss at the first such
+    action. ``None`` is the exact formula that 0 would mean (review of the numerical core)."""
+    from rlfunc.algos import redq
+    from rlfunc.core import dists
+
+    u = torch.tensor([[10.0]], requires_grad=True)
+    _, log_prob = dists.tanh_gaussian(u, torch.zeros(1, 1), torch.zeros(1, 1), epsilon=0.0)
+    assert not torch.isfinite(log_prob).all()  # why 0 is refused
+    with pytest.raises(ValueError, match="null for the exact formula"):
+        redq.Config(tanh_epsilon=0.0)
+    assert redq.Config(tanh_epsilon=None).tanh_epsilon is None

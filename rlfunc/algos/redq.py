@@ -280,8 +280,12 @@ class Config:
                 f"log_std_min must be below log_std_max ({self.log_std_max}), got {self.log_std_min}."
             )
         te_ = self.tanh_epsilon
-        if te_ is not None and (not isinstance(te_, (int, float)) or isinstance(te_, bool) or te_ < 0):
-            raise ValueError(f"tanh_epsilon must be >= 0 or null (exact), got {self.tanh_epsilon!r}.")
+        if te_ is not None and (not isinstance(te_, (int, float)) or isinstance(te_, bool) or te_ <= 0):
+            # 0 is refused: log(1 - tanh(u)^2) is log(0) once float32 tanh rounds to +-1 (|u| >= ~9), an
+            # infinite log-probability and NaN gradients; the exact formula is what 0 would mean.
+            raise ValueError(
+                f"tanh_epsilon must be above 0 (REDQ's 1e-6) or null for the exact formula, got {self.tanh_epsilon!r}."
+            )
 
 
 def sac_config(**overrides: Any) -> Config:
