@@ -516,3 +516,22 @@ def test_redq_step_mode_with_per_optimizer_schedules_compiles_and_matches_eager(
         torch.testing.assert_close(m_c[k], m_e[k], rtol=1e-4, atol=1e-6)
     for k in eager.exclude("config").keys(True, True):
         torch.testing.assert_close(comp[k], eager[k], rtol=1e-4, atol=1e-5)
+
+
+def test_a_schedule_longer_than_the_float32_step_counter_counts_is_refused():
+    """Adam's step counter is float32 (as torch.optim's): past 2**24 adding 1 no longer changes it, so a
+    schedule reaching beyond would freeze its rate there (review of the numerical core)."""
+    from rlfunc.algos import r2d2, redq
+    from rlfunc.core.optim import EXACT_STEPS, LRSchedule
+
+    stuck = torch.tensor(float(EXACT_STEPS), dtype=torch.float32)
+    assert torch.equal(stuck + 1, stuck)  # why
+    assert LRSchedule.parse({"kind": "linear", "decay_updates": EXACT_STEPS}).decay_updates == EXACT_STEPS
+    with pytest.raises(ValueError, match=r"spans 16,777,217 gradient steps.*2\*\*24"):
+        LRSchedule.parse({"kind": "cosine", "warmup_updates": 1, "decay_updates": EXACT_STEPS})
+    with pytest.raises(ValueError, match="warmup_updates"):
+        LRSchedule.parse({"kind": "constant", "warmup_updates": EXACT_STEPS + 1})
+    with pytest.raises(ValueError, match="critic_lr_schedule spans"):
+        redq.Config(critic_lr_schedule={"kind": "linear", "decay_updates": 20_000_000})
+    with pytest.raises(ValueError, match="lr_decay_updates spans"):
+        r2d2.Config(lr_decay_updates=20_000_000)

@@ -7,7 +7,7 @@ import dataclasses
 import torch
 from tensordict import TensorDict
 
-from rlfunc.core.optim import Adam, LRSchedule, Schedule, linear_schedule, scheduled_lr
+from rlfunc.core.optim import Adam, LRSchedule, Schedule, check_exact_span, linear_schedule, scheduled_lr
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +84,8 @@ def check_lr_decay(config) -> None:
     decay = config.lr_decay_updates
     if decay is not None and (not isinstance(decay, int) or isinstance(decay, bool) or decay < 0):
         raise ValueError(f"lr_decay_updates must be a number of updates >= 0 (or null: constant lr), got {config.lr_decay_updates}.")
+    if decay:
+        check_exact_span(decay, "lr_decay_updates", "lr_decay_updates")
     if not isinstance(config.lr_end, (int, float)) or isinstance(config.lr_end, bool) or not 0.0 <= config.lr_end <= config.lr:
         raise ValueError(f"lr_end must be between 0 and lr ({config.lr}), got {config.lr_end}.")
     schedule = config.lr_schedule

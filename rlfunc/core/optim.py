@@ -64,9 +64,11 @@ from tensordict import TensorDict
 
 __all__ = [
     "Adam",
+    "EXACT_STEPS",
     "LRSchedule",
     "SCHEDULE_KINDS",
     "Schedule",
+    "check_exact_span",
     "clip_by_global_norm",
     "fused_adam",
     "global_norm",
@@ -153,7 +155,8 @@ class Adam:
     ) -> float | torch.Tensor:
         """The rate of the next :meth:`step` from ``opt_state``: ``lr`` itself when it is a
         float, else the schedule at ``opt_state["step"]`` (this optimizer's steps so far;
-        a float32 counter, exact up to 2**24 steps, as ``torch.optim``'s). Pure, no sync.
+        a float32 counter, exact up to 2**24 steps, as ``torch.optim``'s; :class:`LRSchedule` refuses
+        schedules longer than that). Pure, no sync.
 
         ``base`` (a 0-dim tensor, e.g. ``state["hparams", "critic_lr"]``) is a rate
         held in the state that replaces the configured one: returned as is for a
@@ -547,6 +550,21 @@ class LRSchedule:
         )
 
 
+EXACT_STEPS = 2**24
+"""Optimizer steps that :class:`Adam`'s float32 step counter (as ``torch.optim``'s) counts exactly; a
+learning-rate schedule must end within them."""
+
+
+def check_exact_span(span: int, name: str, what: str = "warmup_updates + decay_updates") -> None:
+    """A schedule longer than :data:`EXACT_STEPS` is one sentence: Adam's step counter is float32, as
+    ``torch.optim``'s, so past 2**24 adding 1 no longer changes it and the rate would stop moving."""
+    if span > EXACT_STEPS:
+        raise ValueError(
+            f"{name} spans {span:,} gradient steps, beyond the {EXACT_STEPS:,} (2**24) that the optimizer's "
+            f"float32 step counter counts exactly; shorten {what}."
+        )
+
+
 def _check_lr_schedule(v: dict, name: str) -> None:
     """One-sentence errors (starting with ``name``) for the fields of an :class:`LRSchedule`."""
     kind = v["kind"]
@@ -559,6 +577,7 @@ def _check_lr_schedule(v: dict, name: str) -> None:
         raise ValueError(f"{name} warmup_start_factor must be a number in [0, 1), got {ws!r}.")
     if ws and not v["warmup_updates"]:
         raise ValueError(f"{name} warmup_start_factor is set but warmup_updates is 0; set warmup_updates or drop it.")
+    check_exact_span(v["warmup_updates"] + (v["decay_updates"] if _is_int(v["decay_updates"]) else 0), name)
     if kind == "constant":
         for key in ("decay_updates", "end_factor"):
             if v[key] is not None:
