@@ -3,7 +3,7 @@
 #   1. the card, torch, and one headless DMC frame (EGL must not return a black image);
 #   2. `update --algo ALL --device cuda` (imperative vs functional eager vs +cudagraph);
 #   3. `peers --device cuda` update tasks (rlfunc vs Stable-Baselines3 / TorchRL on the same card);
-#   4. tests/test_gpu_path.py;
+#   4. tests/test_gpu_path.py and the eager CUDA-graph tests of tests/test_population_compile.py;
 #   5. DrQ-v2 on DMC cartpole_balance with the official settings, 3 seeds x 100k frames, on CUDA
 #      with the update replayed as a CUDA graph, one process per seed sharing the card;
 #   6. if time is left: the peers training-loop and replay tasks, then REDQ's compiled (+cudagraph) update;
@@ -95,6 +95,10 @@ stage "tests/test_gpu_path.py"
 timeout $(( $(left) < 240 ? $(left) : 240 )) $PY -m pytest -q -rs -p no:cacheprovider tests/test_gpu_path.py \
     > "$OUT/pytest_gpu.log" 2>&1
 tail -15 "$OUT/pytest_gpu.log"
+# the vmapped update replayed as one CUDA graph (eager; the compiled variants cost minutes of compile)
+timeout $(( $(left) < 120 ? $(left) : 120 )) $PY -m pytest -q -rs -p no:cacheprovider tests/test_population_compile.py \
+    -k "cuda_graph and eager" > "$OUT/pytest_population_cuda.log" 2>&1
+tail -8 "$OUT/pytest_population_cuda.log"
 fi
 
 if want drqv2; then

@@ -377,6 +377,29 @@ def test_sequence_learner_wires_cuda_graph_to_fixed_buffers():
     assert _ptrs(learner.state) == ptrs and int(learner.state["step"]) == 2
 
 
+@pytest.mark.parametrize("config_path, extra", [
+    ("configs/r2d2/cartpole_novel.yaml", {"agent.lstm_size": 8, "agent.head_sizes": [8], "agent.batch_size": 2,
+                                          "agent.burn_in": 0, "agent.sequence_length": 4, "agent.sequence_period": 2}),
+    ("configs/drqn/cartpole_novel.yaml", {"agent.lstm_size": 8, "agent.encoder_sizes": [8], "agent.batch_size": 2,
+                                          "agent.sequence_length": 4, "agent.sequence_period": 2, "agent.n_step": 2}),
+])
+def test_sequence_learners_add_their_metrics_on_the_learners_device(config_path, extra):
+    """R2D2's ``replay_windows`` and DRQN's ``epsilon`` join the update's metrics, whose finiteness the trainer
+    stacks in one ``torch.stack``: a CPU tensor among CUDA ones failed it at the first update on a GPU. Here the
+    ``meta`` device stands in for CUDA (the learner's device and the update's metrics on it)."""
+    from rlfunc.envs import make_env
+    from rlfunc.runtime.registry import get_algo
+
+    cfg = build_config(apply_overrides(load_config(config_path), {**extra, "train.learning_starts": 0, "train.replay_size": 50}))
+    env = make_env(cfg.env.id, kwargs=cfg.env.kwargs)
+    learner = get_algo(cfg.algo).make_learner(cfg, env.observation_space, env.action_space)
+    learner.device = torch.device("meta")
+    learner.replay.update_priorities = lambda *args: None  # R2D2's write-back, not under test
+    metrics = TensorDict({"loss": torch.zeros((), device="meta"), "priorities": torch.zeros(2, device="meta")}, [])
+    out = learner.after_update(metrics, torch.zeros(2, dtype=torch.int64))
+    assert {v.device.type for v in out.values(True, True)} == {"meta"}, dict(out.items())
+
+
 # --------------------------------------------------------------------------- CUDA only
 @needs_cuda
 @pytest.mark.parametrize("algo", sorted(PROBLEMS))

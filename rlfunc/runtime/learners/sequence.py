@@ -285,7 +285,8 @@ class SequenceLearner(TransitionLearner):
 
     def after_update(self, metrics: TensorDict, context: Any) -> TensorDict:
         if self._epsilons is None:  # a fixed ladder is not a training curve
-            metrics["epsilon"] = self._epsilon(self._env_step)
+            # on the learner's device, beside the update's metrics (the trainer stacks their finiteness)
+            metrics["epsilon"] = self._epsilon(self._env_step).to(self.device)
         return metrics
 
     # -- saving -----------------------------------------------------------------
@@ -423,7 +424,9 @@ class R2D2Learner(SequenceLearner):
         self._updates += 1
         priorities = metrics.pop("priorities")
         self.replay.update_priorities(context, priorities)
-        metrics["replay_windows"] = torch.tensor(float(len(self.replay)))
+        # made on the learner's device, as the update's metrics: a CPU tensor among CUDA ones failed the
+        # trainer's torch.stack of their finiteness at the first update on a GPU
+        metrics["replay_windows"] = torch.full((), float(len(self.replay)), device=self.device)
         return metrics
 
     # -- saving -----------------------------------------------------------------
