@@ -49,7 +49,9 @@ default:
   Acme's networks are haiku's: truncated-normal fan-in weights with zero biases
   everywhere, and ``hk.LSTM`` adds 1 to the forget gate (``init="lecun_normal"``,
   ``lstm_init="lecun_normal"``, ``forget_bias=1.0`` give that; at init the cell
-  then keeps sigmoid(1) = 0.73 of itself per step instead of about 0.5).
+  then keeps sigmoid(1) = 0.73 of itself per step instead of about 0.5). On
+  flickering MinAtar Breakout (300k frames, 3 seeds) Acme's init reached a median
+  final 1.1 against 0.3 with PyTorch's (``learn_minatar_r2d2_acme_init.json``).
 
 Options beyond the paper, off by default: ``lr_schedule`` (a learning-rate
 schedule, :class:`rlfunc.core.optim.LRSchedule`: constant, linear or cosine
