@@ -13,7 +13,6 @@ Fast: no training, no timing windows worth the name (OMP_NUM_THREADS=1 friendly)
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import json
 import re

@@ -43,7 +43,6 @@ Ray is imported lazily, only here; nothing in ``core``, ``algos``, ``replay``, `
 from __future__ import annotations
 
 import json
-import math
 import os
 import platform
 import re
