@@ -1,5 +1,5 @@
-"""Acme's (haiku's) initialisation as an option of R2D2 and DRQN: ``init``/``lstm_init`` ``"lecun_normal"``
-and ``forget_bias`` (hk.LSTM adds 1 to the forget gate). The defaults stay PyTorch's (named in r2d2's docstring)."""
+"""Acme's (haiku's) initialisation: ``init``/``lstm_init`` ``"lecun_normal"`` and ``forget_bias`` (hk.LSTM adds 1
+to the forget gate). R2D2's default (Acme is its reference); an option of DRQN, whose default stays PyTorch's."""
 
 from __future__ import annotations
 
@@ -49,9 +49,9 @@ def test_forget_bias_is_haikus_constant_added_to_the_forget_gate():
     torch.testing.assert_close(h1, torch.sigmoid(o) * torch.tanh(c_ref))
 
 
-def test_r2d2_with_acmes_init_has_zero_biases_but_the_forget_gate():
-    config = r2d2.Config(encoder="minatar", encoder_sizes=(), lstm_size=32, head_sizes=(16,),
-                         init="lecun_normal", lstm_init="lecun_normal", forget_bias=1.0)
+def test_r2d2_defaults_to_acmes_init_zero_biases_but_the_forget_gate():
+    config = r2d2.Config(encoder="minatar", encoder_sizes=(), lstm_size=32, head_sizes=(16,))
+    assert (config.init, config.lstm_init, config.forget_bias) == ("lecun_normal", "lecun_normal", 1.0)
     obs = gym.spaces.Box(0, 1, (10, 10, 4), np.float32)
     state = r2d2.init(config, obs, gym.spaces.Discrete(3), seed=0)
     params = state["params"]
@@ -62,9 +62,11 @@ def test_r2d2_with_acmes_init_has_zero_biases_but_the_forget_gate():
             assert torch.count_nonzero(value[64:]) == 0
         elif name.endswith("bias") or name.endswith("bias_hh"):
             assert torch.count_nonzero(value) == 0, name
-    default = r2d2.init(r2d2.Config(encoder="minatar", encoder_sizes=(), lstm_size=32, head_sizes=(16,)), obs,
-                        gym.spaces.Discrete(3), seed=0)["params"]
-    assert torch.count_nonzero(default["lstm", "bias_hh"]) > 0  # the default stays PyTorch's
+    torch_init = r2d2.Config(encoder="minatar", encoder_sizes=(), lstm_size=32, head_sizes=(16,),
+                             init="torch_default", lstm_init="torch_default", forget_bias=0.0)
+    pytorch = r2d2.init(torch_init, obs, gym.spaces.Discrete(3), seed=0)["params"]
+    assert torch.count_nonzero(pytorch["lstm", "bias_hh"]) > 0  # PyTorch's own stays an option
+    assert drqn.Config().init != "lecun_normal" and drqn.Config().forget_bias == 0.0  # DRQN's default is unchanged
 
 
 def test_drqn_takes_the_forget_bias_too():

@@ -43,13 +43,13 @@ default:
 * **acting**: epsilon-greedy with a fixed epsilon per actor,
   ``eps_i = 0.4^(1 + 7 i / (N - 1))`` (:func:`actor_epsilons`; Ape-X, and
   Acme's ``np.logspace(1, 8, N, base=0.4)``); evaluation greedy;
-* **initialisation** (not in the paper; a named deviation from Acme): PyTorch's
-  own (``init`` and ``lstm_init`` ``"torch_default"``: ``nn.Linear``/``nn.LSTM``
-  uniform weights and biases, no forget bias), what the committed results use.
-  Acme's networks are haiku's: truncated-normal fan-in weights with zero biases
-  everywhere, and ``hk.LSTM`` adds 1 to the forget gate (``init="lecun_normal"``,
-  ``lstm_init="lecun_normal"``, ``forget_bias=1.0`` give that; at init the cell
-  then keeps sigmoid(1) = 0.73 of itself per step instead of about 0.5). On
+* **initialisation** (not in the paper; Acme's networks, which are haiku's):
+  truncated-normal fan-in weights (``nets.lecun_normal_``) with zero biases in
+  every layer, and ``hk.LSTM``'s +1 on the forget gate (``init`` and
+  ``lstm_init`` ``"lecun_normal"``, ``forget_bias=1.0``; at init the cell keeps
+  sigmoid(1) = 0.73 of itself per step instead of about 0.5). PyTorch's own
+  (``"torch_default"``, ``forget_bias=0``: ``nn.Linear``/``nn.LSTM`` uniform
+  weights and biases) was the default in 0.1.0 and stays an option. On
   flickering MinAtar Breakout (300k frames, 3 seeds) Acme's init reached a median
   final 1.1 against 0.3 with PyTorch's (``learn_minatar_r2d2_acme_init.json``); on
   masked-velocity CartPole it ends level (497 against 500) with a lower curve from
@@ -238,9 +238,10 @@ class Config:
     eval_epsilon: float = 0.0
     # Read by the training runtime, not by update() (replay size and warm-up: train.replay_size, train.learning_starts):
     samples_per_insert: float = 4.0  # Acme's rate limiter
-    lstm_init: str = "torch_default"
-    forget_bias: float = 0.0  # added to the LSTM's forget-gate bias at init; Acme's hk.LSTM: 1.0 (with lstm_init lecun_normal)
-    init: str = "torch_default"
+    # initialisation: Acme's (haiku's) networks; "torch_default" and forget_bias 0 give PyTorch's own
+    lstm_init: str = "lecun_normal"
+    forget_bias: float = 1.0  # added to the LSTM's forget-gate bias at init (hk.LSTM's constant)
+    init: str = "lecun_normal"
 
     def __post_init__(self) -> None:
         _checks.check_finite(self)
