@@ -102,15 +102,17 @@ ALGORITHMS = (
              Learned("learn_minatar_500k", "dqn_seaquest_flicker", "MinAtar Seaquest, flicker", digits=1))),
     AlgoRow("r2d2", "Kapturowski et al. 2019", "`r2d2/cartpole_novel`, `r2d2/cartpole_novel_distributed`",
             "Atari-57 median ≈ 1920% human-normalized",
-            (Learned("learn_r2d2", "r2d2", "CartPole, velocities masked"),
-             Learned("learn_r2d2_distributed", "r2d2", "the same on 2 Ray actor processes"),
-             Learned("learn_minatar_100k", "r2d2_breakout", "MinAtar Breakout", digits=1),
-             Learned("learn_minatar_300k", "r2d2_breakout_flicker", "MinAtar Breakout, flicker", digits=1),
+            (Learned("learn_r2d2_acme_init", "r2d2_acme_init", "CartPole, velocities masked"),
+             Learned("learn_r2d2_distributed_acme_init", "r2d2", "the same on 2 Ray actor processes"),
+             Learned("learn_minatar_100k_r2d2", "r2d2_breakout", "MinAtar Breakout", digits=1),
+             Learned("learn_minatar_r2d2_acme_init", "r2d2_breakout_flicker_acme_init", "MinAtar Breakout, flicker",
+                     digits=1),
              Learned("learn_minatar_r2d2_optimizer_steps", "r2d2_breakout_flicker_batch8_target200_lr2.5e-4",
-                     "MinAtar Breakout, flicker, 4x the optimizer steps, target every 4000 env steps, lr 2.5e-4 (not the paper's)", digits=1),
+                     "MinAtar Breakout, flicker, 4x the optimizer steps, target every 4000 env steps, lr 2.5e-4, "
+                     "PyTorch's init (not the paper's)", digits=1),
              Learned("learn_minatar_r2d2_optimizer_steps_full", "r2d2_breakout_batch8_target200_lr2.5e-4",
                      "MinAtar Breakout, the same settings", digits=1),
-             Learned("learn_minatar_100k", "r2d2_seaquest_flicker", "MinAtar Seaquest, flicker", digits=1))),
+             Learned("learn_minatar_100k_r2d2", "r2d2_seaquest_flicker", "MinAtar Seaquest, flicker", digits=1))),
 )
 
 
