@@ -32,9 +32,9 @@ __all__ = [
     "lr_schedules",
 ]
 
-LINEAR_INITS = ("xavier_uniform", "orthogonal", "torch_default", "lecun_normal")
+LINEAR_INITS = ("xavier_uniform", "orthogonal", "torch_default", "haiku", "lecun_normal")
 """Weight inits of :func:`rlfunc.core.nets.linear_init`."""
-LSTM_INITS = ("torch_default", "orthogonal", "lecun_normal")
+LSTM_INITS = ("torch_default", "orthogonal", "haiku", "lecun_normal")
 """Weight inits of :func:`rlfunc.core.nets.lstm_init`."""
 
 

@@ -43,17 +43,18 @@ default:
 * **acting**: epsilon-greedy with a fixed epsilon per actor,
   ``eps_i = 0.4^(1 + 7 i / (N - 1))`` (:func:`actor_epsilons`; Ape-X, and
   Acme's ``np.logspace(1, 8, N, base=0.4)``); evaluation greedy;
-* **initialisation** (not in the paper; Acme's networks, which are haiku's):
-  truncated-normal fan-in weights (``nets.lecun_normal_``) with zero biases in
-  every layer, and ``hk.LSTM``'s +1 on the forget gate (``init`` and
-  ``lstm_init`` ``"lecun_normal"``, ``forget_bias=1.0``; at init the cell keeps
-  sigmoid(1) = 0.73 of itself per step instead of about 0.5). PyTorch's own
-  (``"torch_default"``, ``forget_bias=0``: ``nn.Linear``/``nn.LSTM`` uniform
-  weights and biases) was the default in 0.1.0 and stays an option. On
-  flickering MinAtar Breakout (300k frames, 3 seeds) Acme's init reached a median
-  final 1.1 against 0.3 with PyTorch's (``learn_minatar_r2d2_acme_init.json``); on
-  masked-velocity CartPole it ends level (497 against 500) with a lower curve from
-  75k on (``learn_r2d2_acme_init.json``).
+* **initialisation** (not in the paper; Acme's networks, which are haiku's
+  modules with their default initialisers): ``hk.Linear``/``hk.Conv2D``'s
+  ``TruncatedNormal(1 / sqrt(fan_in))`` weights (``nets.haiku_normal_``: a unit
+  normal cut at +-2, scaled, so variance 0.774 / fan_in) with zero biases in
+  every layer, ``hk.LSTM`` as one such linear layer over ``[x, h]``, and its
+  +1 on the forget gate (``init`` and ``lstm_init`` ``"haiku"``,
+  ``forget_bias=1.0``; at init the cell keeps sigmoid(1) = 0.73 of itself per
+  step instead of about 0.5). PyTorch's own (``"torch_default"``,
+  ``forget_bias=0``: ``nn.Linear``/``nn.LSTM`` uniform weights and biases) was
+  the default in 0.1.0 and stays an option, as does flax's ``"lecun_normal"``
+  (variance exactly 1 / fan_in, 1.29x haiku's). Measured in
+  ``docs/algorithms/r2d2.md`` (results).
 
 Options beyond the paper, off by default: ``lr_schedule`` (a learning-rate
 schedule, :class:`rlfunc.core.optim.LRSchedule`: constant, linear or cosine
@@ -239,9 +240,9 @@ class Config:
     # Read by the training runtime, not by update() (replay size and warm-up: train.replay_size, train.learning_starts):
     samples_per_insert: float = 4.0  # Acme's rate limiter
     # initialisation: Acme's (haiku's) networks; "torch_default" and forget_bias 0 give PyTorch's own
-    lstm_init: str = "lecun_normal"
+    lstm_init: str = "haiku"
     forget_bias: float = 1.0  # added to the LSTM's forget-gate bias at init (hk.LSTM's constant)
-    init: str = "lecun_normal"
+    init: str = "haiku"
 
     def __post_init__(self) -> None:
         _checks.check_finite(self)

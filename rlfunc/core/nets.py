@@ -31,6 +31,7 @@ from tensordict import TensorDict
 __all__ = [
     "linear_init",
     "lecun_normal_",
+    "haiku_normal_",
     "mlp_init",
     "mlp_apply",
     "num_linear_layers",
@@ -55,10 +56,26 @@ TRUNCATED_NORMAL_STD = 0.87962566103423978
 
 def lecun_normal_(weight: torch.Tensor, fan_in: int, generator: torch.Generator | None = None) -> torch.Tensor:
     """Fill ``weight`` in place from N(0, s^2) truncated to [-2s, 2s], s = sqrt(1 / fan_in) / 0.8796...:
-    variance 1 / ``fan_in`` after truncation, haiku's default initialiser
-    (``hk.initializers.VarianceScaling(1.0, "fan_in", "truncated_normal")``)."""
-    std = math.sqrt(1.0 / max(fan_in, 1)) / TRUNCATED_NORMAL_STD
+    variance 1 / ``fan_in`` after truncation, flax's and jax's ``lecun_normal``
+    (``VarianceScaling(1.0, "fan_in", "truncated_normal")``)."""
+    return _truncated_normal_(weight, math.sqrt(1.0 / max(fan_in, 1)) / TRUNCATED_NORMAL_STD, generator)
+
+
+def haiku_normal_(weight: torch.Tensor, fan_in: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Fill ``weight`` in place as haiku's default ``w_init`` of ``hk.Linear``, ``hk.Conv2D`` and so of
+    ``hk.LSTM`` (Acme's R2D2 networks): ``hk.initializers.TruncatedNormal(stddev=1 / sqrt(fan_in))``, a unit
+    normal truncated to [-2, 2] times 1 / sqrt(``fan_in``). Its variance is 0.774 / ``fan_in``: haiku's
+    default is not ``VarianceScaling`` and does not undo the truncation (:func:`lecun_normal_` does)."""
+    return _truncated_normal_(weight, math.sqrt(1.0 / max(fan_in, 1)), generator)
+
+
+def _truncated_normal_(weight: torch.Tensor, std: float, generator: torch.Generator | None) -> torch.Tensor:
+    """N(0, ``std``^2) truncated to two of its standard deviations, in place."""
     return torch.nn.init.trunc_normal_(weight, 0.0, std, -2.0 * std, 2.0 * std, generator=generator)
+
+
+_TRUNCATED_NORMALS = {"lecun_normal": lecun_normal_, "haiku": haiku_normal_}
+"""The fan-in truncated-normal inits by name (zero biases): flax's ``lecun_normal`` and haiku's default."""
 
 
 def linear_init(
@@ -81,10 +98,12 @@ def linear_init(
       DrQ-v2's ``utils.weight_init``;
     * ``"torch_default"``: ``nn.Linear``'s own kaiming-uniform(a=sqrt(5)) weight
       and U(-1/sqrt(in), 1/sqrt(in)) bias;
-    * ``"lecun_normal"``: a normal truncated at two standard deviations, variance
-      1/in after truncation, zero bias -- haiku's default ``w_init``
-      (``VarianceScaling(1.0, "fan_in", "truncated_normal")``, so Acme's R2D2 networks)
-      and flax's ``lecun_normal``; ``gain`` is not used.
+    * ``"haiku"``: haiku's default ``hk.Linear`` (Acme's R2D2 networks): a unit normal
+      truncated to [-2, 2] times 1/sqrt(in) (:func:`haiku_normal_`), zero bias;
+    * ``"lecun_normal"``: flax's ``lecun_normal``, the same truncated normal rescaled to
+      variance 1/in (:func:`lecun_normal_`), zero bias.
+
+    ``gain`` is not used by ``"haiku"`` and ``"lecun_normal"``.
     """
     weight = torch.empty(out_features, in_features, device=device, dtype=dtype)
     bias = torch.zeros(out_features, device=device, dtype=dtype)
@@ -104,11 +123,12 @@ def linear_init(
         bound = 1.0 / math.sqrt(in_features) if in_features > 0 else 0.0
         weight.uniform_(-bound, bound, generator=generator)
         bias.uniform_(-bound, bound, generator=generator)
-    elif init == "lecun_normal":
-        lecun_normal_(weight, in_features, generator)
+    elif init in _TRUNCATED_NORMALS:
+        _TRUNCATED_NORMALS[init](weight, in_features, generator)
     else:
         raise ValueError(
-            f"Unknown init {init!r}; use one of 'xavier_uniform', 'orthogonal', 'torch_default', 'lecun_normal'."
+            f"Unknown init {init!r}; use one of 'xavier_uniform', 'orthogonal', 'torch_default', 'haiku', "
+            "'lecun_normal'."
         )
     return TensorDict({"weight": weight, "bias": bias}, batch_size=[])
 
@@ -352,9 +372,11 @@ def lstm_init(
       ``nn.LSTM.reset_parameters``;
     * ``"orthogonal"``: orthogonal ``weight_hh`` blocks (one per gate),
       xavier-uniform ``weight_ih``, zero biases (a common RL choice);
-    * ``"lecun_normal"``: haiku's ``hk.LSTM`` (Acme's R2D2 networks): its one
-      linear layer over ``[x, h]`` from :func:`lecun_normal_` with fan-in
-      ``input_size + hidden_size``, zero biases.
+    * ``"haiku"``: haiku's ``hk.LSTM`` (Acme's R2D2 networks): its one
+      ``hk.Linear`` over ``[x, h]`` with haiku's default init (:func:`haiku_normal_`,
+      fan-in ``input_size + hidden_size``), zero biases;
+    * ``"lecun_normal"``: the same layout with flax's ``lecun_normal``
+      (:func:`lecun_normal_`).
 
     ``forget_bias`` is added to the forget-gate slice ``[H:2H]`` of ``bias_ih``:
     ``hk.LSTM`` adds 1 to the forget gate's pre-activation (a constant, the same
@@ -393,12 +415,15 @@ def lstm_init(
                 ]
             )
         )
-    elif init == "lecun_normal":
-        w = lecun_normal_(torch.empty(h4, input_size + hidden_size, device=device, dtype=dtype), input_size + hidden_size, generator)
+    elif init in _TRUNCATED_NORMALS:
+        fan_in = input_size + hidden_size
+        w = _TRUNCATED_NORMALS[init](torch.empty(h4, fan_in, device=device, dtype=dtype), fan_in, generator)
         w_ih.copy_(w[:, :input_size])
         w_hh.copy_(w[:, input_size:])
     else:
-        raise ValueError(f"Unknown LSTM init {init!r}; use 'torch_default', 'orthogonal' or 'lecun_normal'.")
+        raise ValueError(
+            f"Unknown LSTM init {init!r}; use 'torch_default', 'orthogonal', 'haiku' or 'lecun_normal'."
+        )
     if forget_bias:
         b_ih[hidden_size : 2 * hidden_size] += forget_bias
     return TensorDict(
@@ -538,20 +563,20 @@ def conv_init(
 
     ``init="orthogonal"`` (DrQ-v2's ``utils.weight_init``: orthogonal on the
     weight viewed as ``[out, in * k * k]``, ReLU gain sqrt(2)),
-    ``"torch_default"`` (``nn.Conv2d``'s own init) or ``"lecun_normal"``
-    (``hk.Conv2D``'s default, fan-in ``in * k * k``, zero bias; ``gain`` not used).
+    ``"torch_default"`` (``nn.Conv2d``'s own init), ``"haiku"`` (``hk.Conv2D``'s default) or
+    ``"lecun_normal"`` (fan-in ``in * k * k`` for both, zero bias; ``gain`` not used).
     """
     fan_in = in_channels * kernel * kernel
     if init == "orthogonal":
         flat = linear_init(fan_in, out_channels, init="orthogonal", gain=gain, generator=generator, device=device, dtype=dtype)
         weight = flat["weight"].reshape(out_channels, in_channels, kernel, kernel)
         bias = flat["bias"]
-    elif init in ("torch_default", "lecun_normal"):
+    elif init in ("torch_default", *_TRUNCATED_NORMALS):
         flat = linear_init(fan_in, out_channels, init=init, generator=generator, device=device, dtype=dtype)
         weight = flat["weight"].reshape(out_channels, in_channels, kernel, kernel)
         bias = flat["bias"]
     else:
-        raise ValueError(f"Unknown conv init {init!r}; use 'orthogonal', 'torch_default' or 'lecun_normal'.")
+        raise ValueError(f"Unknown conv init {init!r}; use 'orthogonal', 'torch_default', 'haiku' or 'lecun_normal'.")
     return TensorDict({"weight": weight.contiguous(), "bias": bias}, batch_size=[])
 
 
@@ -697,7 +722,7 @@ def torso_init(
     """Parameters of torso ``kind`` for observations of ``obs_shape``: ``{kind: {"0": conv, ...}}``.
 
     ``init``: ``"torch_default"`` (``nn.Conv2d``'s own, what the MinAtar and PyTorch DQN code
-    get), ``"orthogonal"`` (ReLU gain) or ``"lecun_normal"`` (haiku's ``hk.Conv2D``, Acme's torsos)."""
+    get), ``"orthogonal"`` (ReLU gain), ``"haiku"`` (``hk.Conv2D``'s default, Acme's torsos) or ``"lecun_normal"``."""
     torso_check(kind, obs_shape)
     spec = TORSOS[kind]
     c_in = _torso_layout(kind, obs_shape)[0]
