@@ -90,7 +90,7 @@ def test_r2d2_defaults_to_acmes_init_zero_biases_but_the_forget_gate():
                              init="torch_default", lstm_init="torch_default", forget_bias=0.0)
     pytorch = r2d2.init(torch_init, obs, gym.spaces.Discrete(3), seed=0)["params"]
     assert torch.count_nonzero(pytorch["lstm", "bias_hh"]) > 0  # PyTorch's own stays an option
-    assert drqn.Config().init != "lecun_normal" and drqn.Config().forget_bias == 0.0  # DRQN's default is unchanged
+    assert (drqn.Config().init, drqn.Config().lstm_init, drqn.Config().forget_bias) == ("torch_default",) * 2 + (0.0,)
 
 
 def test_drqn_takes_the_forget_bias_too():
