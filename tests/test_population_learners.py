@@ -179,7 +179,10 @@ def test_r2d2_members_equal_single_runs(tmp_path, vectorize):
     limiter per member (members become ready at different steps), one epsilon per actor; vmapped
     (a member not ready keeps its state: masked update) and looped (only the ready members' own
     updates run: bit for bit its single run, through checkpoints and resume)."""
-    config = {**R2D2_SMALL, "train": {**R2D2_SMALL["train"], "total_steps": 240, "eval_every": 120}}
+    # PyTorch's init: the two seeds' episodes, windows and limiters differ here; with R2D2's default (haiku's,
+    # zero biases) both members made 109 updates (greedy returns 9.0 each), so the masked update never ran
+    agent = {**R2D2_SMALL["agent"], "init": "torch_default", "lstm_init": "torch_default", "forget_bias": 0.0}
+    config = {**R2D2_SMALL, "agent": agent, "train": {**R2D2_SMALL["train"], "total_steps": 240, "eval_every": 120}}
     res = _members_equal_single_runs(tmp_path, config, [0, 1], vectorize=vectorize)
     # the members' limiters let them learn at different env steps (the masked update ran)
     assert res.members[0].gradient_steps != res.members[1].gradient_steps
