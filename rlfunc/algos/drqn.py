@@ -202,9 +202,9 @@ class Config:
     eval_epsilon: float = 0.0
     # Read by the training runtime, not by update() (replay size and warm-up: train.replay_size, train.learning_starts):
     train_every: int = 1
-    lstm_init: str = "torch_default"
+    lstm_init: str = "torch_default"  # nn.LSTM's; "orthogonal", "haiku" (hk.LSTM's), "lecun_normal" (flax's)
     forget_bias: float = 0.0  # added to the LSTM's forget-gate bias at init; 1.0: hk.LSTM's constant forget bias
-    init: str = "torch_default"
+    init: str = "torch_default"  # linear and conv layers: PyTorch's; "haiku", "lecun_normal", "orthogonal", ...
 
     def __post_init__(self) -> None:
         _checks.check_finite(self)

@@ -239,10 +239,9 @@ class Config:
     eval_epsilon: float = 0.0
     # Read by the training runtime, not by update() (replay size and warm-up: train.replay_size, train.learning_starts):
     samples_per_insert: float = 4.0  # Acme's rate limiter
-    # initialisation: Acme's (haiku's) networks; "torch_default" and forget_bias 0 give PyTorch's own
-    lstm_init: str = "haiku"
-    forget_bias: float = 1.0  # added to the LSTM's forget-gate bias at init (hk.LSTM's constant)
-    init: str = "haiku"
+    lstm_init: str = "haiku"  # hk.LSTM's (Acme's); "torch_default" (0.1.0's), "orthogonal", "lecun_normal" (flax's)
+    forget_bias: float = 1.0  # added to the LSTM's forget-gate bias at init (hk.LSTM's constant; 0 with PyTorch's init)
+    init: str = "haiku"  # linear and conv layers: haiku's (Acme's); "torch_default" (0.1.0's), "lecun_normal", ...
 
     def __post_init__(self) -> None:
         _checks.check_finite(self)
