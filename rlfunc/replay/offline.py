@@ -6,7 +6,8 @@ Two on-disk formats are read, both from local disk (nothing is downloaded):
   ``observations [N, *obs]``, ``actions [N, A]``, ``rewards [N]``,
   ``next_observations [N, *obs]``, ``terminals [N]`` and optionally
   ``timeouts [N]``. Optional metadata keys written by ``rlfunc dataset
-  collect``: ``env_id``, ``action_low``, ``action_high``, ``policy``,
+  collect``: ``env_id``, ``env_kwargs`` and ``env_wrappers`` (the env's
+  config as JSON text), ``action_low``, ``action_high``, ``policy``,
   ``noise``. Read
   with ``allow_pickle=False``.
 * **minari** -- a Minari (>= 0.5) dataset directory: the folder holding
@@ -36,7 +37,13 @@ missing file (naming both ways to make one), missing key (with the closest prese
 dtype against the env's spaces, NaN/inf values (and float64 values beyond
 float32's range, which the float32 rows would turn into inf), actions outside
 the env's bounds (which must be finite: the rescale needs them), a dataset
-recorded for another env (an ``env_id`` stored as text or bytes).
+recorded for another env (an ``env_id`` stored as text or bytes), or for the
+same env configured otherwise: ``env.kwargs`` (an ``.npz`` that records them,
+a Minari dataset's env spec) and ``env.wrappers`` (an ``.npz`` that records
+them) must be the run's, since a wrapper such as ``mask_velocity`` or
+``clip_reward`` keeps the shapes but changes what the rows mean. A file that
+records neither (D4RL's own, or one an earlier rlfunc wrote) is not
+checked for them.
 """
 
 from __future__ import annotations
@@ -70,6 +77,8 @@ __all__ = [
     "detect_format",
     "resolve_dataset_path",
     "same_env_id",
+    "effective_env_kwargs",
+    "check_env_config",
     "describe",
     "REQUIRED_KEYS",
     "ACTION_CLIP_EPS",
@@ -77,12 +86,13 @@ __all__ = [
 
 REQUIRED_KEYS = ("observations", "actions", "rewards", "next_observations", "terminals")
 OPTIONAL_KEYS = ("timeouts",)
-METADATA_KEYS = ("env_id", "action_low", "action_high", "policy", "noise")
+METADATA_KEYS = ("env_id", "env_kwargs", "env_wrappers", "action_low", "action_high", "policy", "noise")
 ACTION_CLIP_EPS = 1e-5
 """Dataset actions are clipped to ``(-1 + eps, 1 - eps)`` after rescaling (official RLPD ``clip_to_eps``)."""
 
 _BOUND_TOL = 1e-3  # relative to the action range: float rounding of stored actions
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a zip's first entry, or an empty zip (numpy's own test)
+_CHECK_CHUNK_ELEMENTS = 1 << 23  # the bounds check reads observations in float64 chunks of ~64 MB, not all at once
 _F32_MAX = float(np.finfo(np.float32).max)  # rows are stored as float32: larger values would become inf
 
 
@@ -102,6 +112,123 @@ def same_env_id(recorded: str, env_id: str) -> bool:
     """Whether two env ids name the same env, ignoring a gymnasium ``module:`` prefix
     (``"my_pkg:MyEnv-v0"`` is ``"MyEnv-v0"``, which Minari records as the env spec's id)."""
     return recorded.rsplit(":", 1)[-1] == env_id.rsplit(":", 1)[-1]
+
+
+def _same_setting(a: Any, b: Any) -> bool:
+    """Whether two config values are equal as YAML/JSON read them: ``1 == 1.0``, tuples as lists,
+    numpy scalars as Python numbers; a bool equals only a bool."""
+    a = a.item() if isinstance(a, np.generic) else a
+    b = b.item() if isinstance(b, np.generic) else b
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return float(a) == float(b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_setting(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same_setting(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+# How an env draws itself, and gym.make's time limit (its cuts are timeouts, which bootstrap): neither
+# changes what a transition means, so a dataset made with other values is still the run's env's data.
+_NOT_DATA_KWARGS = ("render_mode", "max_episode_steps")
+
+
+def effective_env_kwargs(env_id: str, kwargs: dict | None) -> dict:
+    """The keyword arguments ``gym.make(env_id, **kwargs)`` builds its env with: the env
+    constructor's defaults, then the registration's kwargs, then ``kwargs`` (``render_mode``
+    left out). Where the registration or constructor cannot be read (an id this process has
+    not registered), only what is known: the registration's kwargs and ``kwargs``."""
+    import inspect
+
+    import gymnasium as gym
+
+    out: dict = {}
+    try:
+        spec = gym.spec(env_id.rsplit(":", 1)[-1])
+    except Exception:  # noqa: BLE001 - an unregistered id: compare what was given
+        spec = None
+    if spec is not None:
+        try:
+            creator = spec.entry_point
+            if isinstance(creator, str):
+                from gymnasium.envs.registration import load_env_creator
+
+                creator = load_env_creator(creator)
+            for name, param in inspect.signature(creator).parameters.items():
+                if param.default is not inspect.Parameter.empty and param.kind in (
+                    inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                    inspect.Parameter.KEYWORD_ONLY,
+                ):
+                    out[name] = param.default
+        except Exception:  # noqa: BLE001 - no readable signature: the registration's kwargs still count
+            pass
+        out.update(spec.kwargs or {})
+    out.update(kwargs or {})
+    for key in _NOT_DATA_KWARGS:
+        out.pop(key, None)
+    return out
+
+
+def _differing_kwargs(recorded: dict, run: dict) -> list[str]:
+    """The keys whose values differ (a key only one side names is not compared: its default is unknown)."""
+    return sorted(k for k in recorded.keys() & run.keys() if not _same_setting(recorded[k], run[k]))
+
+
+def _recorded_json(arrays: dict[str, np.ndarray], key: str, source: str) -> Any:
+    try:
+        return json.loads(_recorded_text(arrays[key]))
+    except (json.JSONDecodeError, TypeError, ValueError):
+        raise DatasetError(
+            f"{source}: {key!r} is not the JSON text rlfunc dataset collect writes; remove the key or collect the "
+            "dataset again."
+        ) from None
+
+
+_COLLECT_IN_RUN_ENV = (
+    "collect the dataset in the run's env (rlfunc dataset collect --checkpoint RUN uses the run's env.kwargs and "
+    "env.wrappers, with --policy random too)"
+)
+
+
+def check_env_config(
+    arrays: dict[str, np.ndarray],
+    source: str,
+    env_id: str | None,
+    env_kwargs: dict | None,
+    env_wrappers: list | None,
+) -> None:
+    """Refuse an ``.npz`` recorded with other ``env.kwargs`` or ``env.wrappers`` than the run's.
+
+    Both keep the shapes a dataset is checked against, yet change what its rows mean (a masked
+    observation, a clipped reward, another reward weight), so prior and online rows would be
+    mixed from two different MDPs. ``None`` (the caller does not say) skips that check."""
+    if env_wrappers is not None and "env_wrappers" in arrays:
+        recorded = _recorded_json(arrays, "env_wrappers", source)
+        run = json.loads(json.dumps(list(env_wrappers), default=str))
+        if not _same_setting(recorded, run):
+            raise DatasetError(
+                f"{source} was collected with env.wrappers {recorded}, but the run's are {run}; its observations or "
+                f"rewards would not be the run's, so {_COLLECT_IN_RUN_ENV}, or set env.wrappers to the dataset's."
+            )
+    if env_kwargs is not None and "env_kwargs" in arrays:
+        recorded = _recorded_json(arrays, "env_kwargs", source)
+        if not isinstance(recorded, dict):
+            raise DatasetError(f"{source}: 'env_kwargs' must hold a JSON mapping; remove the key or collect the dataset again.")
+        _refuse_other_kwargs(recorded, env_kwargs, env_id, source)
+
+
+def _refuse_other_kwargs(recorded: dict, env_kwargs: dict, env_id: str | None, source: str) -> None:
+    ours = effective_env_kwargs(env_id, env_kwargs) if env_id else dict(env_kwargs)
+    theirs = effective_env_kwargs(env_id, recorded) if env_id else dict(recorded)
+    differ = _differing_kwargs(theirs, ours)
+    if differ:
+        pairs = ", ".join(f"{k}={theirs[k]!r} (the run: {ours[k]!r})" for k in differ)
+        raise DatasetError(
+            f"{source} was collected with env.kwargs {pairs}; its transitions would not be the run's env's, so "
+            f"{_COLLECT_IN_RUN_ENV}, or set env.kwargs to the dataset's."
+        )
 
 
 _MINARI_EXTRA = "pip install -e '.[minari]' (or pip install 'rlfunc[minari]')"
@@ -166,6 +293,16 @@ def detect_format(path: str | Path, fmt: str = "auto") -> str:
     if fmt not in ("auto", "npz", "minari"):
         raise DatasetError(f"Unknown dataset format {fmt!r}; use 'npz', 'minari' or 'auto'.")
     path = resolve_dataset_path(path)
+    if fmt == "npz" and path.is_dir():
+        raise DatasetError(
+            f"data.format is 'npz' but {str(path)!r} is a directory; point data.path at the .npz file, or set "
+            "data.format to 'minari' (or 'auto') for a Minari dataset."
+        )
+    if fmt == "minari" and path.is_file():
+        raise DatasetError(
+            f"data.format is 'minari' but {str(path)!r} is a file; set data.format to 'npz' (or 'auto') for a "
+            ".npz dataset, or point data.path at the Minari dataset's directory."
+        )
     if fmt != "auto":
         return fmt
     if path.is_file():
@@ -272,7 +409,8 @@ def read_minari(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, Any]
     Each episode's ``observations [T+1]`` give ``observations = obs[:-1]`` and
     ``next_observations = obs[1:]``; ``terminations`` become ``terminals`` and
     ``truncations`` become ``timeouts``. Returns ``(arrays, info)`` with
-    ``info["action_space"]``, ``info["observation_space"]``, ``info["env_id"]``.
+    ``info["action_space"]``, ``info["observation_space"]``, ``info["env_id"]`` and
+    ``info["env_kwargs"]`` (its env spec's, or ``None``).
     """
     path = resolve_dataset_path(path)
     data_dir = _minari_data_dir(path)
@@ -335,11 +473,17 @@ def read_minari(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, Any]
         "terminals": np.concatenate(terms),
         "timeouts": np.concatenate(timeouts),
     }
-    env_id = None
+    env_id, env_kwargs = None, None
     spec = getattr(ds, "env_spec", None)
     if spec is not None:
         env_id = spec.id
-    info = {"action_space": ds.action_space, "observation_space": ds.observation_space, "env_id": env_id}
+        env_kwargs = dict(spec.kwargs) if isinstance(getattr(spec, "kwargs", None), dict) else None
+    info = {
+        "action_space": ds.action_space,
+        "observation_space": ds.observation_space,
+        "env_id": env_id,
+        "env_kwargs": env_kwargs,
+    }
     return arrays, info
 
 
@@ -416,11 +560,15 @@ def validate_arrays(
     *,
     source: str = "dataset",
     env_id: str | None = None,
+    env_kwargs: dict | None = None,
+    env_wrappers: list | None = None,
 ) -> int:
     """Check raw D4RL-style arrays against the env's (native) spaces; returns the row count.
 
     ``act_space`` is the env's own action ``Box`` (before rlfunc rescales it to
-    ``[-1, 1]``). Raises :class:`DatasetError` with one sentence per problem.
+    ``[-1, 1]``). ``env_kwargs`` and ``env_wrappers`` (the run's ``env`` section), when
+    given, are checked against the ones the file recorded, if any (:func:`check_env_config`).
+    Raises :class:`DatasetError` with one sentence per problem.
     """
     present = list(arrays)
     missing = [k for k in REQUIRED_KEYS if k not in arrays]
@@ -440,6 +588,7 @@ def validate_arrays(
                 f"{source} was recorded in {recorded!r}, but the run's env is {env_id!r}; "
                 "use a dataset of the same env (or set env.id accordingly)."
             )
+    check_env_config(arrays, source, env_id, env_kwargs, env_wrappers)
     n = None
     for k in REQUIRED_KEYS + tuple(k for k in OPTIONAL_KEYS if k in arrays):
         a = arrays[k]
@@ -529,17 +678,21 @@ def validate_arrays(
         )
     olow = np.asarray(getattr(obs_space, "low", -np.inf), dtype=np.float64)
     ohigh = np.asarray(getattr(obs_space, "high", np.inf), dtype=np.float64)
+    if not (np.isfinite(olow).any() or np.isfinite(ohigh).any()):
+        return int(n)  # unbounded (MuJoCo's): nothing to check, and no float64 copy of every observation
     span = np.where(np.isfinite(ohigh - olow), ohigh - olow, 1.0)
     otol = _BOUND_TOL * span
+    chunk = max(1, _CHECK_CHUNK_ELEMENTS // max(1, int(np.prod(obs_shape))))
     for k in ("observations", "next_observations"):
-        a = arrays[k].astype(np.float64)
-        outside = (a < olow - otol) | (a > ohigh + otol)
-        if outside.any():
-            row = _first_bad_row(outside)
-            raise DatasetError(
-                f"{source}: {k!r} row {row} lies outside the env's observation bounds; "
-                "the dataset belongs to another env or observation wrapper."
-            )
+        for start in range(0, n, chunk):
+            a = arrays[k][start : start + chunk].astype(np.float64)
+            outside = (a < olow - otol) | (a > ohigh + otol)
+            if outside.any():
+                row = start + _first_bad_row(outside)
+                raise DatasetError(
+                    f"{source}: {k!r} row {row} lies outside the env's observation bounds; "
+                    "the dataset belongs to another env or observation wrapper."
+                )
     return int(n)
 
 
@@ -584,6 +737,8 @@ class OfflineDataset:
         *,
         source: str = "dataset",
         env_id: str | None = None,
+        env_kwargs: dict | None = None,
+        env_wrappers: list | None = None,
         clip_eps: float = ACTION_CLIP_EPS,
         device: torch.device | str = "cpu",
         path: str = "",
@@ -591,7 +746,9 @@ class OfflineDataset:
         checksum: str = "",
     ) -> "OfflineDataset":
         """Validate raw arrays (:func:`validate_arrays`) and convert them to training rows."""
-        n = validate_arrays(arrays, obs_space, act_space, source=source, env_id=env_id)
+        n = validate_arrays(
+            arrays, obs_space, act_space, source=source, env_id=env_id, env_kwargs=env_kwargs, env_wrappers=env_wrappers
+        )
         low = np.asarray(act_space.low, dtype=np.float64)
         high = np.asarray(act_space.high, dtype=np.float64)
         acts = arrays["actions"].astype(np.float64)
@@ -619,6 +776,8 @@ def load_dataset(
     *,
     fmt: str = "auto",
     env_id: str | None = None,
+    env_kwargs: dict | None = None,
+    env_wrappers: list | None = None,
     clip_eps: float = ACTION_CLIP_EPS,
     device: torch.device | str = "cpu",
 ) -> OfflineDataset:
@@ -628,8 +787,10 @@ def load_dataset(
     local store (:func:`resolve_dataset_path`).
 
     ``act_space`` is the env's own action ``Box``; actions come back rescaled
-    to ``[-1, 1]`` and clipped to ``(-1 + clip_eps, 1 - clip_eps)``. ``env_id``
-    (optional) is checked against the id the dataset recorded, if any.
+    to ``[-1, 1]`` and clipped to ``(-1 + clip_eps, 1 - clip_eps)``. ``env_id``,
+    ``env_kwargs`` and ``env_wrappers`` (optional: the run's ``env`` section) are checked
+    against what the dataset recorded, if it did (a Minari dataset records its env spec's
+    id and kwargs, no wrappers).
     """
     fmt = detect_format(path, fmt)
     named = str(path)
@@ -645,12 +806,16 @@ def load_dataset(
                 f"{source} was recorded in {info['env_id']!r}, but the run's env is {env_id!r}; "
                 "use a dataset of the same env."
             )
+        if env_kwargs is not None and isinstance(info.get("env_kwargs"), dict):
+            _refuse_other_kwargs(info["env_kwargs"], env_kwargs, env_id, source)
     return OfflineDataset.from_arrays(
         arrays,
         obs_space,
         act_space,
         source=source,
         env_id=env_id,
+        env_kwargs=env_kwargs,
+        env_wrappers=env_wrappers,
         clip_eps=clip_eps,
         device=device,
         path=str(path),

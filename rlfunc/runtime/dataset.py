@@ -9,8 +9,16 @@ uniformly random policy in an env and writes the transitions as a D4RL-style
   was stepped with; D4RL and Minari store actions the same way);
 * ``rewards [N]`` float32; ``terminals [N]`` bool (termination: no
   bootstrap); ``timeouts [N]`` bool (time-limit truncation: bootstrap);
-* metadata: ``env_id``, ``action_low``, ``action_high`` (the bounds the actions
-  are in), ``policy`` (what produced them), ``noise``.
+* metadata: ``env_id``, ``env_kwargs`` and ``env_wrappers`` (the env's config
+  as JSON text: an RLPD run refuses data made in an env configured otherwise),
+  ``action_low``, ``action_high`` (the bounds the actions are in), ``policy``
+  (what produced them), ``noise``.
+
+Only the first episode's reset is seeded (``seed``); later episodes continue
+the env's own random stream, as gymnasium intends, so collections with
+different seeds do not share episodes (seeding every reset with ``seed + i``
+made episode ``i + 1`` of seed ``s`` episode ``i`` of seed ``s + 1``) and never
+reach the seeds of a run's evaluation episodes.
 
 With a checkpoint the action is the agent's deterministic action plus
 Gaussian noise of standard deviation ``noise`` in the policy's normalised
@@ -20,6 +28,7 @@ Gaussian noise of standard deviation ``noise`` in the policy's normalised
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -146,7 +155,7 @@ def _collect(out, checkpoint, env_id, steps, noise, policy, seed) -> dict[str, A
     obs_l, act_l, rew_l, next_l, term_l, trunc_l = [], [], [], [], [], []
     returns: list[float] = []
     obs = np.array(env.reset(seed=seed)[0], dtype=np.float32, copy=True)  # an env may update its array in place
-    ep_return, episode = 0.0, 0
+    ep_return = 0.0
     for _ in range(steps):
         if policy == "random":
             action = np.asarray(env.action_space.sample(), dtype=np.float64)
@@ -170,8 +179,7 @@ def _collect(out, checkpoint, env_id, steps, noise, policy, seed) -> dict[str, A
         if terminated or truncated:
             returns.append(ep_return)
             ep_return = 0.0
-            episode += 1
-            obs = np.array(env.reset(seed=seed + episode)[0], dtype=np.float32, copy=True)
+            obs = np.array(env.reset()[0], dtype=np.float32, copy=True)
     env.close()
     source = "random" if policy == "random" else f"checkpoint {checkpoint}"
     arrays = {
@@ -182,6 +190,8 @@ def _collect(out, checkpoint, env_id, steps, noise, policy, seed) -> dict[str, A
         "terminals": np.asarray(term_l, dtype=bool),
         "timeouts": np.asarray(trunc_l, dtype=bool),
         "env_id": np.asarray(env_id),
+        "env_kwargs": np.asarray(json.dumps(env_kwargs, sort_keys=True, default=str)),
+        "env_wrappers": np.asarray(json.dumps(list(wrappers), sort_keys=True, default=str)),
         "action_low": low.astype(np.float32),
         "action_high": high.astype(np.float32),
         "policy": np.asarray(source),

@@ -544,7 +544,10 @@ class PopulationTrainer:
         # The first one sizes its replay: P of them must fit before the others are built.
         self.learners = []
         for k, (m, native) in enumerate(zip(self.members, natives)):
-            learner = self.entry.make_learner(m.config, obs_space, act_space)
+            # RLPD: the members share one data section (grids are agent settings), so the first member's
+            # loaded and checked dataset is every member's: read once, not P times over.
+            shared = {"dataset": self.learners[0].dataset} if k and getattr(self.learners[0], "dataset", None) is not None else {}
+            learner = self.entry.make_learner(m.config, obs_space, act_space, **shared)
             learner.native_action_space = native
             self.learners.append(learner)
             if k == 0:
@@ -566,9 +569,6 @@ class PopulationTrainer:
         self.agent = self.learners[0].config
         # RLPD: one prior dataset, shared read-only by every member (each member draws its own rows from it).
         self.dataset = getattr(self.learners[0], "dataset", None)
-        if self.dataset is not None:
-            for lr in self.learners[1:]:
-                lr.dataset = lr.sampler.dataset = self.dataset
         for lr in self.learners:  # each member's state now lives in the population's
             lr.state = None
         # Where the learner has one, every member's replay is a row of one batched replay (one gather

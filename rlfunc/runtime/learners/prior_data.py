@@ -35,13 +35,16 @@ class PriorDataLearner(TransitionLearner):
     the file and refuses to continue if it changed.
     """
 
-    def __init__(self, entry, run_config, obs_space: gym.Space, act_space: gym.Space) -> None:
+    def __init__(self, entry, run_config, obs_space: gym.Space, act_space: gym.Space, dataset=None) -> None:
+        """``dataset``: an :class:`~rlfunc.replay.offline.OfflineDataset` already loaded from this
+        config's ``data`` section (a population's members share the first member's, read once),
+        else it is loaded here."""
         from rlfunc.replay.offline import MixedSampler, load_dataset
 
         super().__init__(entry, run_config, obs_space, act_space)
         self.data_cfg = run_config.data
-        self.dataset = None
-        if self.data_cfg.path:
+        self.dataset = dataset
+        if self.data_cfg.path and dataset is None:
             native_act = _native_action_space(run_config, act_space)
             self.dataset = load_dataset(
                 self.data_cfg.path,
@@ -49,6 +52,8 @@ class PriorDataLearner(TransitionLearner):
                 native_act,
                 fmt=self.data_cfg.format,
                 env_id=run_config.env.id,
+                env_kwargs=dict(run_config.env.kwargs or {}),
+                env_wrappers=list(run_config.env.wrappers or []),
                 device=self.device,
             )
         ratio = self.data_cfg.offline_ratio if self.dataset is not None else 0.0
