@@ -450,6 +450,33 @@ def test_a_killed_actor_is_restarted_the_learner_goes_on_and_the_counters_are_ex
     assert meta["distributed"]["param_version"] == run.version
 
 
+def test_a_chunk_lost_with_its_node_is_collected_again_and_the_counters_stay_exact(
+        ray_local, bounded, tmp_path, monkeypatch, capsys):
+    """On a cluster a finished chunk lives in its node's object store; when that node is lost, ``ray.get``
+    raises ObjectLostError, not an actor error, and the learner ended the run with a traceback. The chunk is
+    dropped (its steps were never counted), its actor asked again, and the run goes on."""
+    import rlfunc
+
+    real_get, lost = ray_local.get, []
+
+    def get(ref, *args, **kwargs):
+        out = real_get(ref, *args, **kwargs)
+        if not lost and isinstance(out, dict) and "windows" in out:
+            lost.append(out["env_steps"])
+            raise ray_local.exceptions.ObjectLostError(ref.hex(), None, "a test standing in for a lost node")
+        return out
+
+    monkeypatch.setattr(ray_local, "get", get)
+    runs = []
+    result = rlfunc.train(_tiny(**{"train.total_steps": 1600}), run_dir=tmp_path / "run",
+                          callbacks=[type("Keep", (), {"on_end": lambda self, run, reason: runs.append(run)})()])
+    run = runs[0]
+    assert lost and run.actor_failures >= 1 and run.actor_deaths == 0
+    assert result.env_steps == run.env_step == sum(c[2] for c in run.chunks) >= 1600
+    assert run.learner.replay.windows_added == sum(c[3] for c in run.chunks)
+    assert "was lost before the learner read it" in capsys.readouterr().err
+
+
 def test_with_max_restarts_0_one_death_stops_the_run_in_one_sentence(ray_local, bounded, tmp_path, capsys):
     """Ray does not restart the actor: the run stops at its first death, which is counted once (both queued
     calls fail with it), and nothing says Ray restarts it. (It said so once per failed call, and stopped with

@@ -457,11 +457,17 @@ class DistributedTrainer(Trainer):
         def failed(k: int, call_life: int, exc) -> None:
             """A call of actor ``k`` failed. Its other calls are dropped (:func:`down`), so a death is counted
             once however many calls it failed; ActorUnavailableError (Ray is restarting the process, or it
-            cannot be reached) is not a death by itself: the restarted process's new pid shows one."""
+            cannot be reached) is not a death by itself: the restarted process's new pid shows one. Nor is
+            a lost result (ObjectLostError: the node whose object store held a finished chunk is gone, on a
+            cluster): the chunk's steps were never counted, and the actor is asked again (a new pid then
+            shows whether it died with the node)."""
             self.actor_failures += 1
             if call_life != life[k]:
                 return  # a call of a life whose end was already seen
-            if not isinstance(exc, ray.exceptions.ActorUnavailableError):
+            if isinstance(exc, ray.exceptions.ObjectLostError):
+                print(f"rlfunc: a chunk of actor {k} was lost before the learner read it (its node's object store "
+                      "is gone); its steps are collected again", file=sys.stderr)
+            elif not isinstance(exc, ray.exceptions.ActorUnavailableError):
                 died(k, exc)
             elif k in up:
                 print(f"rlfunc: actor {k} is unavailable (its process ended or cannot be reached); the learner "
@@ -483,6 +489,8 @@ class DistributedTrainer(Trainer):
                 + (" or distributed.actor_gpus" if d.actor_gpus else "") + ", or add nodes to the cluster."
             )
 
+        # a call whose actor died or cannot be reached, or whose result was lost with its node
+        lost_calls = (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError)
         self._publish()
         self.actors = self._start_actors()
         t0, first = time.monotonic(), None
@@ -515,7 +523,7 @@ class DistributedTrainer(Trainer):
                         k, call_life = starting.pop(ref)
                         try:
                             info = ray.get(ref)
-                        except ray.exceptions.RayActorError as exc:
+                        except lost_calls as exc:
                             failed(k, call_life, exc)
                             continue
                         if call_life == life[k]:
@@ -526,7 +534,7 @@ class DistributedTrainer(Trainer):
                     k, _asked, call_life = inflight.pop(ref)
                     try:
                         chunk = ray.get(ref)
-                    except ray.exceptions.RayActorError as exc:
+                    except lost_calls as exc:
                         failed(k, call_life, exc)
                         continue
                     if first is None:
