@@ -50,7 +50,8 @@ def add_sweep_parser(sub) -> argparse.ArgumentParser:
                    help="runs in flight at once (default: as many as the cluster's CPUs allow)")
     s.add_argument("--max-retries", type=_nonnegative, default=3,
                    help="retries of a run whose worker process dies; each resumes from its checkpoint (default 3)")
-    s.add_argument("--gpus", type=float, default=0.0, help="GPU (fraction) per run, e.g. 0.25 (default 0)")
+    s.add_argument("--gpus", type=float, default=None,  # None: not given (refused with --resume, 0 otherwise)
+                   help="GPU (fraction) per run, e.g. 0.25 (default 0; not with --resume)")
     s.add_argument("--sweep-dir", default=None, help="where the run directories go (default: runs/sweep-<algo>-<env>-<time>)")
     s.add_argument("--resume", default=None, metavar="SWEEP_DIR",
                    help="continue a stopped sweep: finished runs are kept, the others resume from their checkpoints")

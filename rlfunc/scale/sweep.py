@@ -26,7 +26,8 @@ directories themselves.
   stopped cluster) is one sentence at once, and joining is bounded (about 15 s) otherwise.
 * Faults: a task whose worker process dies (killed, out of memory, node lost) is retried by Ray
   (``max_retries``); the retry resumes the run from its newest checkpoint (a run directory left
-  without a checkpoint is cleared and trained afresh). ``rlfunc sweep --resume SWEEP_DIR``
+  without a checkpoint is cleared and trained afresh), under the run directory's lock: a run another
+  live process still trains is refused, never cleared. ``rlfunc sweep --resume SWEEP_DIR``
   continues a stopped sweep: finished runs (``eval.csv`` reached ``train.total_steps``, or a
   stopping rule ended them) are read back, not trained again.
 * A plan entry may be a population (``"members": P`` and ``train.population`` in its overrides,
@@ -136,7 +137,7 @@ def plan_sweep(
     grid: list[str] | dict[str, list[Any]] | None = None,
     overrides: list[str] | dict[str, Any] | None = None,
     sweep_dir: str | Path | None = None,
-    gpus: float = 0.0,
+    gpus: float | None = 0.0,
     population: bool = False,
 ) -> dict:
     """Check everything and return the sweep's plan (not yet written): one entry per (grid point,
@@ -148,6 +149,7 @@ def plan_sweep(
     from rlfunc.runtime.config import apply_overrides, build_config, load_config, parse_overrides
     from rlfunc.runtime.packaged import resolve_config
 
+    gpus = 0.0 if gpus is None else gpus  # --gpus not given
     check_ray_amount("--gpus", float(gpus))
     seed_list = parse_seeds(seeds) if isinstance(seeds, str) else [int(s) for s in seeds]
     if not seed_list:
@@ -261,13 +263,56 @@ def load_plan(sweep_dir: str | Path) -> dict:
 
 
 def _newest_checkpoint_step(run_dir: Path) -> int | None:
-    latest = run_dir / "checkpoints" / "latest"
+    """The step of the checkpoint :func:`rlfunc.resume` of ``run_dir`` starts from, found as the checkpoint
+    module finds it (:func:`~rlfunc.runtime.checkpoint.latest_checkpoint`: the one ``latest`` names, or one
+    renamed into place by a write killed before ``latest`` was updated, as a run's first checkpoint always
+    is); ``None`` when the run has no complete checkpoint."""
+    from rlfunc.runtime.checkpoint import latest_checkpoint
+
+    found = latest_checkpoint(run_dir / "checkpoints")
+    return None if found is None else int(found.name[len("step_"):])
+
+
+def _clear_run_dir(run_dir: Path) -> None:
+    """Delete what an attempt that died before its first usable checkpoint left in ``run_dir`` (its
+    ``config.yaml``, ``metrics.csv``, ``eval.csv``, ``checkpoints/``, ``best/``, logs, a population's
+    ``member-<k>/``), keeping the lock file, which this process holds (deleting it would let another
+    attempt lock a new file and train beside this one). A symlink is removed, never followed."""
+    from rlfunc.runtime.checkpoint import LOCK_FILE
+
+    for entry in run_dir.iterdir():
+        if entry.name == LOCK_FILE:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
+def _config_imports(plan: dict, entry: dict) -> list[str]:
+    """What the entry's own config (the user's, which the fresh attempt's :func:`rlfunc.train` imports
+    anyway) names to import, as ``rlfunc.resume``'s ``allow_import``: the module of a ``module:Env-v0``
+    ``env.id``, the module of each ``module:ClassName`` wrapper, and each ``gymnasium.wrappers.ClassName``
+    wrapper. A retry or ``rlfunc sweep --resume`` of the run in a fresh process may import them (and
+    nothing else the checkpoint's config might name)."""
+    from rlfunc.envs import split_env_id
+    from rlfunc.runtime.config import apply_overrides, build_config
+
     try:
-        name = latest.read_text().strip()
-    except OSError:
-        return None
-    m = re.fullmatch(r"step_(\d+)", name)
-    return int(m.group(1)) if m and (run_dir / "checkpoints" / name).is_dir() else None
+        raw = entry.get("raw_config", plan.get("raw_config")) or {}
+        env = build_config(apply_overrides(raw, dict(entry["overrides"]))).env
+        names = [split_env_id(env.id)[0]]
+    except Exception:  # a config the task cannot build: rlfunc.resume says what is wrong, in its own words
+        return []
+    for item in env.wrappers or []:
+        name = item if isinstance(item, str) else next(iter(item), None) if isinstance(item, dict) and len(item) == 1 else None
+        if not isinstance(name, str):
+            continue
+        if name.startswith("gymnasium.wrappers."):
+            names.append(name)
+        elif ":" in name:
+            names.append(name.partition(":")[0])
+    return list(dict.fromkeys(n for n in names if n))
 
 
 def _log_attempt(sweep_dir: Path, **fields: Any) -> None:
@@ -301,31 +346,49 @@ def entry_records(plan: dict, entry: dict) -> list[dict]:
 
 def train_or_continue(plan: dict, entry: dict) -> list[dict]:
     """Body of one sweep task (any process): bring the run ``entry`` to its end and return its learn
-    records. A finished run is read back; a run with a checkpoint is resumed from it; otherwise the
-    run directory (if a crashed attempt left one) is cleared and the run trains from the start."""
+    records. A finished run is read back; a run with a usable checkpoint (as :func:`rlfunc.resume` finds
+    it, :func:`_newest_checkpoint_step`) is resumed from it, allowed to import what the entry's own config
+    names (:func:`_config_imports`); otherwise the run directory's files (if a crashed attempt left some)
+    are cleared and the run trains from the start. An existing run directory is locked
+    (:func:`~rlfunc.runtime.checkpoint.lock_run_dir`) before it is read for a checkpoint or cleared, and
+    stays locked through the training: a run another live process trains (a second ``rlfunc sweep
+    --resume``, an earlier attempt still running) is refused in one sentence, with nothing deleted."""
     import rlfunc
-    from rlfunc.runtime.checkpoint import CheckpointError
-    from rlfunc.runtime.trainer import RUN_FILES
+    from rlfunc.runtime.checkpoint import CheckpointError, clean_leftovers, lock_run_dir, unlock_run_dir
 
     sweep_dir = Path(plan["sweep_dir"])
     run_dir = sweep_dir / entry["name"]
+    raw = entry.get("raw_config", plan["raw_config"])
     if entry_finished(plan, entry):
         _log_attempt(sweep_dir, run=entry["name"], start="finished")
-    else:
+        return entry_records(plan, entry)
+    if not run_dir.is_dir():  # nothing to resume or clear: rlfunc.train locks the new directory itself
+        _log_attempt(sweep_dir, run=entry["name"], start="fresh")
+        rlfunc.train(raw, overrides=dict(entry["overrides"]), run_dir=run_dir)
+        return entry_records(plan, entry)
+    lock_run_dir(run_dir)  # another process training this run: refused here, before anything is read or deleted
+    try:
+        if entry_finished(plan, entry):  # the process that held the lock until now finished it
+            _log_attempt(sweep_dir, run=entry["name"], start="finished")
+            return entry_records(plan, entry)
+        for line in clean_leftovers(run_dir / "checkpoints"):  # as rlfunc.resume does (a replaced checkpoint put back)
+            print(f"rlfunc sweep: {run_dir / 'checkpoints'}: {line}", file=sys.stderr)
         step = _newest_checkpoint_step(run_dir)
-        resumed = False
         if step is not None:
             _log_attempt(sweep_dir, run=entry["name"], start="resume", from_step=step)
             try:
-                rlfunc.resume(run_dir)
-                resumed = True
+                # resume takes this process's lock as its own (no second lock) and releases it when it ends
+                rlfunc.resume(run_dir, allow_import=_config_imports(plan, entry))
+                return entry_records(plan, entry)
             except CheckpointError as exc:  # every checkpoint damaged: start over
                 print(f"rlfunc sweep: {run_dir}: {exc}; training it from the start", file=sys.stderr)
-        if not resumed:
-            if run_dir.is_dir() and any((run_dir / name).exists() for name in RUN_FILES):
-                shutil.rmtree(run_dir)  # an attempt that died before its first checkpoint
-            _log_attempt(sweep_dir, run=entry["name"], start="fresh")
-            rlfunc.train(entry.get("raw_config", plan["raw_config"]), overrides=dict(entry["overrides"]), run_dir=run_dir)
+            lock_run_dir(run_dir)  # resume released the lock on its way out: hold it again before clearing
+        _clear_run_dir(run_dir)  # an attempt that died before its first checkpoint; the lock file stays
+        _log_attempt(sweep_dir, run=entry["name"], start="fresh")
+        # rlfunc.train finds the lock held by this process and trains under it (it neither takes nor releases it)
+        rlfunc.train(raw, overrides=dict(entry["overrides"]), run_dir=run_dir)
+    finally:
+        unlock_run_dir(run_dir)
     return entry_records(plan, entry)
 
 
@@ -761,8 +824,11 @@ def run_sweep(
         try:
             from rlfunc.runtime.plot import plot_runs
 
+            # one curve per label, as the JSON's summary: grid points that differ only in keys plot
+            # does not count as settings (train.total_steps, train.max_updates) are not merged
             result["png"] = str(plot_runs([r["run_dir"] for r in runs], out.with_suffix(".png"),
-                                          title=f"sweep {sweep_dir.name} (mean, min-max over seeds)"))
+                                          title=f"sweep {sweep_dir.name} (mean, min-max over seeds)",
+                                          labels=[r["algo"] for r in runs]))
         except RuntimeError as exc:  # no matplotlib
             echo(f"no PNG: {exc}")
     return result
@@ -785,7 +851,7 @@ def sweep(
     address: str | None = None,
     max_concurrent: int | None = None,
     max_retries: int = 3,
-    gpus: float = 0.0,
+    gpus: float | None = None,
     out: str | Path | None = None,
     echo: Callable[[str], None] = print,
     population: bool = False,
@@ -800,8 +866,14 @@ def sweep(
                 "--resume continues the stored plan; drop CONFIG, --seeds, --grid, --set, --sweep-dir and --population."
             )
         plan = load_plan(resume)
+        if gpus is not None:
+            raise ConfigError(
+                f"--resume continues the stored plan, whose runs each ask for {float(plan.get('gpus') or 0.0):g} GPUs; "
+                "drop --gpus (a new amount needs a new sweep)."
+            )
     else:
-        plan = plan_sweep(config, "0" if seeds is None else seeds, grid, overrides, sweep_dir, gpus, population)
+        plan = plan_sweep(config, "0" if seeds is None else seeds, grid, overrides, sweep_dir,
+                          0.0 if gpus is None else gpus, population)
     # an --out that cannot be written, or would destroy a file: one sentence now, not after training
     results_path(plan["sweep_dir"], out, plan.get("config"))
     _prepare_join(address)
