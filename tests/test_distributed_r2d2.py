@@ -260,6 +260,23 @@ def test_pixel_chunks_send_each_frame_once(pixel_chunks):
     assert len(pickle.dumps(wire, protocol=5)) < distributed.chunk_bytes(c) + 16_000  # what Ray serializes
 
 
+def test_resumed_and_restarted_actors_never_seed_the_evaluation_episodes():
+    """A resumed run's fresh actors were seeded ``seed + index * envs + start_step``: resumed at env step
+    10,000 (a multiple of checkpoint_every), they stepped through the evaluation episodes' seeds
+    ``seed + 10_000 + j``. Fresh actors of a new run keep the single-process rule, ``seed + i``."""
+    from rlfunc.scale.distributed import actor_seeds, spread_seed
+
+    assert actor_seeds(3, 1, 4) == (7, 3 + 1 + 1_000_003)  # a new run: env i of the whole set seeds seed + i
+    for seed in (0, 5, 2**32 - 1):
+        eval_seeds = set(range(seed + 10_000, seed + 10_000 + 100))
+        for start in range(1000, 200_001, 1000):
+            for index in range(14):
+                env_seed, noise_seed = actor_seeds(seed, index, 1, start)
+                assert env_seed not in eval_seeds and 0 <= env_seed < 2**32 and 0 <= noise_seed < 2**32
+    assert actor_seeds(0, 0, 1, 10_000) != actor_seeds(0, 0, 1, 11_000) != actor_seeds(0, 1, 1, 10_000)
+    assert spread_seed(7, 123) == spread_seed(7, 123) != spread_seed(7, 124)  # reproducible, distinct
+
+
 def test_the_epsilon_ladder_is_split_over_the_actors():
     slices = [actor_epsilon_slice(4, 3, k) for k in range(4)]
     assert torch.equal(torch.cat(slices), actor_epsilons(12))

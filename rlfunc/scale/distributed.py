@@ -81,6 +81,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from tensordict import TensorDict
 
@@ -95,6 +96,7 @@ __all__ = [
     "RAY_MISSING",
     "actor_epsilon_slice",
     "actor_seeds",
+    "spread_seed",
     "window_priorities",
     "chunk_bytes",
     "ActorProcess",
@@ -120,12 +122,23 @@ def actor_epsilon_slice(actors: int, envs_per_actor: int, index: int, base: floa
     return eps[index * envs_per_actor : (index + 1) * envs_per_actor].clone()
 
 
+def spread_seed(*parts: int) -> int:
+    """A 32-bit seed numpy's ``SeedSequence`` draws from ``parts`` (non-negative integers): for actors
+    that must not replay earlier streams, spread over ``[0, 2**32)`` instead of next to the run's seed,
+    whose neighbours seed other streams (``seed + 10_000 + j``: the run's evaluation episodes)."""
+    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0])
+
+
 def actor_seeds(seed: int, index: int, envs_per_actor: int, start_step: int = 0) -> tuple[int, int]:
     """``(env seed, acting-noise seed)`` of actor ``index``: its envs are reset with ``env seed + j``
     (env ``i`` of the whole set with ``seed + i``) and actor 0 draws its noise from ``seed + 1``, as
-    the single-process learner with the same envs does. Fresh actors of a resumed run shift both by
-    ``start_step`` (the env steps already taken) so they do not replay the first episodes."""
-    return seed + index * envs_per_actor + start_step, seed + 1 + 1_000_003 * index + start_step
+    the single-process learner with the same envs does. Fresh actors of a resumed run
+    (``start_step`` > 0, the env steps already taken) draw both from ``(seed, index, start_step)``
+    (:func:`spread_seed`), so they neither replay the first episodes nor, as ``seed + start_step``
+    did when a run resumed at step 10,000, step through the evaluation episodes' seeds."""
+    if start_step:
+        return spread_seed(seed, index, start_step, 0), spread_seed(seed, index, start_step, 1)
+    return seed + index * envs_per_actor, seed + 1 + 1_000_003 * index
 
 
 def window_priorities(algo, published: TensorDict, agent_config, windows: TensorDict) -> torch.Tensor:
@@ -198,7 +211,7 @@ class ActorProcess:
         env_seed, noise_seed = actor_seeds(config.train.seed, self.index, n, int(start_step))
         self.restarted = _restarted()
         if self.restarted:  # Ray restarted this process: other episodes and noise than its first life
-            env_seed, noise_seed = env_seed + 7_919 * os.getpid(), noise_seed + 7_919 * os.getpid()
+            env_seed, noise_seed = spread_seed(env_seed, os.getpid(), 0), spread_seed(noise_seed, os.getpid(), 1)
         cut = self.entry.algo.replay_kwargs(config.agent, 1)
         # At most one window per transition, and a call collects < param_sync_steps + n transitions.
         chunk = d.param_sync_steps + n
