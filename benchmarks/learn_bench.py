@@ -265,17 +265,78 @@ def _configure_learn_merge(p: argparse.ArgumentParser) -> None:
     p.add_argument("--note", default=None, help="free text stored in the JSON")
 
 
+MERGE_SAME_PER_LABEL = (("env", "env id"), ("wrappers", "wrappers"), ("total_steps", "total_steps"))
+"""Run-record keys every run of one merged label must share (what the runs learned and for how long); the
+agent settings may differ in keys added after older records were written, so they are not compared."""
+
+
+def _same(a, b) -> bool:
+    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+
+
+def merge_refusal(runs: list[dict], files: list[str]) -> str | None:
+    """Why ``learn-merge`` refuses these runs (``files[k]`` is the input the k-th run came from), in one
+    sentence, or ``None``: a (label, seed) that comes twice, or a label whose runs differ in env id,
+    wrappers or ``total_steps`` (a key a record lacks is not compared)."""
+    first: dict[tuple[str, str], tuple[object, str]] = {}  # (label, key) -> the first value recorded, its file
+    for r, f in zip(runs, files):
+        for k, name in MERGE_SAME_PER_LABEL:
+            if k not in r:
+                continue
+            v0, f0 = first.setdefault((r["algo"], k), (r[k], f))
+            if not _same(v0, r[k]):
+                return (f"label {r['algo']!r} would hold runs of different {name} ({v0!r} from {f0}, {r[k]!r} "
+                        f"from {f}); give one input's runs another label with JSON:{r['algo']}=NEW_LABEL.")
+    seen: dict[tuple, str] = {}
+    for r, f in zip(runs, files):
+        key = (r["algo"], r.get("seed"))
+        if key in seen:
+            return (f"label {r['algo']!r} seed {r.get('seed')} comes twice (from {seen[key]} and {f}); pass each run "
+                    f"once, or give one input's runs another label with JSON:{r['algo']}=NEW_LABEL.")
+        seen[key] = f
+    return None
+
+
+def _hardware(m: dict | None) -> dict:
+    """What a machine record says of the hardware (not its date or load)."""
+    return {k: (m or {}).get(k) for k in ("cpu", "cores", "gpu")}
+
+
+def _record_holds(r: dict) -> Path | None:
+    """The run's directory if its ``eval.csv`` holds exactly the evaluations the record has (a later run
+    may have reused the directory, e.g. ``runs/learn_minatar/<label>-<K>k-s<seed>``), else ``None``. A
+    relative ``run_dir`` is looked up from here, then from the repository root."""
+    import csv
+
+    if not r.get("run_dir"):
+        return None
+    d = Path(r["run_dir"])
+    if not d.is_absolute() and not d.is_dir():
+        d = ROOT / d
+    try:
+        with open(d / "eval.csv", newline="") as f:
+            rows = [[int(row["step"]), float(row["mean_return"])] for row in csv.DictReader(f)]
+    except (OSError, KeyError, TypeError, ValueError):
+        return None
+    return d if rows and rows == [[int(a), float(b)] for a, b in r.get("evals") or []] else None
+
+
 def run_learn_merge(args: argparse.Namespace) -> int:
     """Runs trained once serve two comparisons: ``learn --algo drqn`` (DRQN vs DQN) and
     ``learn --algo r2d2 --only r2d2`` give ``learn_r2d2.json`` = R2D2 + those DRQN runs,
-    without training DRQN twice. Each run keeps its own JSON's machine and settings. The PNG is
-    drawn from the runs' ``eval.csv`` where every run directory is still there, else from the
-    JSONs' ``evals``."""
+    without training DRQN twice. Refused in one sentence (nothing written): a (label, seed) that
+    comes twice and a label whose runs differ in env id, wrappers or ``total_steps``
+    (:func:`merge_refusal`). When the inputs' machine records differ, each run keeps its own in its
+    record (``machine``), and the JSON's top-level ``machine`` is the first input's only where every
+    input names the same hardware. The PNG is drawn from the runs' ``eval.csv`` where every run
+    directory still holds its recorded evaluations, else from the JSONs' ``evals``."""
     import numpy as np
 
     from rlfunc.runtime.plot import plot_curves, plot_runs
 
     runs: list[dict] = []
+    files: list[str] = []
+    machines: list = []
     sources: list[dict] = []
     for spec in args.inputs:
         path, _, labels = spec.partition(":")
@@ -289,25 +350,39 @@ def run_learn_merge(args: argparse.Namespace) -> int:
             print(f"{spec}: no runs with labels {sorted(keep or [])}.", file=sys.stderr)
             return 2
         runs += picked
+        files += [str(path)] * len(picked)
+        machines += [r.get("machine", src.get("machine")) for r in picked]  # a merged input's runs keep theirs
         sources.append({"file": str(path), "labels": sorted({r["algo"] for r in picked}),
                         "machine": src.get("machine"), "settings": src.get("settings"), "note": src.get("note")})
-    result = {"machine": sources[0]["machine"], "runs": runs, "summary": _summary(runs),
-              "settings": {"merged_from": sources}}
+    refusal = merge_refusal(runs, files)
+    if refusal:
+        print(f"learn-merge: {refusal}", file=sys.stderr)
+        return 2
+    if all(_same(m, machines[0]) for m in machines):
+        runs = [{k: v for k, v in r.items() if k != "machine"} for r in runs]
+        result = {"machine": machines[0]}
+    else:  # each run names the machine it was trained on; readme_tables refuses a label over several
+        runs = [{**r, "machine": m} for r, m in zip(runs, machines)]
+        same_hardware = all(_same(_hardware(m), _hardware(machines[0])) for m in machines)
+        result = {"machine": machines[0]} if same_hardware else {}
+    result.update({"runs": runs, "summary": _summary(runs), "settings": {"merged_from": sources}})
+    if result.get("machine") is None:
+        result.pop("machine", None)
     if args.note:
         result["note"] = args.note
     write_json(args.out, result)
-    dirs = [r["run_dir"] for r in runs if r.get("run_dir") and Path(r["run_dir"]).is_dir()]
+    dirs = [_record_holds(r) for r in runs]
     png = None
-    if len(dirs) == len(runs):  # one curve per label of the merged JSON, from each run's eval.csv
+    if all(dirs):  # one curve per label of the merged JSON, from each run's eval.csv
         png = plot_runs(dirs, args.out.with_suffix(".png"), title=args.title, labels=[r["algo"] for r in runs])
-    elif all(r.get("evals") for r in runs):  # run directories gone: the JSONs' own evaluations (env steps)
+    elif all(r.get("evals") for r in runs):  # run directories gone or reused: the JSONs' own evaluations
         groups: dict[str, list] = {}
         for r in runs:
             steps, returns = zip(*r["evals"])
             groups.setdefault(r["algo"], []).append((np.array(steps), np.array(returns)))
         png = plot_curves(groups, args.out.with_suffix(".png"), title=args.title)
     else:
-        print("some runs have neither a run directory nor evaluations: no PNG.", file=sys.stderr)
+        print("some runs have neither a run directory holding them nor evaluations: no PNG.", file=sys.stderr)
     print_table(
         [{"algo": k, **v} for k, v in result["summary"].items()],
         [("algo", "algo", ""), ("seeds", "seeds", "d"), ("median final return", "median_final_return", ".1f")],

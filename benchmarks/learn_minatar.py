@@ -141,6 +141,19 @@ def _machine(note: str = NOTE) -> dict:
             "note": note}
 
 
+RETURN_STOPS = ("stop_at_return", "patience_evals")
+"""Stopping rules that end a run on its returns: a run they stopped before the budget is complete.
+The budget rules (``max_wall_s``, ``max_updates``) cut a run off instead."""
+
+
+def complete_at(rec: dict, steps: int) -> bool:
+    """Whether the run record (:func:`rlfunc.scale.results.collected_run`) counts as a finished run of
+    the ``steps`` budget: it evaluated at ``steps`` env steps or later, or a :data:`RETURN_STOPS`
+    rule ended it."""
+    reason = (rec.get("stop_reason") or "").split(":", 1)[0].strip()
+    return bool(rec["evals"]) and (rec["env_steps"] >= steps or reason in RETURN_STOPS)
+
+
 def collect(out: Path | None = None, note: str = NOTE, steps: int = BUDGET["steps"]) -> int:
     from rlfunc.scale.results import collected_run, summary
 
@@ -152,6 +165,10 @@ def collect(out: Path | None = None, note: str = NOTE, steps: int = BUDGET["step
             if not (run_dir / "eval.csv").is_file() or not run_dir.name.rsplit("-s", 1)[1].isdigit():
                 continue
             rec = collected_run(run_dir, label)
+            # Judged against this budget, not the run's own config.yaml (an --extend-from copy whose resume
+            # failed still names the shorter one); only a return-based stop ends a run early, not a budget.
+            rec["total_steps"] = steps
+            rec["complete"] = complete_at(rec, steps)
             rec["run_dir"] = str(run_dir.relative_to(ROOT))
             rec["config"] = TABLE[label]
             rec["overrides"] = OVERRIDES[_algo(label)]
@@ -160,8 +177,8 @@ def collect(out: Path | None = None, note: str = NOTE, steps: int = BUDGET["step
         "machine": _machine(note),
         "runs": runs,
         "summary": summary([r for r in runs if r["complete"]]),  # complete runs only
-        "partial_runs": [{"label": r["algo"], "seed": r["seed"], "env_steps": r["env_steps"]}
-                         for r in runs if not r["complete"]],
+        "partial_runs": [{"label": r["algo"], "seed": r["seed"], "env_steps": r["env_steps"],
+                          "stop_reason": r["stop_reason"]} for r in runs if not r["complete"]],
         "settings": {
             "budget_env_steps": steps,
             "frames_note": "MinAtar has no frame skip: env steps are frames; the MinAtar paper's DQN curves go to 5M",

@@ -35,9 +35,34 @@ def _steps(n: int) -> str:
     return f"{k:.0f}k" if abs(k - round(k)) < 0.01 else f"{k:.1f}k"
 
 
+def _span_of(values: list[int]) -> str:
+    """``65k`` or ``65k–70k``: the range of ``values`` as :func:`_steps` shows them."""
+    lo, hi = _steps(min(values)), _steps(max(values))
+    return lo if lo == hi else f"{lo}–{hi}"
+
+
+def _label_runs(d: dict, stem: str, label: str) -> list[dict]:
+    """The run records behind ``label``'s summary, in its order: the label's evaluated runs (only the
+    complete ones where the JSON lists ``partial_runs``: ``learn_minatar.py collect`` summarizes those);
+    a summary its runs do not give is one ``ValueError`` sentence."""
+    runs = [r for r in d["runs"] if r["algo"] == label and r.get("final_return") is not None]
+    if "partial_runs" in d:
+        runs = [r for r in runs if r.get("complete")]
+    if not runs:
+        raise ValueError(f"benchmarks/results/{stem}.json has no evaluated run of {label!r}; leave its README cell out "
+                         "until one has evaluated.")
+    if [r["final_return"] for r in runs] != d["summary"][label]["final_returns"]:
+        raise ValueError(f"benchmarks/results/{stem}.json's summary of {label!r} is not its runs' final returns; "
+                         "rewrite the JSON with the command that made it.")
+    return runs
+
+
 @dataclass(frozen=True)
 class Learned:
-    """One measured learning result: ``label`` of ``stem``'s summary, on ``task``."""
+    """One measured learning result: ``label`` of ``stem``'s summary, on ``task``.
+
+    The cell shows the seeds' final env steps (a range where they differ) and, when any of the runs
+    stopped before its ``total_steps`` (``complete: false``), the budget and who cut them off."""
 
     stem: str
     label: str
@@ -45,17 +70,38 @@ class Learned:
     frames_per_step: int = 1  # DrQ-v2 logs agent steps; its papers count frames (action repeat 2)
     machine: str | None = None  # for JSONs that predate the ``machine`` field (their note names it)
     digits: int = 0  # decimals of the returns (MinAtar's are a few points: one decimal)
+    cut_off_by: str | None = None  # what stopped the incomplete runs early, for their mark (e.g. "the lease")
 
     def cell(self) -> str:
         d = _load(self.stem)
         s = d["summary"][self.label]
-        steps = max(s["env_steps"]) * self.frames_per_step
-        unit = "frames" if self.frames_per_step > 1 else "steps"
+        runs = _label_runs(d, self.stem, self.label)
+        f = self.frames_per_step
+        unit = "frames" if f > 1 else "steps"
+        at = _span_of([r["env_steps"] * f for r in runs])
+        cut = [r for r in runs if r.get("complete") is False]
+        if cut:
+            totals = [r["total_steps"] * f for r in cut if r.get("total_steps")]
+            who = f" by {self.cut_off_by}" if self.cut_off_by else ""
+            some = "" if len(cut) == len(runs) else f"{len(cut)} of {len(runs)} seeds "
+            at += f" of {_span_of(totals)} {unit} ({some}cut off{who})" if totals else f" {unit} ({some}cut off{who})"
+        else:
+            at += f" {unit}"
         n = self.digits
         returns = " / ".join(f"{r:.{n}f}" for r in s["final_returns"])
-        machine = self.machine or _machine_name(d.get("machine", {}))
-        return (f"{self.task}: median **{s['median_final_return']:.{n}f}** ({returns}) @{_steps(steps)} {unit}, "
+        named = self._machine(d, runs)  # checked also where the row names the machine itself
+        machine = self.machine or named
+        return (f"{self.task}: median **{s['median_final_return']:.{n}f}** ({returns}) @{at}, "
                 f"{s['seeds']} seed{'s' if s['seeds'] != 1 else ''}, {machine} {_link(self.stem)}")
+
+    def _machine(self, d: dict, runs: list[dict]) -> str:
+        """The machine the runs name (their own ``machine``, else the JSON's); several are one sentence."""
+        names = sorted({_machine_name(r.get("machine") or d.get("machine") or {}) for r in runs})
+        if len(names) > 1:
+            raise ValueError(f"benchmarks/results/{self.stem}.json's label {self.label!r} holds runs trained on "
+                             f"different machines ({', '.join(names)}); merge each machine's runs under its own "
+                             "label (learn-merge JSON:OLD=NEW) and give each its own README row.")
+        return names[0] if names else _machine_name(d.get("machine") or {})
 
 
 @dataclass(frozen=True)
@@ -70,9 +116,9 @@ class AlgoRow:
 ALGORITHMS = (
     AlgoRow("redq", "Chen et al. 2021", "`redq/hopper`, `redq/pendulum`",
             "Hopper 3517 @125k steps", (Learned("learn_redq", "redq", "Pendulum"),
-                                        Learned("learn_redq_hopper_gpu", "redq", "Hopper-v5 (cut off by the lease)"),
-                                        Learned("learn_redq_hopper_population", "redq",
-                                                "Hopper-v5, one population (cut off by the lease)"))),
+                                        Learned("learn_redq_hopper_gpu", "redq", "Hopper-v5", cut_off_by="the lease"),
+                                        Learned("learn_redq_hopper_population", "redq", "Hopper-v5, one population",
+                                                cut_off_by="the lease"))),
     AlgoRow("sac", "Haarnoja et al. 2018 (REDQ with N=2, G=1)", "`sac/pendulum`",
             "Pendulum ≈ −150 @20k steps (RL Zoo)", (Learned("learn_redq", "sac", "Pendulum"),)),
     AlgoRow("rlpd", "Ball et al. 2023", "`rlpd/hopper`, `rlpd/pendulum`",
@@ -84,9 +130,9 @@ ALGORITHMS = (
              Learned("learn_rlpd_hopper_data", "redq", "REDQ from scratch, same update"))),
     AlgoRow("drqv2", "Yarats et al. 2021", "`drqv2/cartpole_balance`",
             "DMC cartpole_balance 987 ± 13 @100k frames",
-            (Learned("learn_drqv2_gpu", "drqv2", "cartpole_balance", 2, "NVIDIA H100"),
-             Learned("learn_drqv2_gpu_s0_94k", "drqv2", "cartpole_balance, last evaluation of a run cut off at 94k",
-                     2, "NVIDIA H100"),
+            (Learned("learn_drqv2_gpu", "drqv2", "cartpole_balance", 2, "NVIDIA H100", cut_off_by="the lease"),
+             Learned("learn_drqv2_gpu_s0_94k", "drqv2", "cartpole_balance, last evaluation of a run that went on to 94k frames",
+                     2, "NVIDIA H100", cut_off_by="the lease"),
              Learned("learn_drqv2_cpu", "drqv2", "cartpole_balance, fast render", 2, "2-core Intel Xeon"))),
     AlgoRow("drqn", "Hausknecht & Stone 2015", "`drqn/cartpole_novel`",
             "Flickering Pong 12.1 ± 2.2", (Learned("learn_drqn", "drqn", "CartPole, velocities masked"),

@@ -148,7 +148,7 @@ def run_learn_rlpd(args: argparse.Namespace, run) -> int:
         "sac_scratch": ("configs/sac/pendulum.yaml", dict(common)),
     }
     labels = [lab for lab in LABELS if args.only is None or lab in args.only]
-    seeds = list(range(args.seeds))
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))  # --first-seed adds seeds to earlier runs
     entries = []
     for lab in labels:
         entries += run.learn_entries(lab, table[lab][0], seeds, table[lab][1], args.threads,
@@ -190,6 +190,7 @@ def run_learn_rlpd(args: argparse.Namespace, run) -> int:
             "env": "Pendulum-v1",
             "online_steps": steps,
             "seeds": args.seeds,
+            "first_seed": args.first_seed,
             "preset": args.preset,
             "preset_overrides": PRESETS[args.preset],
             "common_overrides": common,

@@ -242,11 +242,24 @@ def plot_path(out: str | Path) -> Path:
     return out
 
 
+_LINE_STYLES = ("-", "--", ":", "-.")
+"""Line styles of the curves, one per 10 labels: matplotlib's 10 colours ``C0``-``C9`` repeat after 10."""
+_POINT_MARKERS = ("o", "s", "^", "D")
+"""Markers of one-evaluation curves (a point with its bar), one per 10 labels likewise."""
+
+
+def _curve_style(k: int) -> dict[str, str]:
+    """Colour and line style of the ``k``-th curve of a figure: the 10 colours with solid lines, then
+    dashed, dotted, dash-dotted ones, so that up to 40 labels never look alike."""
+    return {"color": f"C{k % 10}", "linestyle": _LINE_STYLES[(k // 10) % len(_LINE_STYLES)]}
+
+
 def plot_curves(groups: dict[str, list[tuple[np.ndarray, np.ndarray]]], out: str | Path,
                 title: str | None = None, frames: bool = False) -> Path:
     """Plot ``{label: [(steps, returns) per seed]}`` as :func:`plot_runs` does (mean line, min-max
     band); for curves whose run directories are gone, e.g. a learn JSON's ``evals``. ``frames``
-    labels the x axis env frames instead of environment steps."""
+    labels the x axis env frames instead of environment steps. The ``k``-th label's line and band
+    take :func:`_curve_style` ``(k)``: after 10 labels the colours repeat with another line style."""
     try:
         import matplotlib
 
@@ -255,7 +268,8 @@ def plot_curves(groups: dict[str, list[tuple[np.ndarray, np.ndarray]]], out: str
     except ImportError as exc:
         raise RuntimeError("Plotting needs matplotlib: pip install -e '.[plots]'.") from exc
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for label, curves in groups.items():
+    for i, (label, curves) in enumerate(groups.items()):
+        style = _curve_style(i)
         common = sorted(set.intersection(*[set(s.tolist()) for s, _ in curves]))
         if len(curves) > 1 and len(common) < min(len(s) for s, _ in curves):
             # Seeds evaluated at different steps (a distributed run evaluates at the chunk that crosses
@@ -267,12 +281,13 @@ def plot_curves(groups: dict[str, list[tuple[np.ndarray, np.ndarray]]], out: str
         ys = np.stack([np.interp(common, s, r) for s, r in curves])
         mean = ys.mean(axis=0)
         if len(common) == 1:  # one evaluation (a short or cut-off run): a point with its min-max bar
-            ax.errorbar(common, mean, yerr=[mean - ys.min(axis=0), ys.max(axis=0) - mean], fmt="o", capsize=5,
-                        label=f"{label} (n={len(curves)})")
+            ax.errorbar(common, mean, yerr=[mean - ys.min(axis=0), ys.max(axis=0) - mean],
+                        fmt=_POINT_MARKERS[(i // 10) % len(_POINT_MARKERS)], capsize=5,
+                        label=f"{label} (n={len(curves)})", color=style["color"])
             continue
-        ax.plot(common, mean, marker="o" if len(common) <= 5 else None, label=f"{label} (n={len(curves)})")
+        ax.plot(common, mean, marker="o" if len(common) <= 5 else None, label=f"{label} (n={len(curves)})", **style)
         if len(curves) > 1:
-            ax.fill_between(common, ys.min(axis=0), ys.max(axis=0), alpha=0.25)
+            ax.fill_between(common, ys.min(axis=0), ys.max(axis=0), alpha=0.25, color=style["color"])
     ax.set_xlabel("env frames" if frames else "environment steps")
     ax.set_ylabel("evaluation return")
     if title:

@@ -18,8 +18,10 @@ def collected_run(run_dir: str | Path, label: str | None = None) -> dict:
     run's ``agent`` settings (overrides included) copied from its ``config.yaml``.
 
     ``final_return`` is the last evaluation so far, at ``env_steps``; ``complete`` says whether
-    the run reached its ``total_steps`` (or a stopping rule ended it: ``stop_reason``); ``wall_s``
-    is the last evaluation's ``time_s`` (training time, resumed parts included)."""
+    the run reached its ``total_steps`` (or a stopping rule ended it: ``stop_reason``, the last
+    evaluation's, e.g. ``"max_wall_s: ..."``; ``None`` when no rule stopped it), which is when
+    :func:`run_finished` (``rlfunc sweep``) stops training it; ``wall_s`` is the last evaluation's
+    ``time_s`` (training time, resumed parts included)."""
     import yaml
 
     run_dir = Path(run_dir)
@@ -44,6 +46,7 @@ def collected_run(run_dir: str | Path, label: str | None = None) -> dict:
         "run_dir": str(run_dir),
         "complete": bool(evals) and (evals[-1][0] >= total or bool(stop_reason)),
         "total_steps": total,
+        "stop_reason": stop_reason or None,
     }
 
 
@@ -60,16 +63,20 @@ def run_finished(run_dir: str | Path) -> bool:
 
 
 def summary(runs: list[dict]) -> dict:
-    """Per label (``algo``): the seeds, final and best evaluation returns, median final return."""
+    """Per label (``algo``): the seeds, final and best evaluation returns, median final return and
+    final env steps, over the label's runs that have evaluated (a ``final_return``): the k-th entry
+    of ``final_returns``, ``best_eval_returns`` and ``env_steps`` is one run's."""
     out: dict[str, dict] = {}
     for label in dict.fromkeys(r["algo"] for r in runs):
-        finals = [r["final_return"] for r in runs if r["algo"] == label and r["final_return"] is not None]
-        best = [max(v for _, v in r["evals"]) for r in runs if r["algo"] == label and r["evals"]]
+        evaluated = [r for r in runs if r["algo"] == label and r["final_return"] is not None]
+        finals = [r["final_return"] for r in evaluated]
         out[label] = {
             "seeds": len(finals),
             "final_returns": finals,
             "median_final_return": statistics.median(finals) if finals else None,
-            "best_eval_returns": best,
-            "env_steps": [r["env_steps"] for r in runs if r["algo"] == label],
+            # a record with a final return but no curve (none rlfunc writes) has its final as its best
+            "best_eval_returns": [max(v for _, v in r["evals"]) if r.get("evals") else r["final_return"]
+                                  for r in evaluated],
+            "env_steps": [r["env_steps"] for r in evaluated],
         }
     return out
