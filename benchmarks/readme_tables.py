@@ -157,8 +157,8 @@ ALGORITHMS = (
              Learned("learn_minatar_r2d2_optimizer_steps_acme_init", "r2d2_breakout_flicker_batch8_target200_lr2.5e-4",
                      "MinAtar Breakout, flicker, 4x the optimizer steps, target every 4000 env steps, lr 2.5e-4 "
                      "(not the paper's)", digits=1),
-             Learned("learn_minatar_r2d2_optimizer_steps_full", "r2d2_breakout_batch8_target200_lr2.5e-4",
-                     "MinAtar Breakout, the same settings, PyTorch's init", digits=1),
+             Learned("learn_minatar_r2d2_optimizer_steps_full_acme_init", "r2d2_breakout_batch8_target200_lr2.5e-4",
+                     "MinAtar Breakout, the same settings", digits=1),
              Learned("learn_minatar_100k_r2d2", "r2d2_seaquest_flicker", "MinAtar Seaquest, flicker", digits=1))),
 )
 
