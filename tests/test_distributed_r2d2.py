@@ -295,6 +295,9 @@ class _InstantRay:
         class RayActorError(Exception):
             pass
 
+        class ObjectLostError(Exception):
+            pass
+
     class Ref:
         def __init__(self, value):
             self.value = value
