@@ -59,6 +59,18 @@ def test_data_from_an_env_with_other_kwargs_is_refused_and_defaults_count(tmp_pa
         assert len(load_dataset(path, PENDULUM_OBS, PENDULUM_ACT, env_id="Pendulum-v1", env_kwargs=run, env_wrappers=[])) == 400
 
 
+def test_env_constructor_defaults_that_are_arrays_compare_as_values():
+    """Hopper-v5's constructor has array defaults: comparing them raised numpy's "truth value of an array
+    is ambiguous" instead of loading a dataset collected in the same env."""
+    assert offline._same_setting({"r": np.array([1.0, 2.0])}, {"r": [1, 2]})
+    assert not offline._same_setting(np.array([1.0, 2.0]), np.array([1.0, 3.0]))
+    pytest.importorskip("mujoco")
+    assert offline._differing_kwargs(offline.effective_env_kwargs("Hopper-v5", {}),
+                                     offline.effective_env_kwargs("Hopper-v5", {"ctrl_cost_weight": 1e-3})) == []
+    assert offline._differing_kwargs(offline.effective_env_kwargs("Hopper-v5", {}),
+                                     offline.effective_env_kwargs("Hopper-v5", {"ctrl_cost_weight": 0.5})) == ["ctrl_cost_weight"]
+
+
 def test_a_file_without_the_env_config_loads_as_before(tmp_path, bare_pendulum_data):
     """D4RL's files, and rlfunc's from before, record neither: nothing to compare."""
     arrays = {k: v for k, v in read_npz(bare_pendulum_data).items() if k not in ("env_kwargs", "env_wrappers")}

@@ -69,6 +69,7 @@ __all__ = [
     "OfflineDataset",
     "MixedSampler",
     "load_dataset",
+    "dataset_size",
     "read_npz",
     "read_minari",
     "validate_arrays",
@@ -116,9 +117,10 @@ def same_env_id(recorded: str, env_id: str) -> bool:
 
 def _same_setting(a: Any, b: Any) -> bool:
     """Whether two config values are equal as YAML/JSON read them: ``1 == 1.0``, tuples as lists,
-    numpy scalars as Python numbers; a bool equals only a bool."""
-    a = a.item() if isinstance(a, np.generic) else a
-    b = b.item() if isinstance(b, np.generic) else b
+    numpy scalars and arrays as Python numbers and lists (an env constructor's defaults may be arrays);
+    a bool equals only a bool."""
+    a = a.item() if isinstance(a, np.generic) else a.tolist() if isinstance(a, np.ndarray) else a
+    b = b.item() if isinstance(b, np.generic) else b.tolist() if isinstance(b, np.ndarray) else b
     if isinstance(a, bool) or isinstance(b, bool):
         return isinstance(a, bool) and isinstance(b, bool) and a == b
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
@@ -352,17 +354,61 @@ def _size(n: int) -> str:
     return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
 
 
-def _check_unpacked_size(path: Path) -> None:
-    """Refuse an ``.npz`` whose arrays, unpacked, exceed this machine's memory (a compressed "zip bomb"
-    of a few kilobytes would otherwise be read until the process is killed). The sizes come from the
-    zip's directory, which bounds what ``zipfile`` inflates, so nothing is decompressed here."""
+def _npz_unpacked_size(path: Path) -> int:
+    """Bytes of an ``.npz``'s arrays once unpacked, from the zip's directory (which bounds what ``zipfile``
+    inflates): nothing is decompressed. A file that is not a readable zip -> :class:`DatasetError`."""
     import zipfile
 
     try:
         with zipfile.ZipFile(path) as zf:
-            unpacked = sum(info.file_size for info in zf.infolist())
+            return sum(info.file_size for info in zf.infolist())
     except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
         raise DatasetError(f"Dataset {str(path)!r} is not a readable .npz file ({type(exc).__name__}: {exc}).") from None
+
+
+def _npz_rows(path: Path) -> int | None:
+    """Transitions in an ``.npz`` (the first dimension of its ``rewards`` array), from that array's
+    ``.npy`` header alone; ``None`` where the header cannot be read."""
+    import zipfile
+
+    from numpy.lib import format as npy
+
+    try:
+        with zipfile.ZipFile(path) as zf, zf.open("rewards.npy") as fh:
+            version = npy.read_magic(fh)
+            read = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+            shape, _, _ = read(fh)
+    except Exception:  # noqa: BLE001 -- a missing key or a bad header is refused when the file is read
+        return None
+    return int(shape[0]) if shape else None
+
+
+def dataset_size(path: str | Path, fmt: str = "auto") -> tuple[int, int | None]:
+    """``(bytes, transitions)`` of the dataset ``path`` names (``data.path``, ``data.format``), before it
+    is read: for an ``.npz`` the unpacked sizes of its arrays (the zip's directory) and the rows of its
+    ``rewards`` (its ``.npy`` header); for a Minari dataset the sizes of its data files and the
+    ``total_steps`` its ``metadata.json`` records. ``transitions`` is ``None`` where the file does not say.
+    Nothing is decompressed or loaded; a path that is no dataset raises :func:`load_dataset`'s errors."""
+    fmt = detect_format(path, fmt)
+    path = resolve_dataset_path(path)
+    if fmt == "npz":
+        return _npz_unpacked_size(path), _npz_rows(path)
+    data_dir = _minari_data_dir(path)
+    if data_dir is None:
+        raise DatasetError(f"{str(path)!r} is not a Minari dataset directory (no metadata.json in it or in data/).")
+    nbytes = sum(f.stat().st_size for f in data_dir.rglob("*") if f.is_file())
+    try:
+        steps = json.loads((data_dir / "metadata.json").read_text()).get("total_steps")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        steps = None
+    return nbytes, steps if isinstance(steps, int) and not isinstance(steps, bool) and steps >= 0 else None
+
+
+def _check_unpacked_size(path: Path) -> None:
+    """Refuse an ``.npz`` whose arrays, unpacked, exceed this machine's memory (a compressed "zip bomb"
+    of a few kilobytes would otherwise be read until the process is killed). The sizes come from the
+    zip's directory, which bounds what ``zipfile`` inflates, so nothing is decompressed here."""
+    unpacked = _npz_unpacked_size(path)
     memory = _physical_memory()
     if memory is not None and unpacked > memory:
         raise DatasetError(
