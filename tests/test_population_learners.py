@@ -202,7 +202,7 @@ def test_replays_that_fit_once_but_not_p_times_are_refused_before_training(tmp_p
     probe = pr.PopulationTrainer(build_config({**DRQN, "train": {**DRQN["train"], "population": {"seeds": [0]}}}), tmp_path / "a")
     one = probe.learners[0]._replay_need().nbytes
     monkeypatch.setattr(memory, "available_bytes", lambda device: 2 * one)  # room for two replays, not three
-    with pytest.raises(ConfigError, match=r"for each of 3 members needs .* lower train.replay_size or the population's size"):
+    with pytest.raises(ConfigError, match=r"for each of 3 members needs .* lower train.replay_size or give fewer members \(train\.population\.seeds"):
         pr.PopulationTrainer(config, tmp_path / "b")
     assert not (tmp_path / "b").exists()
 

@@ -262,5 +262,5 @@ def test_a_population_replay_the_machine_cannot_reserve_is_one_sentence(tmp_path
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and _one_sentence(err[0]), err
     assert "The population's replay (2 members x train.replay_size=" in err[0]
-    assert "lower train.replay_size or the population's size." in err[0]
+    assert "lower train.replay_size or give fewer members (train.population.seeds or train.population.grid, the CLI's --seeds or --grid)." in err[0]
     assert not (tmp_path / "run").exists()

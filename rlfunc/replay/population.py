@@ -86,8 +86,12 @@ class PopulationReplay:
         self._storage[members.to(self.device), slots.to(self.device)] = rows.to(self.device)
 
     def _allocate(self, rows: TensorDict) -> None:
-        example = rows[0]
-        self._storage = example.expand(self.members, self.capacity).clone().zero_().to(self.device)
+        self._storage = self._zeros(rows[0])
+
+    def _zeros(self, example: TensorDict) -> TensorDict:
+        """Zeroed storage ``[P, capacity]`` with ``example``'s keys, shapes and dtypes, allocated on
+        ``device`` itself (the one row moves there first: a GPU replay is never built in host memory)."""
+        return example.to(self.device).expand(self.members, self.capacity).clone().zero_()
 
     def add(self, k: int, rows: TensorDict) -> None:
         """Append ``rows`` (batch ``[n]``) to member ``k``'s buffer, overwriting its oldest when full."""
@@ -185,7 +189,7 @@ class PopulationReplay:
         self.sizes = sizes
         if "storage" in td.keys() and max(sizes):
             rows = td["storage"]
-            self._storage = rows[:, 0].unsqueeze(1).expand(self.members, self.capacity).clone().zero_().to(self.device)
+            self._storage = self._zeros(rows[0, 0])
             self._storage[:, : rows.batch_size[1]] = rows.to(self.device)
         else:
             self._storage = None

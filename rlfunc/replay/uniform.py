@@ -35,8 +35,13 @@ class UniformReplay:
         return self._storage
 
     def _allocate(self, rows: TensorDict) -> None:
-        example = rows[0]
-        self._storage = example.expand(self.capacity).clone().zero_().to(self.device)
+        self._storage = self._zeros(rows[0])
+
+    def _zeros(self, example: TensorDict) -> TensorDict:
+        """Zeroed storage ``[capacity]`` with ``example``'s keys, shapes and dtypes, allocated on
+        ``device`` itself: the one row moves there first, so a GPU replay is never built full-size
+        in host memory on its way."""
+        return example.to(self.device).expand(self.capacity).clone().zero_()
 
     def add(self, rows: TensorDict) -> None:
         """Append ``rows`` (batch ``[n]``), overwriting the oldest when full."""
@@ -87,7 +92,7 @@ class UniformReplay:
         self._size = int(td["size"])
         if "storage" in td.keys():
             rows = td["storage"]
-            self._storage = rows[0].expand(self.capacity).clone().zero_().to(self.device) if self._size else None
+            self._storage = self._zeros(rows[0]) if self._size else None
             if self._size:
                 self._storage[: self._size] = rows.to(self.device)
         else:

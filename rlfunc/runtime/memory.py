@@ -6,16 +6,24 @@ exist, with what it is about to allocate:
 
 * its replay: capacity x bytes per stored item, from the env's spaces and the
   storage's dtypes (the learner's ``_replay_need``), counting what the run
-  commits (the pixel replay's frames are committed as they are written, so
-  at most ``train.total_steps`` of them);
+  commits (on the CPU the pixel replay's frames are committed as they are
+  written, so at most ``train.total_steps`` of them; a GPU reserves its whole
+  ring at once);
 * the algorithm's state (parameters, targets, optimizer state):
   :func:`state_bytes` runs the algorithm's ``init`` on PyTorch's ``meta``
-  device, which gives every shape and allocates nothing.
+  device, which gives every shape and allocates nothing;
+* what it loads (``_data_needs``: RLPD's prior dataset, sized from its files
+  before it is read) and one update's working memory (``_batch_need``: the
+  sampled rows; DrQ-v2's augmented images and encoder activations too).
+
+A population (:mod:`rlfunc.runtime.population`) checks ``P`` replays and ``2P``
+states (the members' and their stacked copy) before building its other members.
 
 Available memory is ``MemAvailable`` of ``/proc/meminfo`` (lowered to a
-cgroup's limit where one is set) for the CPU, and the free memory of the card
-(:func:`torch.cuda.mem_get_info`) for a CUDA device. Where it cannot be known
-(another OS, ``mps``) nothing is checked.
+cgroup's limit less its usage where one is set, the usage without its
+reclaimable ``inactive_file`` page cache) for the CPU, and the free memory of
+the card (:func:`torch.cuda.mem_get_info`) for a CUDA device. Where it cannot
+be known (another OS, ``mps``) nothing is checked.
 """
 
 from __future__ import annotations
@@ -70,10 +78,37 @@ def _read_int(path: str) -> int | None:
     return int(text) if text.isdigit() else None
 
 
+def _read_stat(path: str, key: str) -> int | None:
+    """The value of ``key`` in a cgroup ``memory.stat`` file (``key value`` lines), or ``None``."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except (OSError, ValueError):
+        return None
+    for line in lines:
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == key and parts[1].isdigit():
+            return int(parts[1])
+    return None
+
+
+_MEMINFO = "/proc/meminfo"
+_CGROUPS = (
+    # (limit, usage, memory.stat, the stat's reclaimable page cache): cgroup v2, then v1
+    ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current", "/sys/fs/cgroup/memory.stat", "inactive_file"),
+    (
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+        "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+        "/sys/fs/cgroup/memory/memory.stat",
+        "total_inactive_file",
+    ),
+)
+"""The files :func:`_host_available` reads for a container's memory limit."""
+
+
 def _host_available() -> int | None:
     avail = None
     try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
+        for line in Path(_MEMINFO).read_text().splitlines():
             if line.startswith("MemAvailable:"):
                 avail = int(line.split()[1]) * 1024
                 break
@@ -81,14 +116,15 @@ def _host_available() -> int | None:
         return None
     if avail is None:
         return None
-    # A container's limit (cgroup v2, then v1) may be below the host's free memory.
-    for limit_file, usage_file in (
-        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-        ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
-    ):
+    # A container's limit (cgroup v2, then v1) may be below the host's free memory. Its usage counts the
+    # page cache of files read or written (checkpoints, datasets); the inactive part of it is reclaimed
+    # before the limit is hit, so it is not counted as used (what `docker stats` and the kernel's own
+    # working-set estimate do).
+    for limit_file, usage_file, stat_file, inactive_key in _CGROUPS:
         limit, usage = _read_int(limit_file), _read_int(usage_file)
         if limit is not None and usage is not None and limit < 1 << 60:
-            avail = min(avail, max(limit - usage, 0))
+            inactive = _read_stat(stat_file, inactive_key) or 0
+            avail = min(avail, max(limit - (usage - min(inactive, usage)), 0))
             break
     return avail
 
@@ -175,8 +211,43 @@ def require_memory(needs: Sequence[Need | None], device: torch.device | str) -> 
             f"{where} is available; {n.fix}."
         )
     parts = " and ".join(f"{n.subject[0].lower() + n.subject[1:]} ({format_bytes(n.nbytes)} for {n.what})" for n in needs)
-    fixes = " or ".join(n.fix.removeprefix("lower ") for n in needs)
     raise ConfigError(
         f"Together {parts} need {format_bytes(total)}, but only {format_bytes(avail)} of {where} is available; "
-        f"lower {fixes}."
+        f"{_joined_fixes([n.fix for n in needs])}."
     )
+
+
+def _alternatives(fix: str) -> list[str]:
+    """``fix`` split at its top-level `` or `` (not inside parentheses)."""
+    out, depth, start, i = [], 0, 0, 0
+    while i < len(fix):
+        ch = fix[i]
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0 and fix.startswith(" or ", i):
+            out.append(fix[start:i])
+            start = i = i + 4
+            continue
+        i += 1
+    out.append(fix[start:])
+    return out
+
+
+def _joined_fixes(fixes: Sequence[str]) -> str:
+    """Several needs' fixes as one clause: the keys to lower once each (``lower a or b or c``), then
+    every other remedy once (``, or use a smaller dataset``)."""
+    keys: list[str] = []
+    others: list[str] = []
+    for fix in fixes:
+        lowering = False
+        for alt in _alternatives(fix):
+            if alt.startswith("lower "):
+                lowering, alt = True, alt.removeprefix("lower ")
+            elif " " in alt.strip():  # a remedy of its own ("use a smaller dataset"), not a key after "lower"
+                lowering = False
+            target = keys if lowering else others
+            if alt not in target:
+                target.append(alt)
+    text = "lower " + " or ".join(keys) if keys else ""
+    if others:
+        text = (text + ", or " if text else "") + " or ".join(others)
+    return text

@@ -482,6 +482,31 @@ class _SavedWithThePopulation:
         return TensorDict({}, batch_size=[])
 
 
+FEWER_MEMBERS = "give fewer members (train.population.seeds or train.population.grid, the CLI's --seeds or --grid)"
+"""What a memory refusal of a population names besides the single run's keys: its member count's keys."""
+
+
+def population_needs(learner, members: int) -> list:
+    """What a population of ``members`` learners like ``learner`` (its first member, already built) needs
+    before the others are built: ``members`` of its replay, and ``2 x members`` of its state (parameters,
+    targets, optimizer state; :func:`rlfunc.runtime.memory.network_need`): each member's own state plus
+    the stacked copy :func:`rlfunc.core.population.stack` makes of them, both held until the members'
+    own are dropped."""
+    from rlfunc.runtime.memory import Need, format_bytes, network_need
+
+    one = learner._replay_need()
+    needs = [Need(f"{one.subject} for each of {members} members", members * one.nbytes, one.what,
+                  f"{one.fix} or {FEWER_MEMBERS}")]
+    state = network_need(learner.algo, learner.config, learner.obs_space, learner.act_space)
+    if state is not None:
+        needs.append(Need(
+            f"{state.subject} of {members} members", 2 * members * state.nbytes,
+            f"{state.what} (each member's and their stacked copy, {format_bytes(state.nbytes)} each)",
+            f"{state.fix} or {FEWER_MEMBERS}", plural=True,
+        ))
+    return needs
+
+
 class PopulationTrainer:
     """Holds a population run's imperative state; :meth:`run` trains every member to ``total_steps``.
 
@@ -508,7 +533,7 @@ class PopulationTrainer:
     def _build(self, config, run_dir: Path) -> None:
         from rlfunc.core import population
         from rlfunc.envs import build_wrappers, env_fns, env_spaces
-        from rlfunc.runtime.memory import Need, require_memory
+        from rlfunc.runtime.memory import require_memory
         from rlfunc.runtime.perf import set_matmul_precision, set_threads, tune_allocator
         from rlfunc.runtime.registry import get_algo
         from rlfunc.runtime.trainer import _frames_per_step, _make_envs, check_train_device
@@ -541,22 +566,22 @@ class PopulationTrainer:
         p = len(self.members)
         # Each member's learner, as its single run builds it: its config (REDQ's env-dependent target
         # entropy resolved), its initial state from its seed, its replay, its generator (seed + 1).
-        # The first one sizes its replay: P of them must fit before the others are built.
+        # A learner whose replay the population's batched one replaces (DrQ-v2's pixel ring) is built
+        # without one of its own: P rings, not 2P. The first one sizes its replay and its state: P
+        # replays and 2P states (the members' own and their stacked copy, held together while
+        # stacking) must fit before the others are built.
+        learner_cls = self.entry.learner_cls
+        no_own_replay = {"own_replay": False} if getattr(learner_cls, "population_replaces_replay", False) else {}
         self.learners = []
         for k, (m, native) in enumerate(zip(self.members, natives)):
             # RLPD: the members share one data section (grids are agent settings), so the first member's
             # loaded and checked dataset is every member's: read once, not P times over.
             shared = {"dataset": self.learners[0].dataset} if k and getattr(self.learners[0], "dataset", None) is not None else {}
-            learner = self.entry.make_learner(m.config, obs_space, act_space, **shared)
+            learner = self.entry.make_learner(m.config, obs_space, act_space, **shared, **no_own_replay)
             learner.native_action_space = native
             self.learners.append(learner)
             if k == 0:
-                one = learner._replay_need()
-                require_memory(
-                    [Need(f"{one.subject} for each of {p} members", p * one.nbytes, one.what,
-                          f"{one.fix} or the population's size")],
-                    self.device,
-                )
+                require_memory(population_needs(learner, p), self.device)
         # The settings each member's own state holds as data; stack adds those that differ across members.
         own_hparams = [set(lr.state["hparams"].keys()) if "hparams" in lr.state.keys() else set() for lr in self.learners]
         # and the algorithm config each member's state carries (RLPD's state holds the REDQ config it runs)
@@ -580,7 +605,7 @@ class PopulationTrainer:
                 raise
             raise ConfigError(
                 f"The population's replay ({p} members x train.replay_size={cfg.replay_size}, reserved at once as "
-                "one storage) could not be allocated on this machine; lower train.replay_size or the population's size."
+                f"one storage) could not be allocated on this machine; lower train.replay_size or {FEWER_MEMBERS}."
             ) from None
         if self.replay is not None:
             for k, lr in enumerate(self.learners):

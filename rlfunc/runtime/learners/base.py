@@ -155,15 +155,27 @@ class TransitionLearner:
         return Need(subject, rows * per, f"each update's sampled batch ({rows} rows of {per} bytes)",
                     "lower " + " or ".join(keys))
 
+    def _data_needs(self) -> tuple[list[Need], list[Need]]:
+        """``(host needs, device needs)`` of what this learner loads besides its replay and state (none
+        here; RLPD's prior dataset): the host memory loading takes, and what then moves to a device that is
+        not the CPU (nothing on the CPU). On the CPU the host needs are checked with the replay; on another
+        device the device needs are, and the host needs against the host's own memory."""
+        return [], []
+
     def _check_memory(self) -> None:
-        """Before anything is allocated: the algorithm state, the replay and one update's sampled batch fit
-        in the device's memory (:func:`rlfunc.runtime.memory.require_memory`; one sentence with the bytes if not)."""
+        """Before anything is allocated: the algorithm state, the replay, what the learner loads
+        (:meth:`_data_needs`) and one update's working memory (:meth:`_batch_need`) fit in the device's
+        memory (:func:`rlfunc.runtime.memory.require_memory`; one sentence with the bytes if not)."""
         state = network_need(self.algo, self.config, self.obs_space, self.act_space)  # first: init's space checks
         needs = [self._replay_need(), state]
+        host, on_device = self._data_needs()
+        needs += host + on_device if self.device.type == "cpu" else on_device
         batch = self._batch_need()
         # A batch under 1% of the rest cannot decide whether the run fits; naming it would point at the wrong key.
         if batch.nbytes >= 0.01 * sum(n.nbytes for n in needs if n is not None):
             needs.append(batch)
+        if self.device.type != "cpu":
+            require_memory(host, "cpu")
         require_memory(needs, self.device)
 
     def __init__(self, entry, run_config, obs_space: gym.Space, act_space: gym.Space) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import gymnasium as gym
 import numpy as np
 import torch
@@ -9,7 +11,7 @@ from tensordict import TensorDict
 
 from rlfunc.runtime.config import ConfigError
 from rlfunc.runtime.learners.base import TransitionLearner, _numel, check_warmup
-from rlfunc.runtime.memory import Need
+from rlfunc.runtime.memory import Need, format_bytes
 
 __all__ = ["PixelLearner"]
 
@@ -58,23 +60,71 @@ class PixelLearner(TransitionLearner):
         check_warmup(t, t.replay_size, f"train.replay_size={t.replay_size} frames")
 
     def _replay_need(self) -> Need:
-        """A :class:`~rlfunc.replay.pixels.PixelReplay`: per-slot bookkeeping for every slot, frames as written."""
+        """A :class:`~rlfunc.replay.pixels.PixelReplay`: per-slot bookkeeping for every slot, and its frames:
+        on the CPU those the run writes (the ring is ``torch.empty``: its pages are committed only as frames
+        are written), on any other device (CUDA) the whole ring, which the device reserves at once."""
         frame = _numel(self.obs_space) // self.config.frame_stack  # uint8 [C, H, W] of one frame
         # action (float32), reward (float32), terminated, valid (device + host), episode start (device + host, int64)
         per_slot = 4 * _numel(self.act_space) + 4 + 1 + 2 + 16
         cap = self.train_cfg.replay_size
-        frames = min(cap, self.train_cfg.total_steps + 1)  # frames are committed only as they are written
+        if self.device.type == "cpu":
+            frames = min(cap, self.train_cfg.total_steps + 1)  # frames are committed only as they are written
+            held = f"{frames} agent steps"
+        else:
+            frames = cap
+            held = f"all {cap} slots, reserved at once on {self.device.type}"
         return Need(
             f"train.replay_size={cap}",
             cap * per_slot + frames * frame,
-            f"the pixel replay of {self.env_id} ({per_slot} bytes per slot, {frame}-byte frames for "
-            f"{frames} agent steps)",
+            f"the pixel replay of {self.env_id} ({per_slot} bytes per slot, {frame}-byte frames for {held})",
             "lower train.replay_size",
         )
 
-    def __init__(self, entry, run_config, obs_space: gym.Space, act_space: gym.Space) -> None:
-        from rlfunc.replay.pixels import PixelReplay
+    # One update's working memory, measured on the CPU as the peak RSS growth over a learner's first
+    # learn() (the replay holding 40 random steps), across batch size, image size and encoder width:
+    # 84x84x9 images, 4x32 convs: 264 MB at batch 64, 871 MB at 256 (3.16 MB a sample +
+    # 62 MB); 64x64: 176 / 528 MB (1.83 MB a sample + 58 MB); 84x84 with 4x16 convs: 686 MB at 256;
+    # agent.hidden_dim 256 instead of 1024: 256 / 852 MB (the networks barely move it). Per sample that is
+    # ~7x the float32 image (the uint8 batch as floats, obs and next obs, each shifted and normalized, and
+    # the image gradient) plus ~2x the encoder's feature maps (kept for the backward pass, and their
+    # gradients): 7 x 254 KB + 2 x 742 KB = 3.26 MB at 84x84 (3% over the measured), 1.84 MB at 64x64, 2.52 MB
+    # with 4x16 convs; plus a fixed 64 MB (the measured 58-62 MB).
+    UPDATE_IMAGE_COPIES = 7
+    UPDATE_FEATURE_COPIES = 2
+    UPDATE_FIXED_BYTES = 64_000_000
 
+    def _batch_need(self) -> Need:
+        """One update's working memory (not only its sampled rows): ``agent.batch_size`` x (the augmented
+        float32 images and the encoder's feature maps with their gradients) plus a fixed part, from the
+        measurements above (the comment on :attr:`UPDATE_IMAGE_COPIES`)."""
+        from rlfunc.core.nets import conv_encoder_output_shape
+
+        cfg = self.config
+        image = 4 * _numel(self.obs_space)  # one stacked observation as float32
+        shape = tuple(self.obs_space.shape)
+        channels, strides = tuple(cfg.encoder_channels), tuple(cfg.encoder_strides)
+        try:  # every conv layer's feature map [C, H, W] as float32
+            features = sum(
+                4 * math.prod(conv_encoder_output_shape(shape, channels[: i + 1], strides[: i + 1]))
+                for i in range(len(channels))
+            )
+        except ValueError:  # images too small for the encoder: init refuses them in its own words
+            features = 0
+        per = self.UPDATE_IMAGE_COPIES * image + self.UPDATE_FEATURE_COPIES * features
+        b = int(cfg.batch_size)
+        return Need(
+            f"agent.batch_size={b}", b * per + self.UPDATE_FIXED_BYTES,
+            f"each update's working memory ({format_bytes(per)} a sample: augmented images, encoder activations "
+            f"and gradients)", "lower agent.batch_size",
+        )
+
+    population_replaces_replay = True
+    """A population (:mod:`rlfunc.runtime.population`) builds each member with ``own_replay=False``:
+    :meth:`population_replay` holds every member's ring, so no member allocates one of its own first."""
+
+    def __init__(self, entry, run_config, obs_space: gym.Space, act_space: gym.Space, *, own_replay: bool = True) -> None:
+        """``own_replay=False``: no :class:`~rlfunc.replay.pixels.PixelReplay` of its own (``self.replay`` is
+        ``None`` until :meth:`use_replay` hands it its row of a population's :meth:`population_replay`)."""
         self.check_run_config(run_config)
         super().__init__(entry, run_config, obs_space, act_space)
         cfg = self.config
@@ -83,15 +133,11 @@ class PixelLearner(TransitionLearner):
                 f"Observations have {obs_space.shape[0]} channels, not a multiple of agent.frame_stack={cfg.frame_stack}; "
                 "set agent.frame_stack to the env's frame stack."
             )
-        self.replay = PixelReplay(
-            self.train_cfg.replay_size,
-            tuple(obs_space.shape),
-            self.act_dim,
-            frame_stack=cfg.frame_stack,
-            nstep=cfg.nstep,
-            gamma=cfg.gamma,
-            device=self.device,
-        )
+        self.replay = None
+        if own_replay:
+            from rlfunc.replay.pixels import PixelReplay
+
+            self.replay = PixelReplay(self.train_cfg.replay_size, **self._replay_kwargs())
         self._env_step = 0
         if self.device.type == "cuda":
             torch.backends.cudnn.benchmark = True
@@ -143,15 +189,18 @@ class PixelLearner(TransitionLearner):
         )
         return (batch, noise), None
 
+    def _replay_kwargs(self) -> dict:
+        """The :class:`~rlfunc.replay.pixels.PixelReplay` arguments after its capacity (``train.replay_size``)."""
+        cfg = self.config
+        return dict(obs_shape=tuple(self.obs_space.shape), action_dim=self.act_dim, frame_stack=cfg.frame_stack,
+                    nstep=cfg.nstep, gamma=cfg.gamma, device=self.device)
+
     def population_replay(self, members: int):
-        """:class:`~rlfunc.replay.population_pixels.PopulationPixelReplay`: every member's frame ring in one storage."""
+        """:class:`~rlfunc.replay.population_pixels.PopulationPixelReplay`: every member's frame ring in one storage
+        (built from the config: a member built with ``own_replay=False`` has no replay to copy it from)."""
         from rlfunc.replay.population_pixels import PopulationPixelReplay
 
-        r = self.replay
-        return PopulationPixelReplay(
-            r.capacity, r.obs_shape, r.action_dim, members=members, frame_stack=r.frame_stack, nstep=r.nstep,
-            gamma=r.gamma, device=self.device,
-        )
+        return PopulationPixelReplay(self.train_cfg.replay_size, members=members, **self._replay_kwargs())
 
     def population_sample(self, replay, generators) -> TensorDict:
         return replay.sample(self.config.batch_size, generators)

@@ -8,7 +8,8 @@ import gymnasium as gym
 import torch
 from tensordict import TensorDict
 
-from rlfunc.runtime.learners.base import TransitionLearner, _native_action_space
+from rlfunc.runtime.learners.base import TransitionLearner, _native_action_space, _numel
+from rlfunc.runtime.memory import Need
 
 __all__ = ["PriorDataLearner"]
 
@@ -41,9 +42,10 @@ class PriorDataLearner(TransitionLearner):
         else it is loaded here."""
         from rlfunc.replay.offline import MixedSampler, load_dataset
 
-        super().__init__(entry, run_config, obs_space, act_space)
+        # set before the base constructor: its memory check sizes the dataset (_data_needs) with the replay
         self.data_cfg = run_config.data
         self.dataset = dataset
+        super().__init__(entry, run_config, obs_space, act_space)
         if self.data_cfg.path and dataset is None:
             native_act = _native_action_space(run_config, act_space)
             self.dataset = load_dataset(
@@ -59,6 +61,38 @@ class PriorDataLearner(TransitionLearner):
         ratio = self.data_cfg.offline_ratio if self.dataset is not None else 0.0
         self.sampler = MixedSampler(self.dataset, self.replay, ratio)
         self.pretrained = 0
+
+    def _data_needs(self) -> tuple[list[Need], list[Need]]:
+        """The prior dataset ``data.path``, sized before it is read (:func:`rlfunc.replay.offline.dataset_size`:
+        an ``.npz``'s unpacked arrays from its zip directory, a Minari dataset's data files).
+
+        Host: the arrays as read (a Minari dataset's twice: its episodes, then their concatenation
+        into transitions, :func:`~rlfunc.replay.offline.read_minari`) plus the float32 training rows
+        made of them (``obs``, ``action``, ``reward``, ``next_obs``, ``terminated``; on the CPU the rows
+        share the memory of arrays that are float32 already, so this counts an upper bound: 1M
+        Hopper transitions, 106 MB unpacked, counted 214 MB, took 202 MB at their peak while loading).
+        Device (CUDA): the float32 rows. Nothing when the dataset is given (a population's members share
+        the first member's) or when the path is no dataset (:func:`~rlfunc.replay.offline.load_dataset`
+        then refuses it in its own words)."""
+        if not self.data_cfg.path or self.dataset is not None:
+            return [], []
+        from rlfunc.replay.offline import DatasetError, dataset_size, detect_format
+
+        path, fmt = self.data_cfg.path, self.data_cfg.format
+        try:
+            raw, rows = dataset_size(path, fmt)
+            minari = detect_format(path, fmt) == "minari"
+        except DatasetError:
+            return [], []
+        per = 4 * (2 * _numel(self.obs_space) + _numel(self.act_space) + 2)  # obs, next_obs, action, reward, terminated
+        converted = rows * per if rows is not None else raw  # rows unknown: as many bytes as the arrays
+        held = f"{rows} transitions" if rows is not None else "its transitions"
+        subject, fix = f"data.path={path}", "use a smaller dataset or lower train.replay_size"
+        host = Need(subject, (2 if minari else 1) * raw + converted,
+                    f"the prior dataset ({held}, read and converted to float32 rows of {per} bytes)", fix)
+        if self.device.type == "cpu":
+            return [host], []
+        return [host], [Need(subject, converted, f"the prior dataset's float32 rows ({held}) on {self.device}", fix)]
 
     def ready(self, env_step: int) -> bool:
         return env_step >= self.train_cfg.learning_starts and self.sampler.ready()
