@@ -16,12 +16,13 @@ def run_episodes(policy, env, episodes: int, seed: int, stochastic: bool = False
     the policy's evaluation action (``policy.act_normalized(obs)``); with
     ``stochastic=True`` its own exploration
     (``act_normalized(obs, deterministic=False)``, see
-    :class:`rlfunc.runtime.policy.Policy`), its generator seeded with ``seed``
-    first so that a stochastic evaluation is reproducible too.
+    :class:`rlfunc.runtime.policy.Policy`). The policy's generator is seeded with ``seed``
+    first, so a stochastic evaluation, and a DQN-family one with ``agent.eval_epsilon > 0``,
+    is reproducible too.
     """
     if episodes < 1:
         raise ValueError(f"episodes must be at least 1, got {episodes}.")
-    if stochastic and hasattr(policy, "seed"):
+    if hasattr(policy, "seed"):  # its stochastic actions (and DQN-family eval_epsilon > 0) draw from this
         policy.seed(int(seed))
     returns = []
     observe_reward = getattr(policy, "observe_reward", None)

@@ -204,6 +204,11 @@ class Policy:
             if carry is None:
                 carry = algo.initial_carry(self.config, n, device=self.device)
             if deterministic is None:  # the evaluation action, called as the trainer always has
+                # with agent.eval_epsilon > 0 its random actions come from this policy's generator (seeded by
+                # run_episodes), not torch's global one: the same seed evaluates the same
+                if float(getattr(self.config, "eval_epsilon", 0.0)) > 0:
+                    noise = algo.draw_act_noise(n, generator=self._gen(), device=self.device)
+                    return algo.greedy_action(self.params, obs_t, carry, config=self.config, noise=noise)
                 return algo.greedy_action(self.params, obs_t, carry, config=self.config)
             noise = None if deterministic else algo.draw_act_noise(n, generator=self._gen(), device=self.device)
             return algo.greedy_action(self.params, obs_t, carry, config=self._q_config(deterministic), noise=noise)

@@ -362,7 +362,10 @@ class Trainer:
             )
 
     # -- evaluation -------------------------------------------------------------
-    def evaluate(self) -> float:
+    def evaluate(self, stopped: str | None = None) -> float:
+        """Evaluate the current policy, record it (eval.csv, ``best/``) and call the ``on_eval`` callbacks;
+        a callback's stop reason raises ``_StopRun``. ``stopped``: the run already stopped for this reason
+        (its final evaluation): the row records it and a callback's reason cannot stop it again."""
         returns = run_episodes(
             self.learner.policy(), self.eval_env, self.config.train.eval_episodes, seed=self.config.train.seed + 10_000
         )
@@ -374,11 +377,11 @@ class Trainer:
             self._save_best(mean)
             reason = self._ask("on_eval", self.env_step, list(map(float, returns)))
         finally:
-            if reason:
-                self._last_eval_row["stop_reason"] = reason
+            if stopped or reason:
+                self._last_eval_row["stop_reason"] = stopped or reason
             self._eval_log.write(self._last_eval_row)
             self._write_external("eval", self._last_eval_row)
-        if reason:
+        if reason and not stopped:
             raise _StopRun(reason)
         return mean
 
@@ -543,18 +546,30 @@ class Trainer:
                 if not learn_first and self._ready():
                     metrics = self._learn()
                 reason = self._ask("on_step")
-                if self.env_step // cfg.log_every > prev // cfg.log_every or reason:
+                log_due = self.env_step // cfg.log_every > prev // cfg.log_every
+                if log_due or reason:
                     self._check_finite()
-                    now = time.monotonic()
+                    now = time.monotonic()  # before an evaluation at this step: it is not env stepping
                     steps_per_s = window_steps / max(now - window_t, 1e-9)
                     window_t, window_steps = now, 0
+                if not reason and self.env_step // cfg.eval_every > prev // cfg.eval_every:
+                    self._check_finite()
+                    try:  # before this step's metrics row, so that an on_eval stop is recorded in it (one row)
+                        last_eval = self.evaluate()
+                    except _StopRun as stop:
+                        reason = str(stop)
+                        if not log_due:
+                            now = time.monotonic()
+                            steps_per_s = window_steps / max(now - window_t, 1e-9)
+                    except BaseException:
+                        if log_due:  # a crash or Ctrl-C in the evaluation: this step's row is still written
+                            self._log(metrics, steps_per_s, recent_returns)
+                        raise
+                if log_due or reason:
                     self._log(metrics, steps_per_s, recent_returns, reason or "")
                     recent_returns = recent_returns[-10:]
                 if reason:
                     raise _StopRun(reason)
-                if self.env_step // cfg.eval_every > prev // cfg.eval_every:
-                    self._check_finite()
-                    last_eval = self.evaluate()
                 last = self.env_step >= cfg.total_steps
                 # At the last step a final evaluation still follows unless this step had one; the end of
                 # the run saves after it, so a periodic save here would write the same step twice.
@@ -575,16 +590,7 @@ class Trainer:
             self._log(self._last_metrics, math.nan, [], reason)
         if self.evals and self.evals[-1][0] == self.env_step:
             return self.evals[-1][1]
-        returns = run_episodes(
-            self.learner.policy(), self.eval_env, self.config.train.eval_episodes, seed=self.config.train.seed + 10_000
-        )
-        mean = float(np.mean(returns))
-        self.evals.append((self.env_step, mean))
-        row = eval_row(self.env_step, self._frames(), self._wall_s(), returns, reason)
-        self._save_best(mean)
-        self._eval_log.write(row)
-        self._write_external("eval", row)
-        return mean
+        return self.evaluate(stopped=reason)  # on_eval sees the final evaluation too, as a run that ends at total_steps
 
     def _ready(self) -> bool:
         return self.env_step >= self._learning_from and self.learner.ready(self.env_step)
