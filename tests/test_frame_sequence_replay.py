@@ -127,8 +127,9 @@ def test_short_episodes_evict_prioritized_windows_and_refuse_uniform_ones():
     assert torch.equal(batch["next_obs"][..., 0][valid], ((batch["action"][valid] + 1) % 251).to(torch.uint8))
     uniform = FrameSequenceReplay(50, 6, 1, period=2)
     with pytest.raises(RuntimeError, match=r"^The frame ring of 172 frames would overwrite a frame a stored window reads; "
-                                           r"episodes shorter than .* hold up to 7 frames per window, so use a "
-                                           r"frame_capacity of at least 376\.$"):
+                                           r"episodes shorter than about sequence_length x \(period \+ 1\) - "
+                                           r"period\^2 = 14 steps write more than period \+ 1 frames per window "
+                                           r"\(up to 7\), so use a frame_capacity of at least 376\.$"):
         _short_episodes(uniform, 600, 6)
 
 

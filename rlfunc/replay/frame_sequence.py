@@ -28,9 +28,12 @@ ago (each env writes a window at least every ``period`` steps once
 before that; each env step writes one frame plus one per episode start, and
 each episode writes at least one window, so
 ``capacity * (period + 1) + num_envs * (3 * sequence_length + period + 2)``
-frames suffice -- where episodes last at least ``sequence_length + period`` steps: an
-episode of exactly ``sequence_length`` steps writes one window of ``sequence_length + 1``
-frames. When the ring would overwrite a frame a stored window reads (a smaller ring, or
+frames suffice -- where episodes write at most ``period + 1`` frames per window. An episode of
+``L >= sequence_length`` steps writes ``L + 1`` frames and about ``1 + (L - sequence_length) / period``
+windows, so that holds from about ``L = sequence_length * (period + 1) - period**2`` steps on
+(R2D2's 120/40: 3,320; the MinAtar config's 30/10: 230; DRQN's 10/1: 19); an episode of
+exactly ``sequence_length`` steps writes one window of ``sequence_length + 1`` frames. The ring's
+size is not a config key yet (CHANGELOG, known limitations). When the ring would overwrite a frame a stored window reads (a smaller ring, or
 many short episodes), :class:`PrioritizedFrameSequenceReplay` evicts those windows (priority
 0: never sampled again) and :class:`FrameSequenceReplay` refuses in one sentence. The same holds
 for a window still pending when the ring came round to its first frames (a ring smaller than the
@@ -285,8 +288,10 @@ class _FrameStore:
         if self.frame_capacity < need:
             return f"use a frame_capacity of at least {need}."
         # the default assumes period + 1 frames per window; an episode of exactly T steps writes T + 1
-        return (f"episodes shorter than sequence_length + period = {T + P} steps hold up to {T + 1} frames per window, "
-                f"so use a frame_capacity of at least {default_frame_capacity(self.capacity, T, N, T, S)}.")
+        short = T * (P + 1) - P * P
+        return (f"episodes shorter than about sequence_length x (period + 1) - period^2 = {short} steps write more than "
+                f"period + 1 frames per window (up to {T + 1}), so use a frame_capacity of at least "
+                f"{default_frame_capacity(self.capacity, T, N, T, S)}.")
 
     def _check_overwrite(self, end: int) -> None:
         """Before writing frames up to ``end`` (absolute): stored windows that read a frame it would
@@ -548,8 +553,9 @@ class PrioritizedFrameSequenceReplay(_FrameStore, PrioritizedSequenceReplay):
 
     Args: those of :class:`PrioritizedSequenceReplay`, ``frame_capacity``, ``frame_envs`` and ``frame_stack``.
 
-    Where episodes are shorter than ``sequence_length + period`` steps, windows hold more than
-    ``period + 1`` frames each (up to ``sequence_length + 1``, an episode of exactly one window) and
+    Where episodes are shorter than about ``sequence_length * (period + 1) - period**2`` steps (module
+    doc), windows hold more than ``period + 1`` frames each (up to ``sequence_length + 1``, an episode of
+    exactly one window) and
     the default ring can come round to frames the oldest stored windows read: those windows get
     priority 0 (never sampled again; ``windows_evicted`` counts them) before their frames are
     overwritten, instead of stopping the run. The uniform :class:`FrameSequenceReplay` refuses then.
