@@ -129,7 +129,7 @@ def test_short_episodes_evict_prioritized_windows_and_refuse_uniform_ones():
     with pytest.raises(RuntimeError, match=r"^The frame ring of 172 frames would overwrite a frame a stored window reads; "
                                            r"episodes shorter than about sequence_length x \(period \+ 1\) - "
                                            r"period\^2 = 14 steps write more than period \+ 1 frames per window "
-                                           r"\(up to 7\), so use a frame_capacity of at least 376\.$"):
+                                           r"\(up to 7\), so use a frame_capacity of at least 376 \(train\.frame_capacity\)\.$"):
         _short_episodes(uniform, 600, 6)
 
 

@@ -32,8 +32,8 @@ frames suffice -- where episodes write at most ``period + 1`` frames per window.
 ``L >= sequence_length`` steps writes ``L + 1`` frames and about ``1 + (L - sequence_length) / period``
 windows, so that holds from about ``L = sequence_length * (period + 1) - period**2`` steps on
 (R2D2's 120/40: 3,320; the MinAtar config's 30/10: 230; DRQN's 10/1: 19); an episode of
-exactly ``sequence_length`` steps writes one window of ``sequence_length + 1`` frames. The ring's
-size is not a config key yet (CHANGELOG, known limitations). When the ring would overwrite a frame a stored window reads (a smaller ring, or
+exactly ``sequence_length`` steps writes one window of ``sequence_length + 1`` frames. A run sets
+the ring's size with ``train.frame_capacity``. When the ring would overwrite a frame a stored window reads (a smaller ring, or
 many short episodes), :class:`PrioritizedFrameSequenceReplay` evicts those windows (priority
 0: never sampled again) and :class:`FrameSequenceReplay` refuses in one sentence. The same holds
 for a window still pending when the ring came round to its first frames (a ring smaller than the
@@ -286,12 +286,12 @@ class _FrameStore:
         T, P, N, S = self.sequence_length, self.period, self.frame_envs, self.frame_stack
         need = default_frame_capacity(self.capacity, T, N, P, S)
         if self.frame_capacity < need:
-            return f"use a frame_capacity of at least {need}."
+            return f"use a frame_capacity of at least {need} (train.frame_capacity)."
         # the default assumes period + 1 frames per window; an episode of exactly T steps writes T + 1
         short = T * (P + 1) - P * P
         return (f"episodes shorter than about sequence_length x (period + 1) - period^2 = {short} steps write more than "
                 f"period + 1 frames per window (up to {T + 1}), so use a frame_capacity of at least "
-                f"{default_frame_capacity(self.capacity, T, N, T, S)}.")
+                f"{default_frame_capacity(self.capacity, T, N, T, S)} (train.frame_capacity).")
 
     def _check_overwrite(self, end: int) -> None:
         """Before writing frames up to ``end`` (absolute): stored windows that read a frame it would

@@ -175,6 +175,10 @@ class TrainSection:
     keep_checkpoints: int = 2  # newest checkpoints kept in checkpoints/ (older ones are deleted)
     keep_best: bool = True  # keep the best evaluation's policy (weights only) in best/
     checkpoint_replay: bool = True  # false: parameters, optimizer and counters only (resume refills an empty replay)
+    # Pixel DRQN/R2D2/DQN: frames in the replay's frame ring (each frame stored once). null: sized for episodes
+    # of at least about sequence_length x (period + 1) - period^2 steps (rlfunc.replay.frame_sequence); raise it
+    # for games with shorter episodes (the run then says how many frames would do)
+    frame_capacity: int | None = None
     # Logging beside metrics.csv / eval.csv
     tensorboard: bool = True  # TensorBoard event files in the run directory
     wandb: dict | None = None  # keyword arguments of wandb.init, e.g. {project: rl, mode: offline}; needs the wandb extra
@@ -203,7 +207,8 @@ class TrainSection:
             raise ConfigError(
                 f"train.on_checkpoint_error must be 'stop' or 'continue', got {self.on_checkpoint_error!r}."
             )
-        positive = ("total_steps", "replay_size", "eval_every", "eval_episodes", "checkpoint_every", "log_every")
+        positive = ("total_steps", "replay_size", "eval_every", "eval_episodes", "checkpoint_every", "log_every",
+                    "frame_capacity")
         for name in positive:
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -650,6 +655,8 @@ def _unused_train_keys(entry) -> dict[str, str]:
     out = {}
     if not hasattr(entry.algo, "make_update"):
         out["compile_mode"] = "remove it (train.compile compiles the whole update)."
+    if not hasattr(entry.algo, "initial_carry"):  # not a sequence learner: no frame ring
+        out["frame_capacity"] = "remove it (it sizes the frame ring of pixel DRQN, R2D2 and DQN replays)."
     return out
 
 

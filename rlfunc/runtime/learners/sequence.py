@@ -104,7 +104,7 @@ class SequenceLearner(TransitionLearner):
 
             period = self.config.sequence_period
             k = self.frame_stack
-            ring = default_frame_capacity(capacity, steps, self.frame_envs, period, k)
+            ring = self.train_cfg.frame_capacity or default_frame_capacity(capacity, steps, self.frame_envs, period, k)
             nbytes = frame_replay_bytes(capacity, steps, self.num_envs, period, _numel(self.obs_space) // k,
                                         frame_capacity=ring, frame_stack=k, window_extra=extra, pending_extra=carry_bytes)
             each = "each frame stored once" if k == 1 else f"each frame of the stacks of {k} stored once"
@@ -133,6 +133,11 @@ class SequenceLearner(TransitionLearner):
         d = getattr(run_config, "distributed", None)
         self.frame_envs = self.num_envs if d is None else d.actors * d.envs_per_actor
         self.frame_stack = frame_stack_size(run_config, obs_space) if self.pixels else 1
+        if self.train_cfg.frame_capacity is not None and not self.pixels:
+            raise ConfigError(
+                f"train.frame_capacity sizes the frame ring of a pixel replay, but agent.encoder="
+                f"{self.config.encoder!r} stores whole observations; remove train.frame_capacity."
+            )
         self._check_memory()
         seed = self.train_cfg.seed
         self.state = self.algo.init(self.config, obs_space, act_space, seed=seed, device=self.device)
@@ -186,7 +191,8 @@ class SequenceLearner(TransitionLearner):
             self.num_envs,
             period=self.config.sequence_period,
             device=self.device,
-            **({"frame_envs": self.frame_envs, "frame_stack": self.frame_stack} if self.pixels else {}),
+            **({"frame_envs": self.frame_envs, "frame_stack": self.frame_stack,
+                "frame_capacity": self.train_cfg.frame_capacity} if self.pixels else {}),
         )
 
     # -- acting -------------------------------------------------------------
@@ -384,6 +390,7 @@ class R2D2Learner(SequenceLearner):
 
             kwargs["frame_envs"] = self.frame_envs
             kwargs["frame_stack"] = self.frame_stack
+            kwargs["frame_capacity"] = self.train_cfg.frame_capacity
         else:
             from rlfunc.replay.prioritized import PrioritizedSequenceReplay as cls
 
