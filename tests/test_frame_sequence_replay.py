@@ -473,3 +473,21 @@ def test_the_learners_frame_stack_is_the_envs_frame_stack_observation():
         learner.observe(rows)
     assert tuple(learner.replay.frames.shape[1:]) == (84, 84)
     assert learner._replay_need().nbytes == learner.replay.nbytes()
+
+
+def test_evicted_windows_are_not_counted_as_sampleable_and_a_resume_keeps_it():
+    """The prioritized frame replay's evicted windows (frames about to be overwritten) stayed in its window
+    count, so the learner's replay_windows metric showed windows that could no longer be sampled."""
+    replay = PrioritizedFrameSequenceReplay(50, 6, 1, period=2)
+    _short_episodes(replay, 600, 6)
+    assert replay.windows_evicted > 0 and len(replay) == 50
+    rows = (replay._cursor - replay._size + np.arange(replay._size)) % replay.capacity
+    sampleable = replay.windows_sampleable
+    assert 0 < sampleable < 50
+    assert sampleable == int((replay._tree.probabilities(torch.as_tensor(rows)) > 0).sum())  # those with priority
+    again = PrioritizedFrameSequenceReplay(50, 6, 1, period=2)
+    again.load_state_dict(replay.state_dict())
+    assert again.windows_sampleable == sampleable
+    uniform = FrameSequenceReplay(50, 6, 1, period=2)
+    _short_episodes(uniform, 100, 6)
+    assert uniform.windows_sampleable == len(uniform)

@@ -318,6 +318,16 @@ class _FrameStore:
             )
         ff[stale] = np.iinfo(np.int64).max  # evicted: no frame of theirs is needed any more
 
+    @property
+    def windows_sampleable(self) -> int:
+        """Stored windows that can still be sampled: ``len(self)`` less those evicted (priority 0: their
+        frames were about to be overwritten) that are still stored (``windows_evicted`` counts every
+        eviction, also of rows new windows have replaced since)."""
+        if not self._can_evict or self._size == 0:  # a uniform frame replay never holds an evicted window
+            return len(self)
+        rows = (self._cursor - self._size + np.arange(self._size)) % self.capacity
+        return int(self._size - np.count_nonzero(self._first_frame[rows] == np.iinfo(np.int64).max))
+
     def _evict(self, rows: np.ndarray) -> bool:
         """Never sample storage ``rows`` again (their frames are about to be overwritten); False where the
         replay cannot (uniform sampling draws from every stored row), which refuses the write."""

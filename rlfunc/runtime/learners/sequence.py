@@ -433,7 +433,9 @@ class R2D2Learner(SequenceLearner):
         self.replay.update_priorities(context, priorities)
         # made on the learner's device, as the update's metrics: a CPU tensor among CUDA ones failed the
         # trainer's torch.stack of their finiteness at the first update on a GPU
-        metrics["replay_windows"] = torch.full((), float(len(self.replay)), device=self.device)
+        # windows that can be sampled: a pixel replay's evicted windows (frames overwritten) left out
+        windows = getattr(self.replay, "windows_sampleable", len(self.replay))
+        metrics["replay_windows"] = torch.full((), float(windows), device=self.device)
         return metrics
 
     # -- saving -----------------------------------------------------------------
