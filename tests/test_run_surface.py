@@ -253,3 +253,23 @@ def test_r2d2_refuses_checkpoints_without_replay(tmp_path, capsys):
     """R2D2's samples-per-insert bound counts the windows taken in: an empty replay would stall it."""
     assert main(["train", "configs/r2d2/cartpole.yaml", "--run-dir", str(tmp_path / "r"), "--set", "train.checkpoint_replay=false"]) == 2
     assert "not available for r2d2" in capsys.readouterr().err
+
+
+def test_a_resumed_run_continues_its_wandb_run(tmp_path, monkeypatch):
+    """Each resume started a new W&B run (wandb.init without an id), so one training run's curves were split
+    over several W&B runs; and W&B's own step must only grow, so re-logged steps after the checkpoint were
+    dropped. The run directory keeps the W&B run id, a resume continues that run, and rows are plotted
+    against env_step."""
+    pytest.importorskip("wandb")
+    for name, value in (("WANDB_SILENT", "true"), ("WANDB_CONFIG_DIR", str(tmp_path / "cfg")),
+                        ("WANDB_CACHE_DIR", str(tmp_path / "cache"))):
+        monkeypatch.setenv(name, value)
+    run = tmp_path / "r"
+    settings = {"train.wandb": {"project": "rlfunc-test", "mode": "offline"}}
+    rlfunc.train(None, overrides={**TINY, "train.total_steps": 200, **settings}, run_dir=run)
+    run_id = (run / "wandb_run_id").read_text().strip()
+    assert run_id
+    rlfunc.resume(run, total_steps=300)
+    assert (run / "wandb_run_id").read_text().strip() == run_id
+    offline = sorted((run / "wandb").glob("offline-run-*"))
+    assert len(offline) == 2 and all(run_id in d.name for d in offline)

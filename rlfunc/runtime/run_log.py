@@ -197,12 +197,20 @@ class TensorBoardLog:
 
 
 class WandbLog:
-    """The same rows in a W&B run (``train.wandb``: keyword arguments of ``wandb.init``)."""
+    """The same rows in a W&B run (``train.wandb``: keyword arguments of ``wandb.init``).
 
-    def __init__(self, settings: dict[str, Any], run_dir: Path, config: dict[str, Any]) -> None:
+    ``resume_id``: the id of the W&B run an earlier part of this training run logged to (a resume): the
+    rows continue in that W&B run (``resume="allow"``), unless ``train.wandb`` names its own ``id``.
+    Rows are plotted against ``env_step`` (``define_metric``), not W&B's own step, which must only
+    grow: a resumed run logs again the steps after its checkpoint, which W&B would drop."""
+
+    def __init__(self, settings: dict[str, Any], run_dir: Path, config: dict[str, Any],
+                 resume_id: str | None = None) -> None:
         import wandb
 
         kwargs = {"dir": str(run_dir), "config": config, "name": run_dir.name, **settings}
+        if resume_id and "id" not in settings:
+            kwargs.update(id=resume_id, resume=settings.get("resume", "allow"))
         try:
             self.run = wandb.init(**kwargs)
         except ValueError as exc:  # pydantic's ValidationError: wandb's Settings refused a value
@@ -212,10 +220,13 @@ class WandbLog:
             from rlfunc.runtime.config import ConfigError
 
             raise ConfigError(refused) from None
+        self.run.define_metric("env_step")
+        for prefix in ("train", "eval"):
+            self.run.define_metric(f"{prefix}/*", step_metric="env_step")
 
     def write(self, prefix: str, row: dict[str, Any]) -> None:
         values = {f"{prefix}/{k}": v for k, v in row.items() if k != "step" and isinstance(v, (int, float))}
-        self.run.log({**values, "env_step": int(row["step"])}, step=int(row["step"]))
+        self.run.log({**values, "env_step": int(row["step"])})
 
     def close(self) -> None:
         self.run.finish()

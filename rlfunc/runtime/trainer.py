@@ -655,7 +655,15 @@ class Trainer:
             if self.config.train.tensorboard:
                 loggers.append(TensorBoardLog(self.run_dir, purge_step=None if purge_step is None else purge_step + 1))
             if self.config.train.wandb is not None:
-                loggers.append(WandbLog(dict(self.config.train.wandb), self.run_dir, to_dict(self.config)))
+                settings = dict(self.config.train.wandb)
+                id_file = self.run_dir / WANDB_RUN_ID_FILE
+                resume_id = None
+                if purge_step is not None and id_file.is_file() and not id_file.is_symlink():
+                    resume_id = id_file.read_text().strip() or None
+                log = WandbLog(settings, self.run_dir, to_dict(self.config), resume_id=resume_id)
+                loggers.append(log)
+                if "id" not in settings and getattr(log.run, "id", None):  # for a resume to continue this W&B run
+                    write_atomic(id_file, f"{log.run.id}\n")
         except BaseException:
             # W&B refusing its settings must not leave the TensorBoard writer opened before it (its
             # event file and writer thread) behind: one more of each per failed attempt in the process.
@@ -754,6 +762,10 @@ def report_unsaved(env_step: int, last_good: Path | None, error: BaseException) 
         f"rlfunc: warning: the state at env step {env_step} could not be saved on the way out ({' '.join(why.split())}); {kept}.",
         file=sys.stderr,
     )
+
+
+WANDB_RUN_ID_FILE = "wandb_run_id"
+"""The run directory's record of the W&B run it logs to (``train.wandb``): a resume continues that W&B run."""
 
 
 def write_atomic(path: Path, text: str) -> None:
