@@ -19,7 +19,8 @@ paper's "bootstrapped random updates" (official code: mhauskn/dqn, branch
   error clipping of DQN (Mnih et al. 2015), whose training setup DRQN keeps;
   ``huber_delta=None`` gives the plain squared error;
 * exploration is epsilon-greedy with a linear schedule
-  (:func:`epsilon`; DQN: 1.0 -> 0.1 over the first 1M frames).
+  (:func:`epsilon`; DQN: 1.0 -> 0.1 over the 1M frames after the replay start,
+  uniformly random before it: ``eps_decay_delay``, below).
 
 Bootstrapping through time-limit truncation: windows store ``next_obs`` per
 step (the true final observation on a truncated step), and the target unroll
@@ -196,6 +197,7 @@ class Config:
     eps_start: float = 1.0
     eps_end: float = 0.05
     eps_decay_steps: int = 10_000
+    eps_decay_delay: int = 0  # env steps at eps_start before the decay begins (DQN's and MinAtar's code: the replay start)
     exploration: str = "schedule"  # "schedule" (DQN: eps_start -> eps_end) or "actor_ladder" (Ape-X)
     epsilon_base: float = 0.4  # actor_ladder: eps_i = epsilon_base^(1 + epsilon_alpha i / (N - 1))
     epsilon_alpha: float = 7.0
@@ -213,7 +215,7 @@ class Config:
         check_lr_decay(self)
         _checks.positive_int(self, "lstm_size", "sequence_length", "batch_size", "target_period")
         _checks.positive_int(self, "train_every")
-        _checks.nonnegative_int(self, "eps_decay_steps")
+        _checks.nonnegative_int(self, "eps_decay_steps", "eps_decay_delay")
         _checks.layer_sizes(self, "encoder_sizes", allow_empty=True)
         if not isinstance(self.sequence_period, int) or not 1 <= self.sequence_period <= self.sequence_length:
             raise ValueError(
@@ -624,10 +626,16 @@ def update(
 
 
 def epsilon(config: Config, step: int | torch.Tensor) -> torch.Tensor:
-    """Exploration rate at env step ``step``: linear ``eps_start -> eps_end`` over
-    ``eps_decay_steps``, then constant (DQN's schedule). Pure; 0-dim tensor.
-    With ``exploration="actor_ladder"`` the runtime uses :func:`actor_epsilons` instead."""
-    return linear_schedule(config.eps_start, config.eps_end, config.eps_decay_steps)(step)
+    """Exploration rate at env step ``step``: ``eps_start`` for the first ``eps_decay_delay``
+    steps, then linear ``eps_start -> eps_end`` over ``eps_decay_steps``, then constant. Pure;
+    0-dim tensor. With ``exploration="actor_ladder"`` the runtime uses :func:`actor_epsilons` instead.
+
+    The delay is where the original codes start the decay: DeepMind's DQN (``NeuralQLearner.lua``:
+    ``ep_endt - max(0, numSteps - learn_start)``; the DRQN paper keeps DQN's training setup) and MinAtar's
+    (``examples/dqn.py``: uniformly random actions before ``replay_start_size``, then annealed over
+    ``t - replay_start_size``) both count it from the replay start; the default 0 counts it from the
+    first step (CleanRL's), the schedule every run before this key used."""
+    return linear_schedule(config.eps_start, config.eps_end, config.eps_decay_steps)(step - config.eps_decay_delay)
 
 
 def draw_act_noise(
