@@ -28,14 +28,28 @@ SHORT = {
 
 
 def test_short_episodes_outgrow_the_default_ring_and_the_key_gives_it_room(tmp_path):
-    with pytest.raises(RuntimeError, match=r"so use a frame_capacity of at least (\d+) \(train\.frame_capacity\)\.$") as err:
-        rlfunc.train(str(ROOT / "configs/drqn/minatar_breakout.yaml"), overrides=SHORT, run_dir=tmp_path / "default")
-    need = int(str(err.value).rsplit("at least ", 1)[1].split(" ", 1)[0])
-    res = rlfunc.train(str(ROOT / "configs/drqn/minatar_breakout.yaml"),
-                       overrides={**SHORT, "train.frame_capacity": need}, run_dir=tmp_path / "sized")
-    assert res.env_steps == 4000
+    """The default ring comes round: the uniform replay evicts its oldest windows and the run goes on (it
+    stopped there before session 30); a ring of default_frame_capacity for windows of sequence_length + 1
+    frames evicts none."""
+    from rlfunc.replay.frame_sequence import default_frame_capacity
     from rlfunc.runtime.checkpoint import load_checkpoint
 
+    replays = []
+
+    class Watch:
+        def on_end(self, run, reason):
+            replays.append(run.learner.replay)
+
+    res = rlfunc.train(str(ROOT / "configs/drqn/minatar_breakout.yaml"), overrides=SHORT, run_dir=tmp_path / "default",
+                       callbacks=[Watch()])
+    assert res.env_steps == 4000
+    assert replays[0].windows_evicted > 0 and replays[0].windows_sampleable < len(replays[0])
+    need = default_frame_capacity(1000, 10, 8, 10)  # as if each window wrote sequence_length + 1 frames
+    res = rlfunc.train(str(ROOT / "configs/drqn/minatar_breakout.yaml"),
+                       overrides={**SHORT, "train.frame_capacity": need}, run_dir=tmp_path / "sized", callbacks=[Watch()])
+    assert res.env_steps == 4000
+    assert replays[1].frame_capacity == need and replays[1].windows_evicted == 0
+    assert replays[1].windows_sampleable == len(replays[1])
     _, meta = load_checkpoint(tmp_path / "sized")
     assert meta["env_step"] == 4000
 

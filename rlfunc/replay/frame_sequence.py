@@ -7,7 +7,7 @@ six times, with DRQN's windows starting at every step (period 1, 10 steps)
 twenty times. :class:`FrameSequenceReplay` (uniform) and
 :class:`PrioritizedFrameSequenceReplay` (R2D2's priorities) keep the same
 windows, sampled the same way -- the same storage rows, the same random draws,
-the same batches -- but hold the observations in one ring of frames, as
+the same batches, while no window is evicted (below) -- but hold the observations in one ring of frames, as
 DrQ-v2's :class:`rlfunc.replay.pixels.PixelReplay` does for frame stacks:
 
 * an episode of ``L`` steps writes ``L + 1`` frames (``o_0 .. o_L``; the last
@@ -34,16 +34,25 @@ windows, so that holds from about ``L = sequence_length * (period + 1) - period*
 (R2D2's 120/40: 3,320; the MinAtar config's 30/10: 230; DRQN's 10/1: 19); an episode of
 exactly ``sequence_length`` steps writes one window of ``sequence_length + 1`` frames. A run sets
 the ring's size with ``train.frame_capacity``. When the ring would overwrite a frame a stored window reads (a smaller ring, or
-many short episodes), :class:`PrioritizedFrameSequenceReplay` evicts those windows (priority
-0: never sampled again) and :class:`FrameSequenceReplay` refuses in one sentence. The same holds
-for a window still pending when the ring came round to its first frames (a ring smaller than the
-default): it is stored evicted, or refused before it is stored, never read with newer frames.
+many short episodes), both replays evict those windows instead of stopping the run:
+:class:`PrioritizedFrameSequenceReplay` gives them priority 0, :class:`FrameSequenceReplay` leaves them
+out of its uniform draws. An evicted window is never sampled again; its storage row is, once a new
+window takes it. ``windows_evicted`` counts the evictions, ``windows_sampleable`` the stored windows
+that can still be sampled (the learners' ``replay_windows``). A window still pending when the ring came
+round to its first frames (a ring smaller than the default) is stored evicted, never read with newer
+frames. While no stored window is evicted, :class:`FrameSequenceReplay` draws exactly as
+:class:`~rlfunc.replay.sequence.SequenceReplay` does (the same random draws, the same batches); with
+evicted windows stored it draws uniformly among the others. It refuses in one sentence, naming
+``train.frame_capacity``, only where evicting would leave no stored window to sample (the prioritized
+one where the ring would come round to every stored window at once).
 
 Distributed actors (:mod:`rlfunc.scale.distributed`) cut windows in a small replay of this
 kind of their own (the *outbox*, ring :func:`outbox_frame_capacity`) with the same :meth:`add`,
 and send each chunk as the frames written since the previous chunk
 (:meth:`~_FrameStore.drain_frames`, each frame once) plus the windows
-(:meth:`~rlfunc.replay.sequence.SequenceReplay.drain`), which hold the outbox's frame numbers.
+(:meth:`~rlfunc.replay.sequence.SequenceReplay.drain`), which hold the outbox's frame numbers. An outbox
+never hands out an evicted window: :meth:`FrameSequenceReplay.drain` refuses while it holds one (its ring,
+sized for a chunk, was drained too rarely), as the outbox refused the write before evictions.
 The learner's replay takes a chunk with :meth:`~_FrameStore.add_chunk`: it appends the frames to
 its ring and renumbers the windows' frames into it (a window may read frames of an earlier
 chunk of the same actor; the frames of different actors interleave in the ring). Its ring
@@ -93,6 +102,10 @@ _STEP_BYTES = 8 + 4 + 1 + 1 + 1 + 2 * 8  # action int64, reward f32, terminated,
 
 _LINK_BYTES = 8
 """Bytes per stored frame of a frame-stacked replay besides the plane: the number of the frame before it."""
+
+
+_EVICTED = np.iinfo(np.int64).max
+"""The first frame (``_first_frame``) of an evicted stored window: no frame of it is needed any more."""
 
 
 def default_frame_capacity(capacity: int, sequence_length: int, num_envs: int, period: int, frame_stack: int = 1) -> int:
@@ -260,7 +273,8 @@ class _FrameStore:
     def _write_frames(self, new: torch.Tensor, prev: np.ndarray | torch.Tensor | None = None) -> int:
         """Append frames ``[k, *frame shape]`` to the ring (allocated at the first call), with each one's
         previous frame ``prev [k]`` (absolute numbers; frame-stacked replays); returns the absolute number
-        of the first. Refuses, before writing, to overwrite a frame a stored window reads."""
+        of the first. Before writing, evicts the stored windows that read a frame it overwrites
+        (:meth:`_check_overwrite`)."""
         if self._frames is None:
             self._frames = torch.empty(  # pages are committed as frames are written
                 (self.frame_capacity, *new.shape[1:]), dtype=new.dtype, device=self.device
@@ -295,7 +309,8 @@ class _FrameStore:
 
     def _check_overwrite(self, end: int) -> None:
         """Before writing frames up to ``end`` (absolute): stored windows that read a frame it would
-        overwrite are evicted where the replay can (:meth:`_evict`), else refused in one sentence."""
+        overwrite are evicted (:meth:`_evict`), or refused in one sentence where that would leave no
+        window to sample (:meth:`_none_left`)."""
         oldest_kept = end - self.frame_capacity
         if oldest_kept <= 0 or self._size == 0:
             return
@@ -310,39 +325,54 @@ class _FrameStore:
         if live_min >= oldest_kept:
             return
         rows = (start + np.arange(self._size)) % C
-        stale = rows[ff[rows] < oldest_kept]
-        if stale.size == self._size or not self._evict(stale):
+        stale = rows[ff[rows] < oldest_kept]  # evicted rows (first frame _EVICTED) are never stale again
+        if self._none_left(stale.size):
             raise RuntimeError(
                 f"The frame ring of {self.frame_capacity} frames would overwrite a frame a stored window reads; "
                 + self._too_small()
             )
-        ff[stale] = np.iinfo(np.int64).max  # evicted: no frame of theirs is needed any more
+        self._evict(stale)
+        ff[stale] = _EVICTED  # evicted: no frame of theirs is needed any more
+
+    windows_evicted = 0
+    """Windows evicted so far (also those whose rows new windows have taken since); kept by checkpoints."""
 
     @property
     def windows_sampleable(self) -> int:
-        """Stored windows that can still be sampled: ``len(self)`` less those evicted (priority 0: their
-        frames were about to be overwritten) that are still stored (``windows_evicted`` counts every
-        eviction, also of rows new windows have replaced since)."""
-        if not self._can_evict or self._size == 0:  # a uniform frame replay never holds an evicted window
-            return len(self)
+        """Stored windows that can still be sampled: ``len(self)`` less those evicted (their frames were
+        about to be overwritten) that are still stored (``windows_evicted`` counts every eviction, also
+        of rows new windows have replaced since)."""
+        if self._size == 0:
+            return 0
         rows = (self._cursor - self._size + np.arange(self._size)) % self.capacity
-        return int(self._size - np.count_nonzero(self._first_frame[rows] == np.iinfo(np.int64).max))
+        return int(self._size - np.count_nonzero(self._first_frame[rows] == _EVICTED))
 
-    def _evict(self, rows: np.ndarray) -> bool:
-        """Never sample storage ``rows`` again (their frames are about to be overwritten); False where the
-        replay cannot (uniform sampling draws from every stored row), which refuses the write."""
+    def _evict(self, rows: np.ndarray) -> None:
+        """Never sample the stored windows of storage ``rows`` again (their frames are about to be
+        overwritten), until a new window takes the row; the caller marks their first frame ``_EVICTED``."""
+        raise NotImplementedError
+
+    def _none_left(self, stale: int) -> bool:
+        """Whether evicting ``stale`` more stored windows would leave none to sample, which refuses the
+        write: where the ring would come round to every stored window at once (the prioritized replay;
+        the uniform one counts the windows still sampleable)."""
+        return stale == self._size
+
+    def _none_left_after_store(self, k: int) -> bool:
+        """Whether storing ``k`` evicted windows (every window of a :meth:`_store`) would leave none to
+        sample, which refuses the store. Never for the prioritized replay: it stores them evicted, and
+        its :meth:`sample` refuses while every stored window has priority 0."""
         return False
-
-    _can_evict = False  # whether :meth:`_evict` can take rows out of sampling
 
     def _store(self, windows: TensorDict, carry: TensorDict | None, info: TensorDict) -> torch.Tensor:
         """The parent's ``_store``, for windows whose frames the ring still holds. A window still pending
         while the ring came round (a ``frame_capacity`` below :func:`default_frame_capacity`) would read
         newer frames, another env's or episode's, in place of its own: such windows are stored evicted
-        (priority 0) where the replay can evict, else the write is refused before anything is stored."""
+        (never sampled), or refused before anything is stored where no window would be left to sample
+        (:meth:`_none_left_after_store`)."""
         oldest = self._oldest_frame(windows["obs_frame"][0])
         stale = oldest < self._frames_written - self.frame_capacity
-        if stale.any() and not self._can_evict:
+        if stale.size and stale.all() and self._none_left_after_store(stale.size):
             raise RuntimeError(
                 f"The frame ring of {self.frame_capacity} frames has overwritten frames of {int(stale.sum())} "
                 "window(s) before they were complete; " + self._too_small()
@@ -351,7 +381,7 @@ class _FrameStore:
         if stale.any():
             gone = rows.cpu().numpy()[stale]
             self._evict(gone)
-            self._first_frame[gone] = np.iinfo(np.int64).max  # evicted: no frame of theirs is needed any more
+            self._first_frame[gone] = _EVICTED  # evicted: no frame of theirs is needed any more
         return rows
 
     # ------------------------------------------------ chunks of a distributed actor
@@ -496,13 +526,15 @@ class _FrameStore:
         return self.with_frames(super().sample(batch_size, generator))
 
     def state_dict(self) -> TensorDict:
-        """The parent's tensors plus the frames still referenced and the frame counters."""
+        """The parent's tensors plus the frames still referenced and the frame counters. Which stored
+        windows are evicted is ``first_frame`` (``_EVICTED`` there); ``windows_evicted`` their count so far."""
         td = super().state_dict()
         td["frame_capacity"] = torch.tensor(self.frame_capacity)
         td["frame_stack"] = torch.tensor(self.frame_stack)
         td["frames_written"] = torch.tensor(self._frames_written)
         td["last_frame"] = torch.as_tensor(self._last_frame.copy())
         td["first_frame"] = torch.as_tensor(self._first_frame.copy())
+        td["windows_evicted"] = torch.tensor(int(self.windows_evicted))
         if self._frames is not None:
             n = min(self._frames_written, self.frame_capacity)
             td["frames"] = self._frames[:max(n, 1)].cpu()
@@ -511,7 +543,9 @@ class _FrameStore:
         return td
 
     def load_state_dict(self, td: TensorDict) -> None:
-        """Restore from :meth:`state_dict`; ``frame_capacity`` must match."""
+        """Restore from :meth:`state_dict`; ``frame_capacity`` must match. A checkpoint from before
+        ``windows_evicted`` was saved counts 0 evictions; its evicted windows are those ``first_frame``
+        marks (none in a uniform replay's: it refused instead of evicting then)."""
         if "frame_capacity" not in td.keys():
             raise ValueError("Not a frame sequence replay checkpoint (no 'frame_capacity'); it was saved by another replay.")
         saved_stack = int(td["frame_stack"]) if "frame_stack" in td.keys() else 1  # older checkpoints: whole observations
@@ -529,6 +563,7 @@ class _FrameStore:
         self._frames_written = int(td["frames_written"])
         self._last_frame = td["last_frame"].cpu().numpy().astype(np.int64).copy()
         self._first_frame = td["first_frame"].cpu().numpy().astype(np.int64).copy()
+        self.windows_evicted = int(td["windows_evicted"]) if "windows_evicted" in td.keys() else 0
         if "frames" in td.keys():
             saved = td["frames"].to(self.device)
             self._frames = torch.empty((self.frame_capacity, *saved.shape[1:]), dtype=saved.dtype, device=self.device)
@@ -549,13 +584,86 @@ class FrameSequenceReplay(_FrameStore, SequenceReplay):
     holds for that default: ``num_envs``, or every actor's envs for a distributed learner) and
     ``frame_stack`` (observations are stacks ``[frame_stack, ...]`` of gymnasium's
     ``FrameStackObservation``: only each one's newest plane is stored; 1: whole observations).
+
+    Where the ring comes round to frames stored windows read (short episodes, a smaller
+    ``frame_capacity``: module doc), those windows are evicted instead of stopping the run: left out
+    of the uniform draws until a new window takes their row (``windows_evicted`` counts them,
+    ``windows_sampleable`` the windows left). With no evicted window stored, :meth:`sample` draws
+    exactly as :class:`SequenceReplay` does (``randint(len(self))`` over the rows); with some, it draws
+    ``randint(windows_sampleable)`` into the ascending list of the other rows. It refuses in one sentence
+    where evicting would leave no window to sample, and :meth:`drain` (a distributed outbox) while it
+    holds an evicted window.
     """
+
+    windows_evicted = 0
 
     def __init__(self, capacity: int, sequence_length: int, num_envs: int = 1, *, period: int | None = None,
                  frame_capacity: int | None = None, frame_envs: int | None = None, frame_stack: int = 1,
                  device: torch.device | str = "cpu") -> None:
         super().__init__(capacity, sequence_length, num_envs, period=period, device=device)
         self._init_frames(frame_capacity, frame_envs, frame_stack)
+        self._evicted_stored = 0  # stored windows that are evicted (first frame _EVICTED; only stored rows are)
+        self._sampleable: torch.Tensor | None = None  # with evicted ones stored: the other rows, ascending, on device
+
+    @property
+    def windows_sampleable(self) -> int:
+        """Stored windows that can still be sampled: ``len(self)`` less the evicted ones still stored."""
+        return self._size - self._evicted_stored
+
+    def _evict(self, rows: np.ndarray) -> None:
+        self.windows_evicted += int(rows.shape[0])
+        self._evicted_stored += int(rows.shape[0])
+        self._sampleable = None
+
+    def _none_left(self, stale: int) -> bool:
+        return stale >= self.windows_sampleable
+
+    def _none_left_after_store(self, k: int) -> bool:
+        # the sampleable stored windows whose rows the k new ones take are lost too
+        C = self.capacity
+        rows = (self._cursor + np.arange(min(k, C))) % C
+        taken = rows[(self._cursor - 1 - rows) % C < self._size]  # those that hold a stored window
+        return self.windows_sampleable - int(np.count_nonzero(self._first_frame[taken] != _EVICTED)) <= 0
+
+    def _on_insert(self, rows: torch.Tensor) -> None:
+        if self._evicted_stored:  # new windows taking evicted rows make them sampleable again
+            self._evicted_stored -= int(np.count_nonzero(self._first_frame[rows.cpu().numpy()] == _EVICTED))
+        self._sampleable = None
+        super()._on_insert(rows)
+
+    def _sample_indices(self, batch_size: int, generator: torch.Generator | None) -> torch.Tensor:
+        if not self._evicted_stored:  # SequenceReplay's draws, exactly
+            return super()._sample_indices(batch_size, generator)
+        if self._sampleable is None:
+            keep = np.flatnonzero(self._first_frame[: self._size] != _EVICTED)  # the stored rows are [0, size)
+            self._sampleable = torch.as_tensor(keep, dtype=torch.int64).to(self.device)
+        n = int(self._sampleable.shape[0])
+        if n == 0:
+            raise RuntimeError(
+                f"Cannot sample: the frame ring of {self.frame_capacity} frames came round to the frames of every "
+                f"stored window, so all {self._size} were evicted; " + self._too_small()
+            )
+        return self._sampleable[torch.randint(n, (batch_size,), generator=generator, device=self.device)]
+
+    def drain(self) -> TensorDict:
+        """:meth:`SequenceReplay.drain`, refused in one sentence while an evicted window is stored: a
+        distributed outbox's ring (:func:`outbox_frame_capacity`) came round to frames of windows not yet
+        handed out, whose priorities would be computed from other frames."""
+        if self._evicted_stored:
+            raise RuntimeError(
+                f"{self._evicted_stored} of the {self._size} windows to drain were evicted because the frame ring of "
+                f"{self.frame_capacity} frames came round to their frames first; drain more often or raise the "
+                "frame_capacity."
+            )
+        return super().drain()
+
+    def load_state_dict(self, td: TensorDict) -> None:
+        super().load_state_dict(td)
+        C, stored = self.capacity, np.zeros(self.capacity, dtype=bool)
+        stored[(self._cursor - self._size + np.arange(self._size)) % C] = True
+        self._first_frame[~stored & (self._first_frame == _EVICTED)] = -1  # only stored rows are marked
+        self._evicted_stored = int(np.count_nonzero(self._first_frame[stored] == _EVICTED))
+        self._sampleable = None
 
 
 class PrioritizedFrameSequenceReplay(_FrameStore, PrioritizedSequenceReplay):
@@ -568,17 +676,16 @@ class PrioritizedFrameSequenceReplay(_FrameStore, PrioritizedSequenceReplay):
     exactly one window) and
     the default ring can come round to frames the oldest stored windows read: those windows get
     priority 0 (never sampled again; ``windows_evicted`` counts them) before their frames are
-    overwritten, instead of stopping the run. The uniform :class:`FrameSequenceReplay` refuses then.
+    overwritten, instead of stopping the run. The uniform :class:`FrameSequenceReplay` leaves them out
+    of its draws the same way.
     """
 
     windows_evicted = 0
-    _can_evict = True
 
-    def _evict(self, rows: np.ndarray) -> bool:
+    def _evict(self, rows: np.ndarray) -> None:
         self._tree.update(torch.as_tensor(rows, device=self.device),
                           torch.zeros(rows.shape[0], dtype=torch.float64, device=self.device))
         self.windows_evicted += int(rows.shape[0])
-        return True
 
     def __init__(self, capacity: int, sequence_length: int, num_envs: int = 1, *, period: int | None = None,
                  frame_capacity: int | None = None, frame_envs: int | None = None, frame_stack: int = 1,
