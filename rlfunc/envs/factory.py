@@ -404,13 +404,33 @@ def make_env(
     """One environment; continuous actions rescaled to ``[-1, 1]``.
 
     ``wrappers`` are applied in order after ``gym.make`` (e.g. the masked-velocity
-    or flicker wrappers). ``seed`` seeds the first reset and the action space.
+    or flicker wrappers). ``seed`` seeds the first reset (a first ``reset()`` without a
+    seed of its own is ``reset(seed=seed)``; later ones continue from it) and the action
+    space.
     """
     check_env_id(env_id)
     env = _make_one(env_id, dict(kwargs or {}), list(wrappers or []), rescale_actions)
     if seed is not None:
         env.action_space.seed(seed)
+        env = _SeedFirstReset(env, seed)
     return env
+
+
+class _SeedFirstReset(gym.Wrapper):
+    """:func:`make_env`'s ``seed``: the env's first ``reset()`` without a seed of its own uses it.
+
+    Before, ``make_env(..., seed=s)`` seeded only the action space, and the first episode
+    (initial state, no-op count, flicker draws) came from an unseeded generator."""
+
+    def __init__(self, env: gym.Env, seed: int) -> None:
+        super().__init__(env)
+        self._first_seed: int | None = int(seed)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        if self._first_seed is not None:
+            seed = self._first_seed if seed is None else seed
+            self._first_seed = None
+        return self.env.reset(seed=seed, options=options)
 
 
 def make_vector_env(
@@ -476,7 +496,10 @@ def _arg_value(value: Any, tp: Any) -> Any:
         return value
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
-        for arg in typing.get_args(tp):
+        # the annotations read here first, then one this function does not know (which passes the value
+        # as it is): `np.floating | np.ndarray` reads a YAML list as the array, not as an unknown "np.floating"
+        members = sorted(typing.get_args(tp), key=lambda a: not _known_annotation(a))
+        for arg in members:
             try:
                 return _arg_value(value, arg)
             except TypeError:
@@ -520,9 +543,27 @@ def _arg_value(value: Any, tp: Any) -> Any:
     if origin in (list, tuple, collections.abc.Sequence) or tp in (list, tuple):
         if not isinstance(value, (list, tuple)):
             raise TypeError
-        args = [a for a in typing.get_args(tp) if a is not Ellipsis]
-        return [_arg_value(v, args[0]) if args else v for v in value]
+        given = typing.get_args(tp)
+        args = [a for a in given if a is not Ellipsis]
+        if (origin is tuple or tp is tuple) and args and Ellipsis not in given:  # tuple[int, int]: that many entries
+            if len(value) != len(args):
+                raise TypeError
+            return tuple(_arg_value(v, a) for v, a in zip(value, args))
+        out = [_arg_value(v, args[0]) if args else v for v in value]
+        # YAML has no tuples: a tuple-annotated argument (AtariPreprocessing's screen_size, ResizeObservation's
+        # shape) gets a tuple, which those wrappers require
+        return tuple(out) if origin is tuple or tp is tuple else out
     return value
+
+
+def _known_annotation(tp: Any) -> bool:
+    """Whether :func:`_arg_value` reads ``tp`` (else it passes any value)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return any(_known_annotation(a) for a in typing.get_args(tp))
+    return tp in (type(None), bool, int, float, str, np.ndarray, list, tuple) or origin in (
+        list, tuple, collections.abc.Sequence
+    )
 
 
 def _type_text(tp: Any) -> str:
@@ -532,8 +573,11 @@ def _type_text(tp: Any) -> str:
     if tp is type(None):
         return "null"
     if origin in (list, tuple, collections.abc.Sequence):
-        args = [a for a in typing.get_args(tp) if a is not Ellipsis]
+        given = typing.get_args(tp)
+        args = [a for a in given if a is not Ellipsis]
         plural = {int: "integers", float: "numbers", bool: "booleans", str: "strings"}
+        if origin is tuple and len(args) > 1 and Ellipsis not in given and len(set(args)) == 1:
+            return f"a list of {len(args)} {plural.get(args[0], 'values')}"
         return f"a list of {plural.get(args[0], 'values')}" if args else "a list"
     if tp is np.ndarray:
         return "a list of numbers"

@@ -17,7 +17,10 @@ Why not ``minatar.gym.BaseEnv`` itself: its ``reset`` does not seed gymnasium's
 the same seed, and a resumed run could not restore the game's random state.
 Here ``reset(seed=s)`` seeds ``np_random`` and every reset reseeds the game
 (sticky actions included) from it, so the same seed plays the same episodes and
-restoring ``np_random`` reproduces the following ones (as :mod:`rlfunc.envs.dmc`).
+restoring ``np_random`` reproduces the following ones (as :mod:`rlfunc.envs.dmc`). A seeded reset
+also clears the action a sticky first step repeats (MinAtar keeps the previous episode's last one),
+as a fresh env starts; an unseeded one keeps it, as MinAtar does, so the first episode after a resume
+(a fresh env) can differ from the uninterrupted run's in that one step (with p = 0.1).
 MinAtar episodes have no time limit (the paper's); add ``time_limit`` to cap them.
 """
 
@@ -64,6 +67,11 @@ class MinAtarEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
         self.game.seed(int(self.np_random.integers(2**31 - 1)))
+        if seed is not None:
+            # minatar.Environment keeps last_action across resets, so an episode's first (sticky) step could
+            # repeat the previous episode's last action; a seeded reset plays what a fresh env plays. Unseeded
+            # resets (training's autoreset) keep MinAtar's own behaviour.
+            self.game.last_action = 0
         self.game.reset()
         return self.game.state().astype(bool, copy=False), {}
 
