@@ -57,7 +57,9 @@ def _paper_settings(cfg, path: Path) -> None:
         assert cfg.train.total_steps == 5_000_000 and (env.num_envs == 8 if d is None else d.envs_per_actor == 4)
     else:
         assert env.id.startswith("ale_py:ALE/") and a.encoder == "nature"
-        assert env.kwargs == {"frameskip": 1, "repeat_action_probability": 0.0}
+        # R2D2 acts over all 18 actions, as Acme's make_atari_environment; DRQN (2015) over the game's own set
+        assert env.kwargs == {"frameskip": 1, "repeat_action_probability": 0.0,
+                              **({"full_action_space": True} if cfg.algo == "r2d2" else {})}
         pre = env.wrappers[0]["gymnasium.wrappers.AtariPreprocessing"]
         assert pre == {"noop_max": 30, "frame_skip": 4, "screen_size": 84, "terminal_on_life_loss": False,
                        "grayscale_obs": True, "scale_obs": False}
@@ -128,7 +130,7 @@ def test_atari_pipeline_equals_gymnasiums_reference_wrappers(stack):
     wrappers = [w for w in cfg.env.wrappers if not (isinstance(w, dict) and "flicker" in w)]
     ours = make_env(cfg.env.id, kwargs=cfg.env.kwargs, wrappers=build_wrappers(wrappers))
     ref = gym.wrappers.AtariPreprocessing(
-        gym.make("ALE/Pong-v5", frameskip=1, repeat_action_probability=0.0),
+        gym.make("ALE/Pong-v5", frameskip=1, repeat_action_probability=0.0, full_action_space=stack),  # R2D2's: 18
         noop_max=30, frame_skip=4, screen_size=84, terminal_on_life_loss=False, grayscale_obs=True, scale_obs=False,
     )
     if stack:
