@@ -54,7 +54,10 @@ evaluates when its own env step crosses ``log_every`` / ``eval_every``; the one
 population checkpoint is written after a round in which the most advanced member
 crossed ``checkpoint_every``, so with ``env.num_envs > 1`` a resumed population
 continues from a slightly different point than a single run would (with one env
-per member, at an episode boundary, it continues exactly).
+per member, at an episode boundary, it continues exactly). A checkpoint that falls inside
+a round (a crash's, or the last one when ``train.total_steps`` is reached mid-round)
+records each member's rows stored and not counted yet (``pending_env_steps``); a resumed
+population counts them first, as the uninterrupted run would have, before it steps the envs.
 
 Replays (issue #24 §5). Every member's replay is a row of one batched replay
 (storage ``[P, capacity, ...]``) where the learner offers one (``population_replay``):
@@ -647,6 +650,11 @@ class PopulationTrainer:
         self.gradient_steps_per_call = int(getattr(config.agent, "updates_per_step", 1))
         self.env_steps = [0] * p
         self.learner_calls = [0] * p
+        # Per member: rows of the current round stored in its replay and not counted in env_steps yet (a
+        # checkpoint inside a round records them: a resume counts them before stepping the envs again).
+        self._pending = [0] * p
+        self._round_start = 0  # the most advanced member's env step when the current round began
+        self._recent: list[list[float]] = [[] for _ in range(p)]  # returns since each member's last log, and the 10 before
         self.evals: list[list[tuple[int, float]]] = [[] for _ in self.members]
         self.ckpt_dir = self.run_dir / "checkpoints"
         self._best = [-math.inf] * p
@@ -1049,6 +1057,9 @@ class PopulationTrainer:
             "best": [r if math.isfinite(r) else None for r in self._best],
             "wall_s": self._wall_s(),
             "replay_saved": True,
+            "pending_env_steps": list(self._pending),  # each member's stored rows of this round not counted yet
+            "round_start": self._round_start,
+            "recent_returns": [r[-10:] for r in self._recent],  # each member's metrics.csv episode_return continues
         }
         if self.dataset is not None:
             from rlfunc.replay.offline import describe
@@ -1136,6 +1147,7 @@ class PopulationTrainer:
                 td["state"] = self.member_state(k).exclude("config")
                 self._with_state(k, lambda lr: lr.load_state_tensors(td))
             env_steps, calls, episodes, best, prior_wall = _restored_counters(checkpoint, meta, p)
+            pending, round_start, recent = _restored_round(checkpoint, meta, p, self.collector.num_envs)
             self.collector.restore(meta["env_rng"])
             self.collector.episodes = episodes
             evals = [[(int(s), float(r)) for s, r in member] for member in meta["evals"]]
@@ -1149,6 +1161,7 @@ class PopulationTrainer:
         # a member's best/ may hold a better policy than the checkpoint records: one saved after it
         best = [max(b, recorded_best_return(self.member_dir(k) / "best")) for k, b in enumerate(best)]
         self.env_steps, self.learner_calls, self.evals, self._best = env_steps, calls, evals, best
+        self._pending, self._round_start, self._recent = pending, round_start, recent
         self._prior_wall = prior_wall
         self._saved = tuple(env_steps)
 
@@ -1246,8 +1259,7 @@ class PopulationTrainer:
               f"in {self.run_dir}", file=sys.stderr)
         progress = Progress(cfg.progress, total, self.env_step, f"{self.config.algo} x{p} {self.config.env.id}")
         self._progress = progress
-        recent: list[list[float]] = [[] for _ in range(p)]
-        window_t, window_steps = [time.monotonic()] * p, [0] * p
+        self._window_t, self._window_steps = [time.monotonic()] * p, [0] * p
         last = None
         restore_sigterm = _save_on_sigterm()
         try:
@@ -1257,52 +1269,20 @@ class PopulationTrainer:
             if missed:  # as each member's run would have, before its next step
                 for k, mean in zip(missed, self.evaluate_members(missed)):
                     last = mean if k == 0 else last
+            if any(n and step < total for n, step in zip(self._pending, self.env_steps)):
+                last = self._finish_round(progress, last)  # a resume inside a round: its stored rows first, no env step
             while self.env_step < total:
                 self._check_finite()
                 active = [k for k in range(p) if self.env_steps[k] < total]
                 actions = self.explore(active)
                 if self.learns_before_env_step:
                     self.learn([k for k in active if self.learners[k].ready(self.env_steps[k])])
-                pending, finished = self.collect(actions)
-                for k in active:
-                    recent[k].extend(r for _, r, _ in finished[k])
-                first = max(self.env_steps)
-                while any(pending):
-                    stepped = [k for k in range(p) if pending[k]]
-                    prev = {k: self.env_steps[k] for k in stepped}
-                    for k in stepped:
-                        self.env_steps[k] += 1
-                        window_steps[k] += 1
-                        pending[k] = 0 if self.env_steps[k] >= total else pending[k] - 1
-                    if not self.learns_before_env_step:
-                        ready = [k for k in stepped if self.learners[k].ready(self.env_steps[k])]
-                        if self._defers_updates:
-                            for k in ready:
-                                self._due[k] += 1
-                        else:
-                            self.learn(ready)
-                    evaluating = []
-                    for k in stepped:
-                        logs = self.env_steps[k] // cfg.log_every > prev[k] // cfg.log_every
-                        if logs or self.env_steps[k] // cfg.eval_every > prev[k] // cfg.eval_every:
-                            self._learn_due()  # a log or evaluation sees every update up to its step
-                        if logs:
-                            self._check_finite()
-                            now = time.monotonic()
-                            self._log(k, window_steps[k] / max(now - window_t[k], 1e-9), recent[k])
-                            window_t[k], window_steps[k] = now, 0
-                            recent[k] = recent[k][-10:]
-                        if self.env_steps[k] // cfg.eval_every > prev[k] // cfg.eval_every:
-                            evaluating.append(k)
-                    if evaluating:  # together (nothing updates between a member's row and here)
-                        self._check_finite()
-                        for k, mean in zip(evaluating, self.evaluate_members(evaluating)):
-                            last = mean if k == 0 else last
-                self._learn_due()  # before the checkpoint and the next act
-                if max(self.env_steps) // cfg.checkpoint_every > first // cfg.checkpoint_every:
-                    self._check_finite()
-                    self.save()
-                progress.update(self.env_step, last)
+                counts, finished = self.collect(actions)
+                for k in active:  # a member already at total_steps keeps its rows past it pending (a resume's)
+                    self._recent[k].extend(r for _, r, _ in finished[k])
+                    self._pending[k] = counts[k]
+                self._round_start = max(self.env_steps)
+                last = self._finish_round(progress, last)
             self._check_finite()
             evaluating = [k for k in range(p) if not self.evals[k] or self.evals[k][-1][0] != self.env_steps[k]]
             if evaluating:
@@ -1352,6 +1332,55 @@ class PopulationTrainer:
         return PopulationResult(self.run_dir, self.env_step, results, wall, max(r.gradient_steps for r in results),
                                 vectorize=self.vectorize)
 
+    def _finish_round(self, progress, last: float | None) -> float | None:
+        """Count the round's stored rows (``self._pending``) as each member's single run counts them, one
+        sub-step per row, until each member's are counted or it reached ``train.total_steps`` (those left
+        stay pending: the final checkpoint records them): its env step advances, the members whose
+        learners are ready learn together (one vmapped update), and each member logs and evaluates when
+        its own env step crosses ``log_every``/``eval_every``. Then the round's deferred updates and,
+        if the most advanced member crossed ``checkpoint_every`` in the round, the checkpoint. Returns
+        member 0's newest evaluation (``last`` if none)."""
+        cfg, p = self.config.train, len(self.members)
+        while True:
+            stepped = [k for k in range(p) if self._pending[k] and self.env_steps[k] < cfg.total_steps]
+            if not stepped:
+                break
+            prev = {k: self.env_steps[k] for k in stepped}
+            for k in stepped:
+                self.env_steps[k] += 1
+                self._window_steps[k] += 1
+                self._pending[k] -= 1
+            if not self.learns_before_env_step:
+                ready = [k for k in stepped if self.learners[k].ready(self.env_steps[k])]
+                if self._defers_updates:
+                    for k in ready:
+                        self._due[k] += 1
+                else:
+                    self.learn(ready)
+            evaluating = []
+            for k in stepped:
+                logs = self.env_steps[k] // cfg.log_every > prev[k] // cfg.log_every
+                if logs or self.env_steps[k] // cfg.eval_every > prev[k] // cfg.eval_every:
+                    self._learn_due()  # a log or evaluation sees every update up to its step
+                if logs:
+                    self._check_finite()
+                    now = time.monotonic()
+                    self._log(k, self._window_steps[k] / max(now - self._window_t[k], 1e-9), self._recent[k])
+                    self._window_t[k], self._window_steps[k] = now, 0
+                    self._recent[k] = self._recent[k][-10:]
+                if self.env_steps[k] // cfg.eval_every > prev[k] // cfg.eval_every:
+                    evaluating.append(k)
+            if evaluating:  # together (nothing updates between a member's row and here)
+                self._check_finite()
+                for k, mean in zip(evaluating, self.evaluate_members(evaluating)):
+                    last = mean if k == 0 else last
+        self._learn_due()  # before the checkpoint and the next act
+        if max(self.env_steps) // cfg.checkpoint_every > self._round_start // cfg.checkpoint_every:
+            self._check_finite()
+            self.save()
+        progress.update(self.env_step, last)
+        return last
+
 
 def _restored_counters(checkpoint: Path, meta: dict[str, Any], p: int):
     """``(env_steps, updates, episodes, best, wall_s)`` of a population checkpoint's meta.json, checked:
@@ -1387,6 +1416,33 @@ def _restored_counters(checkpoint: Path, meta: dict[str, Any], p: int):
         raise bad("an invalid wall_s (a finite number of seconds)")
     return env_steps, calls, episodes, [-math.inf if b is None else float(b) for b in best], float(wall)
 
+
+def _restored_round(checkpoint: Path, meta: dict[str, Any], p: int, num_envs: int):
+    """``(pending env steps, round start, recent returns)`` of a population checkpoint's meta.json: each
+    member's rows of the interrupted round stored and not counted (from 0 to ``num_envs``, one member's
+    copies per round), the env step the round began at and each member's newest episode returns. A
+    checkpoint of an earlier version has none of them: nothing pending, no returns. Anything else is one
+    :class:`~rlfunc.runtime.checkpoint.CheckpointError` sentence, as :func:`_restored_counters`."""
+    from rlfunc.runtime.checkpoint import MAX_STEP, CheckpointError
+
+    pending = meta.get("pending_env_steps", [0] * p)
+    round_start = meta.get("round_start", meta.get("env_step"))
+    recent = meta.get("recent_returns", [[] for _ in range(p)])
+    what = None
+    if not (isinstance(pending, list) and len(pending) == p and all(type(v) is int and 0 <= v <= num_envs for v in pending)):
+        what = f"an invalid pending_env_steps (one count from 0 to env.num_envs={num_envs} per member)"
+    elif not (type(round_start) is int and 0 <= round_start <= MAX_STEP):
+        what = f"an invalid round_start (an env step from 0 to {MAX_STEP})"
+    elif not (isinstance(recent, list) and len(recent) == p and all(
+        isinstance(r, list) and all(type(v) in (int, float) for v in r) for r in recent
+    )):
+        what = "an invalid recent_returns (a list of episode returns per member)"
+    if what:
+        raise CheckpointError(
+            f"Checkpoint {str(checkpoint)!r} has {what} in meta.json, not what rlfunc writes for a population of {p}; "
+            "use an earlier checkpoint."
+        )
+    return list(pending), round_start, [[float(v) for v in r] for r in recent]
 
 def _new_run_dir(config, members: int) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")

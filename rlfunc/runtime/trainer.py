@@ -100,6 +100,25 @@ class _StopRun(Exception):
     """Raised inside the loop when a stopping rule or callback ends the run."""
 
 
+class _LoopState:
+    """What :meth:`Trainer._loop` keeps between env steps (and hands to :meth:`Trainer._count_rows`):
+    the newest evaluation's mean return and learner metrics, and the env-step rate's window."""
+
+    def __init__(self, last_eval: float | None, learn_first: bool) -> None:
+        self.last_eval = last_eval
+        self.learn_first = learn_first  # the learner updates before each env step (DrQ-v2), not at each counted row
+        self.metrics = None
+        self.window_t, self.window_steps = time.monotonic(), 0
+        self.steps_per_s = 0.0
+
+    def measure(self, restart: bool = True) -> None:
+        """``steps_per_s`` of the env steps since the window started; ``restart``: a new window from now."""
+        now = time.monotonic()
+        self.steps_per_s = self.window_steps / max(now - self.window_t, 1e-9)
+        if restart:
+            self.window_t, self.window_steps = now, 0
+
+
 def _make_envs(config: RunConfig, train_env: bool = True):
     """``(training env, evaluation env, the env's native action space)``; ``train_env=False``: no
     training env (``None``: a population steps its members' copies in one vector env)."""
@@ -213,6 +232,10 @@ class Trainer:
         self.collector = Collector(self.env, seed=config.train.seed)
         self.env_step = 0
         self.learner_calls = 0
+        # Rows of the newest vector env step stored in the replay and not counted in env_step yet (a
+        # checkpoint inside one vector step records them: a resume counts them before stepping the envs).
+        self._pending_rows = 0
+        self._recent_returns: list[float] = []  # returns of the episodes ended since the last log, and the 10 before
         self.evals: list[tuple[int, float]] = []
         self.ckpt_dir = self.run_dir / "checkpoints"
         self.best_dir = self.run_dir / "best"
@@ -257,6 +280,8 @@ class Trainer:
             "evals": self.evals,
             "wall_s": self._wall_s(),
             "replay_saved": self.config.train.checkpoint_replay,
+            "pending_env_steps": self._pending_rows,  # stored rows of this vector step not counted yet
+            "recent_returns": self._recent_returns[-10:],  # metrics.csv's episode_return continues from them
             **self._extra_meta(),
         }
         tensors = self.learner.state_tensors()
@@ -335,6 +360,8 @@ class Trainer:
             episodes = int(meta.get("episodes", 0))
             evals = [(int(s), float(r)) for s, r in meta.get("evals", [])]
             prior_wall = float(meta.get("wall_s", 0.0))  # older checkpoints lack it: counted from 0
+            pending = int(meta.get("pending_env_steps", 0))  # older checkpoints lack it: none counted
+            recent = [float(r) for r in meta.get("recent_returns", [])]
             self.collector.restore(meta["env_rng"])
         except (KeyError, TypeError, ValueError, IndexError, RuntimeError, OverflowError) as exc:
             if isinstance(exc, (CheckpointError, DatasetError)):  # already one sentence about the file
@@ -344,7 +371,13 @@ class Trainer:
             ) from None
         if env_step < 0 or calls < 0:
             raise CheckpointError(f"Checkpoint {str(checkpoint)!r} has negative counters; use an earlier checkpoint.")
+        if not 0 <= pending <= self.collector.num_envs:
+            raise CheckpointError(
+                f"Checkpoint {str(checkpoint)!r} has pending_env_steps={pending}: one vector step of "
+                f"env.num_envs={self.collector.num_envs} copies stores no more rows; use an earlier checkpoint."
+            )
         self.env_step, self.learner_calls, self.collector.episodes = env_step, calls, episodes
+        self._pending_rows, self._recent_returns = pending, recent
         self.evals, self._prior_wall = evals, prior_wall
         self._last_good_ckpt = Path(checkpoint)
         self._saved = self._saved_key()  # the checkpoint holds this state: no need to write it again
@@ -354,7 +387,7 @@ class Trainer:
             # train.learning_starts in env (agent) steps; a learner counting windows waits on its replay itself
             steps = getattr(self.learner, "learning_starts_unit", "env steps") in ("env steps", "agent steps")
             warmup = self.config.train.learning_starts if steps else 0
-            self._learning_from = env_step + warmup
+            self._learning_from = env_step + pending + warmup  # the pending rows were not saved either
             print(
                 f"rlfunc: {checkpoint.name} was saved without its replay (train.checkpoint_replay=false): "
                 f"resuming with an empty replay, refilled by the policy for {warmup} steps before learning continues.",
@@ -521,66 +554,75 @@ class Trainer:
     def _loop(self, progress: Progress, last_eval: float | None) -> float | None:
         """Collect and learn until ``train.total_steps`` (a stopping rule raises ``_StopRun``); returns the
         newest evaluation's mean return. The distributed R2D2 trainer (:mod:`rlfunc.scale.distributed`)
-        replaces it."""
-        cfg = self.config.train
-        recent_returns: list[float] = []
-        window_t, window_steps = time.monotonic(), 0
-        steps_per_s = 0.0
-        metrics = None
+        replaces it.
+
+        One vector env step stores the rows of every env copy at once; :meth:`_count_rows` then counts
+        them one env step at a time. A checkpoint written between two of those counts (a periodic one at
+        a step that is not a multiple of ``env.num_envs``, a stop, a crash, ``train.total_steps``) records
+        the stored rows not counted yet (``pending_env_steps``): a resumed run counts them first, as the
+        uninterrupted run would have, before it steps the envs again."""
         # DrQ-v2's official order is act, update, env step (drqv2 train.py); the others update after storing the step.
-        learn_first = bool(getattr(self.learner, "learns_before_env_step", False))
-        while self.env_step < cfg.total_steps:
+        loop = _LoopState(last_eval, bool(getattr(self.learner, "learns_before_env_step", False)))
+        if self._pending_rows:  # a resume inside a vector step: its stored rows first, without stepping the envs
+            self._count_rows(loop)
+            progress.update(self.env_step, loop.last_eval)
+        while self.env_step < self.config.train.total_steps:
             self._check_finite()  # the last step's updates are done by now (explore syncs anyway)
             actions = self.learner.explore(
                 self.collector.obs, self.env_step, episode_start=self.collector.episode_start
             )
-            if learn_first and self._ready():
-                metrics = self._learn()  # runs on the device while the env steps on the host
+            if loop.learn_first and self._ready():
+                loop.metrics = self._learn()  # runs on the device while the env steps on the host
             rows, finished = self.collector.step(actions)
             self.learner.observe(rows)
-            recent_returns.extend(r for _, r, _ in finished)
-            for _ in range(rows.batch_size[0]):
-                prev = self.env_step
-                self.env_step += 1
-                window_steps += 1
-                if not learn_first and self._ready():
-                    metrics = self._learn()
-                reason = self._ask("on_step")
-                log_due = self.env_step // cfg.log_every > prev // cfg.log_every
-                if log_due or reason:
-                    self._check_finite()
-                    now = time.monotonic()  # before an evaluation at this step: it is not env stepping
-                    steps_per_s = window_steps / max(now - window_t, 1e-9)
-                    window_t, window_steps = now, 0
-                if not reason and self.env_step // cfg.eval_every > prev // cfg.eval_every:
-                    self._check_finite()
-                    try:  # before this step's metrics row, so that an on_eval stop is recorded in it (one row)
-                        last_eval = self.evaluate()
-                    except _StopRun as stop:
-                        reason = str(stop)
-                        if not log_due:
-                            now = time.monotonic()
-                            steps_per_s = window_steps / max(now - window_t, 1e-9)
-                    except BaseException:
-                        if log_due:  # a crash or Ctrl-C in the evaluation: this step's row is still written
-                            self._log(metrics, steps_per_s, recent_returns)
-                        raise
-                if log_due or reason:
-                    self._log(metrics, steps_per_s, recent_returns, reason or "")
-                    recent_returns = recent_returns[-10:]
-                if reason:
-                    raise _StopRun(reason)
-                last = self.env_step >= cfg.total_steps
-                # At the last step a final evaluation still follows unless this step had one; the end of
-                # the run saves after it, so a periodic save here would write the same step twice.
-                final_eval_follows = last and (not self.evals or self.evals[-1][0] != self.env_step)
-                if self.env_step // cfg.checkpoint_every > prev // cfg.checkpoint_every and not final_eval_follows:
-                    self._check_finite()
-                    self._save_or_continue()
-                if last:
-                    break
-            progress.update(self.env_step, last_eval)
-        return last_eval
+            self._recent_returns.extend(r for _, r, _ in finished)
+            self._pending_rows = rows.batch_size[0]
+            self._count_rows(loop)
+            progress.update(self.env_step, loop.last_eval)
+        return loop.last_eval
+
+    def _count_rows(self, loop: _LoopState) -> None:
+        """Count the stored rows of the newest vector step (``self._pending_rows``), one env step each,
+        until none is left or ``train.total_steps`` is reached (the rows left stay pending; the final
+        checkpoint records them): the learner updates, ``on_step`` rules, logging, evaluation and
+        checkpoints at each step, as one env's run does them."""
+        cfg = self.config.train
+        while self._pending_rows > 0 and self.env_step < cfg.total_steps:
+            prev = self.env_step
+            self.env_step += 1
+            self._pending_rows -= 1
+            loop.window_steps += 1
+            if not loop.learn_first and self._ready():
+                loop.metrics = self._learn()
+            reason = self._ask("on_step")
+            log_due = self.env_step // cfg.log_every > prev // cfg.log_every
+            if log_due or reason:
+                self._check_finite()
+                loop.measure()  # before an evaluation at this step: it is not env stepping
+            if not reason and self.env_step // cfg.eval_every > prev // cfg.eval_every:
+                self._check_finite()
+                try:  # before this step's metrics row, so that an on_eval stop is recorded in it (one row)
+                    loop.last_eval = self.evaluate()
+                except _StopRun as stop:
+                    reason = str(stop)
+                    if not log_due:
+                        loop.measure(restart=False)
+                except BaseException:
+                    if log_due:  # a crash or Ctrl-C in the evaluation: this step's row is still written
+                        self._log(loop.metrics, loop.steps_per_s, self._recent_returns)
+                    raise
+            if log_due or reason:
+                self._log(loop.metrics, loop.steps_per_s, self._recent_returns, reason or "")
+                self._recent_returns = self._recent_returns[-10:]
+            if reason:
+                raise _StopRun(reason)
+            last = self.env_step >= cfg.total_steps
+            # At the last step a final evaluation still follows unless this step had one; the end of
+            # the run saves after it, so a periodic save here would write the same step twice.
+            final_eval_follows = last and (not self.evals or self.evals[-1][0] != self.env_step)
+            if self.env_step // cfg.checkpoint_every > prev // cfg.checkpoint_every and not final_eval_follows:
+                self._check_finite()
+                self._save_or_continue()
 
     def _finish_stopped(self, reason: str, last_eval: float | None) -> float | None:
         """A stopping rule ended the run: log the reason in metrics.csv (unless this step's row has
