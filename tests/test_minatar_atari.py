@@ -92,6 +92,14 @@ def _smoke(path: Path, tmp_path: Path) -> None:
     assert meta["env_step"] == 240
     assert "torso" in tensors["state", "params"].keys()
     assert int(tensors["state", "step"]) > 0, "no update ran"
+    import csv
+
+    with open(tmp_path / "run" / "eval.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    if "atari" in path.name:  # frames are emulator frames: AtariPreprocessing's skip of 4 per agent step
+        assert rows and all(int(r["frames"]) == 4 * int(r["step"]) for r in rows)
+    else:  # MinAtar has no frame skip: env steps are frames, and no frames column
+        assert rows and "frames" not in rows[0]
     if cfg.algo == "r2d2" and "atari" in path.name:  # FrameStackObservation's stacks: one 84x84 plane per frame stored
         replay = tensors["replay"]
         assert int(replay["frame_stack"]) == 4 and tuple(replay["frames"].shape[1:]) == (84, 84)

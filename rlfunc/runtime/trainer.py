@@ -188,12 +188,23 @@ def check_train_device(device: str) -> None:
 
 
 def _frames_per_step(env) -> int:
-    """Env frames per agent step: the ``action_repeat`` of a pixel env or wrapper, else 1."""
+    """Env frames per agent step: the ``action_repeat`` of a pixel env or wrapper (DMC), times the
+    ``frame_skip`` of gymnasium's ``AtariPreprocessing`` and the ALE emulator's own fixed ``frameskip``
+    (Atari's frames are emulator frames: 4 per agent step in the papers' setting), else 1."""
     try:
         sub = env.envs[0] if isinstance(env, gym.vector.VectorEnv) else env
-        return max(1, int(sub.get_wrapper_attr("action_repeat")))
-    except (AttributeError, TypeError, ValueError, IndexError):
+    except (AttributeError, TypeError, IndexError):
         return 1
+    frames = 1
+    for name in ("action_repeat", "frame_skip"):
+        try:
+            frames *= max(1, int(sub.get_wrapper_attr(name)))
+        except (AttributeError, TypeError, ValueError):
+            pass
+    ale_skip = getattr(getattr(sub, "unwrapped", None), "_frameskip", None)  # ale_py's AtariEnv; a range is stochastic
+    if isinstance(ale_skip, int) and not isinstance(ale_skip, bool):
+        frames *= max(1, ale_skip)
+    return frames
 
 
 class Trainer:
