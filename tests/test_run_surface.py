@@ -273,3 +273,51 @@ def test_a_resumed_run_continues_its_wandb_run(tmp_path, monkeypatch):
     assert (run / "wandb_run_id").read_text().strip() == run_id
     offline = sorted((run / "wandb").glob("offline-run-*"))
     assert len(offline) == 2 and all(run_id in d.name for d in offline)
+
+
+def test_max_wall_s_crossed_during_an_evaluation_stops_at_that_step(tmp_path, monkeypatch):
+    """The limit passed while evaluating at step 100: the run stops there, that evaluation its last, instead
+    of training step 101 and evaluating again (session 30)."""
+    import time
+
+    import rlfunc.runtime.trainer as trainer
+
+    original = trainer.run_episodes
+
+    def slow(*args, **kwargs):
+        time.sleep(1.5)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "run_episodes", slow)
+    res = rlfunc.train(None, overrides={**TINY, "train.max_wall_s": 1.0}, run_dir=tmp_path / "r")
+    assert res.env_steps == 100 and res.stop_reason.startswith("max_wall_s")
+    evals = rows(tmp_path / "r" / "eval.csv")
+    assert [r["step"] for r in evals] == ["100"] and evals[0]["stop_reason"].startswith("max_wall_s")
+    assert load_checkpoint(tmp_path / "r")[1]["env_step"] == 100
+
+
+def test_max_wall_s_does_not_rename_a_complete_run(tmp_path, monkeypatch):
+    """A run that reaches total_steps ends with reason total_steps even if the limit passes during its
+    final evaluation (its wall time made to jump there, so the case does not depend on this machine's speed)."""
+    import rlfunc.runtime.trainer as trainer
+
+    original = trainer.run_episodes
+    jumped = []
+
+    def jump_at_the_end(policy, env, episodes, *args, **kwargs):
+        returns = original(policy, env, episodes, *args, **kwargs)
+        if watched and watched[-1].env_step >= 400:
+            watched[-1]._prior_wall += 1000.0  # the final evaluation "took" 1000 s
+            jumped.append(True)
+        return returns
+
+    watched = []
+
+    class Watch(Callback):
+        def on_start(self, run):
+            watched.append(run)
+
+    monkeypatch.setattr(trainer, "run_episodes", jump_at_the_end)
+    res = rlfunc.train(None, overrides={**TINY, "train.eval_every": 1000, "train.max_wall_s": 500.0}, callbacks=[Watch()],
+                       run_dir=tmp_path / "r")
+    assert jumped and res.env_steps == 400 and res.stop_reason == "total_steps"

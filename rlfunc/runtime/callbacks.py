@@ -160,6 +160,14 @@ class MaxWallTime(Callback):
     def on_step(self, run) -> str | None:
         return self.reached(run)
 
+    def on_eval(self, run, step, returns) -> str | None:
+        """Also right after an evaluation (evaluations can be long: DMC's, Atari's): the run stops at the
+        step it was evaluated, instead of training one more step and evaluating again as it ends. Not at
+        the end of a complete run, whose reason stays ``total_steps``."""
+        if run.env_step >= run.config.train.total_steps:
+            return None
+        return self.reached(run)
+
     def reached(self, run) -> str | None:
         if run.wall_s >= self.seconds:
             return f"max_wall_s: {run.wall_s:.0f} s of training >= {self.seconds:g}"
