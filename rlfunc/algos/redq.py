@@ -70,6 +70,37 @@ REDQ's ``log(1 - a^2 + 1e-6)``), ``ensemble_mode`` (how the ensemble is
 evaluated; all modes compute the same numbers). :mod:`rlfunc.algos.rlpd`
 turns the RLPD ones on.
 
+Where the official code (``redq/algos/redq_sac.py`` ``REDQSACAgent``,
+``experiments/train_redq_sac.py``) does something else that no option here
+reproduces. At the defaults the first two touch every run, for one step
+each, and the last touches environments with action bounds other than
+``[-1, 1]``:
+
+* the first update's temperature: ``REDQSACAgent.__init__`` sets
+  ``self.alpha = exp(log_alpha)`` (1) and then, with the other
+  hyperparameters, ``self.alpha = alpha`` (0.2), so the official first
+  ``train`` call (its ``G`` targets and its policy loss) uses 0.2; from its
+  first temperature step on it is ``exp(log_alpha)``. Here the temperature is
+  ``exp(log_alpha)`` from the start (1 = ``init_alpha``);
+* the warm-up: the official agent acts uniformly while its buffer holds at
+  most ``start_steps`` transitions and first updates after transition
+  ``start_steps + 1``; the runtime acts uniformly for ``train.learning_starts``
+  steps and first updates after transition ``learning_starts``;
+* ``G`` above 20: the official policy update runs when ``(i + 1) %
+  policy_update_delay == 0`` (``policy_update_delay = 20``) or at the last of
+  the ``G`` critic updates, so ``G = 40`` takes two actor and temperature
+  steps; here there is one per environment step for every ``G`` (the same for
+  ``G <= 20``);
+* a fixed temperature (``auto_alpha`` off) is ``init_alpha``, 1 by default;
+  the official fixed ``alpha`` defaults to 0.2;
+* actions the critics see on an environment whose action bounds are not
+  ``[-1, 1]``: the official policy returns ``tanh(u) * act_limit`` and the
+  replay stores that, so its critics take native-scale actions (Humanoid:
+  ``[-0.4, 0.4]``); the runtime rescales the environment's actions to
+  ``[-1, 1]`` (:func:`init`), and the critics see those. The same on Hopper,
+  Walker2d, Ant and HalfCheetah; a constant input scale on Humanoid (and
+  Pendulum, ``[-2, 2]``).
+
 Randomness is explicit: ``update(state, batch, noise)`` takes the standard
 normal and uniform draws it needs (:func:`draw_noise`). Without ``noise`` it
 draws them from torch's global generator, which is fine eagerly but differs

@@ -57,6 +57,24 @@ The target entropy term, subset and polyak rules, the discount mask
 (``1 - terminated``; time-limit truncation bootstraps) and the initial
 temperature are the same in both.
 
+Where the official code does something else that no option here reproduces:
+
+* prior data: the official ``D4RLDataset`` (``rlpd/data/d4rl_datasets.py``)
+  reads ``d4rl.qlearning_dataset``, which drops every row whose ``timeouts``
+  flag is set (and the file's last row) and takes each ``next_observations``
+  from the next row; :mod:`rlfunc.replay.offline` keeps the timeout rows and
+  bootstraps them from the file's own ``next_observations``. Only
+  ``terminals`` stop the bootstrap in both;
+* the warm-up: ``train_finetuning.py`` acts uniformly while ``i <
+  start_training`` and first updates after storing transition ``i =
+  start_training``, a policy step; the runtime first updates after the
+  ``train.learning_starts``-th (uniform) transition;
+* the README's AntMaze and Adroit runs: ``backup_entropy=False``, hidden
+  256-256-256 and, for AntMaze, ``num_min_qs=1`` are this config's
+  ``backup_entropy``, ``hidden_sizes`` and ``subset_size``; AntMaze's reward
+  shift (``batch["rewards"] -= 1`` on every prior and online batch) is not
+  offered.
+
 Usage: exactly :mod:`rlfunc.algos.redq`'s calls with :class:`Config`; each
 ``[G, B]`` batch mixes prior and online rows
 (:class:`rlfunc.replay.offline.MixedSampler`; a whole training script:

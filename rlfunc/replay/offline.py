@@ -21,14 +21,21 @@ Two on-disk formats are read, both from local disk (nothing is downloaded):
   termination nor a truncation flag is read as cut (its last transition
   bootstraps) and the loader warns once per dataset, with their count and ids.
 
-Conventions (the official RLPD code's, ``rlpd/data/d4rl_datasets.py``):
+Conventions (after the official RLPD code's ``rlpd/data/d4rl_datasets.py``):
 
 * actions are stored in the **env's own action bounds** (as D4RL and Minari
   record them); loading checks them against those bounds, rescales them to
   the ``[-1, 1]`` the policies use and clips them into ``(-1 + 1e-5, 1 - 1e-5)``,
-  the open interval where the tanh policy's log-probability is finite;
+  the open interval where the tanh policy's log-probability is finite (the
+  official ``clip_to_eps``; it does not rescale: D4RL's locomotion actions are
+  in ``[-1, 1]`` already);
 * ``timeouts`` are not ``terminals``: only ``terminals`` stop the bootstrap;
-  a time-limit cut bootstraps from ``next_observations`` like any other row;
+  a time-limit cut bootstraps from ``next_observations`` like any other row.
+  The official loader differs here: it reads ``d4rl.qlearning_dataset``, which
+  *drops* every row whose ``timeouts`` flag is set (and the file's last row),
+  because it takes each ``next_observations`` from the next row; this loader
+  keeps those rows and uses the file's own ``next_observations`` (the true
+  last observations in what ``rlfunc dataset collect`` and Minari write);
 * rows are transitions; episodes need not be contiguous.
 
 Every check runs when the dataset is loaded, before any training, and its
