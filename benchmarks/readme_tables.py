@@ -160,6 +160,8 @@ ALGORITHMS = (
                      "(not the paper's)", digits=1),
              Learned("learn_minatar_r2d2_optimizer_steps_full_acme_init", "r2d2_breakout_batch8_target200_lr2.5e-4",
                      "MinAtar Breakout, the same settings", digits=1),
+             Learned("learn_minatar_r2d2_optimizer_steps_seaquest_500k", "r2d2_seaquest_flicker_batch8_target200_lr2.5e-4",
+                     "MinAtar Seaquest, flicker, the same settings", digits=1),
              Learned("learn_minatar_100k_r2d2", "r2d2_seaquest_flicker", "MinAtar Seaquest, flicker", digits=1))),
 )
 
