@@ -37,6 +37,16 @@ are those of the official code (facebookresearch/drqv2, ``drqv2.py`` and
   :class:`rlfunc.runtime.learners.PixelLearner`);
 * init: orthogonal (Linear, gain 1; conv, ReLU gain), zero bias.
 
+Named deviations of the replay (:class:`rlfunc.replay.pixels.PixelReplay`)
+from the official ``replay_buffer.py``: after a *termination* the episode's
+last ``n - 1`` steps start windows too, cut at the termination (discount 0),
+where the official ``ReplayBuffer._sample`` draws ``idx`` only up to ``len -
+n + 1`` in every episode, so those steps never start a window there
+(DeepMind Control's tasks, all but ``lqr``, end by time limit only, and there
+both draw the same starts); the windows of the running episode are sampled too (official: only
+finished episodes, fetched every 1000 samples); ``train.replay_size`` counts
+frames (official ``replay_buffer_size``: transitions).
+
 The agent step that the sigma schedule reads is ``state["agent_step"]``: the
 caller (the learner) writes it before each update; :func:`update` never
 advances it (``state["step"]`` counts updates). Frames and agent steps are

@@ -41,8 +41,12 @@ default:
   defaults are lr 1e-3 and optax's eps 1e-8), batch 64, gamma 0.997; target network copied every 2,500
   updates;
 * **acting**: epsilon-greedy with a fixed epsilon per actor,
-  ``eps_i = 0.4^(1 + 7 i / (N - 1))`` (:func:`actor_epsilons`; Ape-X, and
-  Acme's ``np.logspace(1, 8, N, base=0.4)``); evaluation greedy;
+  ``eps_i = 0.4^(1 + 7 i / (N - 1))`` (:func:`actor_epsilons`; Ape-X and the
+  paper); evaluation greedy (Acme's ``evaluation_epsilon`` 0). Acme's JAX actor
+  covers the same range differently: it draws an actor's epsilon again at every
+  episode start, uniformly from ``jnp.logspace(1, 8, 256, base=0.4)``
+  (``agents/jax/r2d2/actor.py`` ``get_actor_core``, whose ``init`` runs in
+  ``GenericActor.observe_first``; ``num_epsilons`` 256);
 * **initialisation** (not in the paper; Acme's networks, which are haiku's
   modules with their default initialisers): ``hk.Linear``/``hk.Conv2D``'s
   ``TruncatedNormal(1 / sqrt(fan_in))`` weights (``nets.haiku_normal_``: a unit
@@ -67,7 +71,9 @@ updates) is kept as its alias and computes the same rates bit for bit
 Encoders (``encoder``, shared with :mod:`rlfunc.algos.drqn`): ``"nature"`` is
 the paper's Atari torso (the Nature DQN convolutions; with ``encoder_sizes=()``
 their flattened output, with the previous action and reward, feeds the LSTM
-directly, as in Acme's ``R2D2AtariNetwork``); ``"minatar"`` is MinAtar's one
+directly, as in Acme's TF ``R2D2AtariNetwork``, ``acme/tf/networks/atari.py``; Acme's
+newer JAX ``R2D2AtariNetwork`` uses ``DeepAtariTorso`` instead, the IMPALA ResNet with a
+256-unit layer, not offered here); ``"minatar"`` is MinAtar's one
 3x3 conv (Young & Tian 2019); ``"mlp"`` (default) is for vector observations.
 
 Deviations, each a named option: an MLP encoder (``encoder_sizes=(512,)``,
@@ -88,6 +94,15 @@ network (LSTM 512) is slow on a 2-core CPU; runs on small tasks shrink
 ``encoder_sizes``, ``lstm_size``, ``head_sizes``, ``burn_in``,
 ``sequence_length``, ``sequence_period`` and ``target_period`` in their
 config, each named there.
+
+Episode ends, where Acme's adder and learner differ (DESIGN: terminated is
+not truncated): a time-limit truncation bootstraps from the true final
+observation through the n-step sum, and the zero-padded steps after an
+episode's end are masked out of the loss and the priorities. Acme's
+``SequenceAdder`` closes every episode with a zero-filled step whose discount
+is 0 (``adders/reverb/utils.py`` ``final_step_like``), so its n > 1 returns
+that reach that step stop there even after a time limit, and its learner puts
+the TD errors of the zero-padded steps in the loss and the priorities.
 
 Known consequence of the reference layout: a window that starts at an
 episode's first step spends its burn-in on that episode's first ``burn_in``
@@ -215,7 +230,7 @@ class Config:
     burn_in: int = 40
     sequence_length: int = 80  # trained steps after the burn-in
     sequence_period: int = 40
-    initial_state: str = "stored"  # "stored" (R2D2) or "zeros" (Acme use_core_state=False)
+    initial_state: str = "stored"  # "stored" (R2D2) or "zeros" (carry all 0; Acme use_core_state=False: LSTM state only)
     burn_in_stop_gradient: bool = True  # False: Acme's gradient through the burn-in unroll
     # learning
     batch_size: int = 64

@@ -73,7 +73,9 @@ def random_shift(images: torch.Tensor, pad: int, noise: torch.Tensor) -> torch.T
 def random_crop(images: torch.Tensor, size: int, noise: torch.Tensor) -> torch.Tensor:
     """Crop ``size x size`` windows at integer offsets ``noise [B, 2]`` (``dx``, ``dy``).
 
-    DrQ (Kostrikov et al. 2020) style crop without padding: ``out[b] ==
+    RAD / CURL style crop without padding (Laskin et al. 2020; Srinivas et al.
+    2020: a larger render cut down, e.g. 100x100 to 84x84); DrQ's own crop
+    (Kostrikov et al. 2020) pads first (replicate, 4) and is :func:`random_shift`: ``out[b] ==
     images[b, :, dy : dy + size, dx : dx + size]``; offsets are clamped to
     ``[0, H - size]`` / ``[0, W - size]``.
     """

@@ -11,14 +11,18 @@ truncation keeps ``discount_t = gamma`` (bootstrap), termination sets it to 0.
 DRQN (Hausknecht & Stone 2015) uses one-step Q-learning targets on every valid
 step of a window, with a validity ``mask`` for the padded tail
 (:func:`q_learning`, :func:`double_q_learning`, :func:`masked_mean`,
-:func:`sequence_td_loss`). The module is laid out so R2D2 (Kapturowski et al.
-2019) can add n-step returns and the value rescaling ``h`` / ``h^-1`` next to
-:func:`one_step_targets`: a TD error is always ``target - q_tm1[a_tm1]`` with
-the target computed without gradient, and the loss is always a masked
+:func:`sequence_td_loss`). R2D2 (Kapturowski et al. 2019) adds n-step returns
+and the value rescaling ``h`` / ``h^-1`` beside them
+(:func:`n_step_bootstrapped_returns`, :func:`signed_hyperbolic`,
+:func:`signed_parabolic`, :func:`transformed_n_step_q_learning`,
+:func:`sequence_priorities`). A TD error is always ``target - q_tm1[a_tm1]``
+with the target computed without gradient, and the loss is always a masked
 reduction of a per-step error.
 
 References: rlax ``_src/value_learning.py`` (``q_learning``,
-``double_q_learning``), ``_src/clipping.py`` (``huber_loss``).
+``double_q_learning``, ``transformed_n_step_q_learning``), ``_src/multistep.py``
+(``n_step_bootstrapped_returns``), ``_src/transforms.py``, ``_src/clipping.py``
+(``huber_loss``).
 """
 
 from __future__ import annotations
@@ -80,8 +84,8 @@ def double_q_values(q_t_value: torch.Tensor, q_t_selector: torch.Tensor) -> torc
 def one_step_targets(r_t: torch.Tensor, discount_t: torch.Tensor, v_t: torch.Tensor) -> torch.Tensor:
     """``r_t + discount_t * v_t``, element-wise; the result carries no gradient.
 
-    The one-step bootstrap target of DQN/DRQN. R2D2's n-step targets and value
-    rescaling belong beside this function (same ``[T, B]`` shapes).
+    The one-step bootstrap target of DQN/DRQN; R2D2's n-step targets with value
+    rescaling are :func:`transformed_n_step_targets` (same ``[T, B]`` shapes).
     """
     _check_same_shape("one_step_targets", r_t=r_t, discount_t=discount_t, v_t=v_t)
     return (r_t + discount_t * v_t).detach()

@@ -341,6 +341,10 @@ class R2D2Learner(SequenceLearner):
       <= samples_per_insert * (windows_inserted - learning_starts) +
       batch_size``, at most one update per env step (so ``samples_per_insert``
       above ``batch_size * sequence_period`` caps at one update per step).
+      The slack is one batch; Acme's limiter allows an ``error_buffer`` of
+      ``0.1 * samples_per_insert * min_replay_size`` samples (20,000 with its
+      defaults: a burst of ~300 updates once ``min_replay_size`` windows are in;
+      ``agents/jax/r2d2/builder.py`` ``make_replay_tables``).
     """
 
     ready_reads_updates = True  # the limiter counts this learner's updates
