@@ -44,6 +44,11 @@ def test_short_episodes_outgrow_the_default_ring_and_the_key_gives_it_room(tmp_p
                        callbacks=[Watch()])
     assert res.env_steps == 4000
     assert replays[0].windows_evicted > 0 and replays[0].windows_sampleable < len(replays[0])
+    import csv
+
+    with open(tmp_path / "default" / "metrics.csv", newline="") as f:  # DRQN logs the sampleable windows too
+        logged = [float(r["replay_windows"]) for r in csv.DictReader(f) if r.get("replay_windows")]
+    assert logged and min(logged) > 0 and logged[-1] < len(replays[0])
     need = default_frame_capacity(1000, 10, 8, 10)  # as if each window wrote sequence_length + 1 frames
     res = rlfunc.train(str(ROOT / "configs/drqn/minatar_breakout.yaml"),
                        overrides={**SHORT, "train.frame_capacity": need}, run_dir=tmp_path / "sized", callbacks=[Watch()])

@@ -293,6 +293,8 @@ class SequenceLearner(TransitionLearner):
         if self._epsilons is None:  # a fixed ladder is not a training curve
             # on the learner's device, beside the update's metrics (the trainer stacks their finiteness)
             metrics["epsilon"] = self._epsilon(self._env_step).to(self.device)
+        if hasattr(self.replay, "windows_sampleable"):  # a frame replay: windows it can still sample (evicted ones out)
+            metrics["replay_windows"] = torch.full((), float(self.replay.windows_sampleable), device=self.device)
         return metrics
 
     # -- saving -----------------------------------------------------------------
