@@ -95,7 +95,11 @@ def linear_init(
     * ``"xavier_uniform"``: U(-a, a), a = gain * sqrt(6 / (in + out)), zero
       bias -- REDQ's ``weights_init_`` (watchernyu/REDQ ``redq/algos/core.py``);
     * ``"orthogonal"``: orthogonal rows/columns scaled by ``gain``, zero bias --
-      DrQ-v2's ``utils.weight_init``;
+      DrQ-v2's ``utils.weight_init``. For ``out >= in`` the same numbers as
+      ``nn.init.orthogonal_`` from the same generator; for ``out < in`` (DrQ-v2's
+      trunk and convolutions) the same (Haar) distribution but another sample:
+      ``nn.init.orthogonal_`` draws the normal matrix ``[out, in]`` and transposes
+      it, this draws ``[in, out]``;
     * ``"torch_default"``: ``nn.Linear``'s own kaiming-uniform(a=sqrt(5)) weight
       and U(-1/sqrt(in), 1/sqrt(in)) bias;
     * ``"haiku"``: haiku's default ``hk.Linear`` (Acme's R2D2 networks): a unit normal
@@ -381,7 +385,11 @@ def lstm_init(
     ``forget_bias`` is added to the forget-gate slice ``[H:2H]`` of ``bias_ih``:
     ``hk.LSTM`` adds 1 to the forget gate's pre-activation (a constant, the same
     function and gradients as a learned bias starting 1 higher; Jozefowicz et al.
-    2015 recommend 1.0); default 0 keeps torch's init.
+    2015 recommend 1.0); default 0 keeps torch's init. Only what reads the stored
+    value sees the difference: weight decay on biases (rlfunc's Q-learners use
+    none), parameter norms, and a checkpoint (``bias_ih[H:2H]`` holds
+    ``forget_bias``: subtract it, and reorder the gates to haiku's i, g, f, o, to
+    load the weights into ``hk.LSTM``).
     """
     if input_size < 1 or hidden_size < 1:
         raise ValueError(

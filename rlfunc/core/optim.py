@@ -177,7 +177,13 @@ class Adam:
         return self.lr
 
     def init(self, params: TensorDict) -> TensorDict:
-        """Zero moments shaped like ``params`` and a step counter."""
+        """Zero moments shaped like ``params`` and a step counter.
+
+        The counter is float32, as ``torch.optim.Adam``'s: exact up to 2**24 steps, after which
+        adding 1 no longer changes it. Adam's arithmetic does not notice (both bias corrections are
+        exactly 1 from about 37,000 steps on) and schedules must end by then (:func:`check_exact_span`),
+        but past 2**24 it is no longer a count of updates (REDQ's critic with 20 updates per env step
+        reaches it at env step 838,861): count updates with the algorithm's int64 ``step``."""
         zeros = params.apply(torch.zeros_like)
         return TensorDict(
             {
@@ -381,7 +387,9 @@ def linear_schedule(start: float, end: float, duration: int) -> Callable[[torch.
     """``f(step)``: linear from ``start`` to ``end`` over ``duration`` steps, then ``end``.
 
     A pure function of a (tensor) step, usable inside a compiled update
-    (DrQ-v2's ``linear(1.0, 0.1, 100000)`` exploration schedule).
+    (DrQ-v2's ``linear(1.0, 0.1, 100000)`` exploration schedule). ``duration`` 0
+    acts as 1 (``start`` at step 0 and before, ``end`` after), not as optax's
+    ``linear_schedule`` with ``transition_steps <= 0``, which stays at its start.
     """
 
     def schedule(step: torch.Tensor) -> torch.Tensor:
