@@ -1444,6 +1444,7 @@ def _restored_round(checkpoint: Path, meta: dict[str, Any], p: int, num_envs: in
         )
     return list(pending), round_start, [[float(v) for v in r] for r in recent]
 
+
 def _new_run_dir(config, members: int) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     env = config.env.id.replace("/", "_").replace(":", "_")
