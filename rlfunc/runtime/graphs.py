@@ -52,11 +52,18 @@ What callers must know:
 * **Metrics** are outputs of the graph and are overwritten by the next
   replay, so they are cloned before they are returned (``clone_metrics``;
   R2D2's ``priorities`` included).
+* **Arguments** after the state are tensors, TensorDicts or ``None``; anything
+  else (a Python number, a tuple) is refused with a ``TypeError`` on every
+  path, the eager CPU one included: a graph would replay the value it was
+  recorded with. Pass a changing number as a tensor (or keep it in the state).
 * **The returned state** is the wrapper's buffers: passing it back is free.
-  Passing any other TensorDict with the same keys and shapes (a loaded
-  checkpoint) copies it into the buffers first. Assigning a new tensor into
-  the returned state (``state[key] = t``) is *not* seen by a recorded graph;
-  write in place (``state[key].fill_(v)``, ``.copy_(t)``).
+  Passing any other TensorDict with the same tensor keys and shapes (a loaded
+  checkpoint) copies it into the buffers first; one with tensors the buffers
+  do not hold (e.g. an ``hparams`` entry added after this wrapper was built)
+  or without some of theirs is a ``ValueError``, not silently dropped.
+  Assigning a new tensor into the returned state (``state[key] = t``) is *not*
+  seen by a recorded graph (and the eager path would stop updating that
+  entry); write in place (``state[key].fill_(v)``, ``.copy_(t)``).
 * **Fallback**: if capture fails, a single warning is logged and the
   wrapper runs the same update eagerly on the fixed buffers from then on
   (``mode`` says which path is in use, ``fallback_reason`` why). A CPU state
@@ -76,7 +83,7 @@ import warnings
 from typing import Any, Callable
 
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDict, TensorDictBase
 
 __all__ = ["FixedStateUpdate", "tensor_keys"]
 
@@ -102,6 +109,19 @@ def _copy_leaves(dst: list[torch.Tensor], src: list[torch.Tensor]) -> None:
     ds = [d for d, _ in pairs]
     ss = [s.clone() if s.untyped_storage().data_ptr() in storages else s for _, s in pairs]
     torch._foreach_copy_(ds, ss)
+
+
+def _check_args(args: tuple) -> None:
+    """A ``TypeError`` for an argument that is not a tensor, a TensorDict or ``None`` (checked on every
+    path, so that a CPU run refuses what a recorded graph could not take: a Python number would be
+    replayed with the value it was recorded with)."""
+    for i, a in enumerate(args):
+        if a is not None and not isinstance(a, (torch.Tensor, TensorDictBase)):
+            raise TypeError(
+                f"FixedStateUpdate passes tensors, TensorDicts or None to the update after the state; argument "
+                f"{i + 2} of the call is a {type(a).__name__}. Pass it as a tensor (a CUDA graph would replay "
+                "the value it was recorded with) or keep it in the state."
+            )
 
 
 def _signature(args: tuple) -> tuple:
@@ -172,6 +192,7 @@ class FixedStateUpdate:
         self._fn = update
         self._state = state.clone()
         self._keys = tensor_keys(self._state)
+        self._key_set = set(self._keys)
         self._bufs = [self._state.get(k) for k in self._keys]
         self.warmup = int(warmup)
         self.clone_metrics = clone_metrics
@@ -198,9 +219,17 @@ class FixedStateUpdate:
         """Copy ``state`` (same keys and shapes) into the owned buffers; returns the owned state."""
         if state is self._state:
             return self._state
-        missing = [k for k in self._keys if k not in state.keys(include_nested=True, leaves_only=True)]
+        got = tensor_keys(state)
+        have = set(got)
+        missing = [k for k in self._keys if k not in have]
         if missing:
             raise ValueError(f"state is missing {missing[:3]}; pass a state of the algorithm this update was built for.")
+        extra = [k for k in got if k not in self._key_set]
+        if extra:  # the update would run without them (the buffers are the state it reads): refused, not dropped
+            raise ValueError(
+                f"state has tensors {extra[:3]} that this FixedStateUpdate's buffers do not hold (they were made "
+                "from the state it was built with); build the FixedStateUpdate from a state that has them."
+            )
         src = [state.get(k) for k in self._keys]
         for k, b, s in zip(self._keys, self._bufs, src):
             if s.shape != b.shape:
@@ -211,6 +240,7 @@ class FixedStateUpdate:
 
     def __call__(self, state: TensorDict, *args: Any) -> tuple[TensorDict, TensorDict]:
         """``update(state, *args)`` on the owned buffers; returns ``(owned state, metrics)``."""
+        _check_args(args)
         self.load(state)
         if self.mode == "cuda_graph":
             sig = _signature(args)

@@ -56,8 +56,11 @@ def set_matmul_precision(precision: str | None) -> str:
     inputs, float32 accumulation): several times the throughput of full float32 on an H100/H200,
     which is what a population's batched products are limited by there. JAX computes float32
     matmuls this way by default on those GPUs (so RLPD's official JAX code did); PyTorch, and so
-    REDQ's and DrQ-v2's official code, keeps full float32 for matmuls. On a CPU ``"high"``
-    changes nothing; ``"medium"`` may change the products (oneDNN's reduced-precision paths)."""
+    REDQ's and DrQ-v2's official code, keeps full float32 for matmuls. On a CPU ``"high"`` also
+    sets oneDNN's ``torch.backends.mkldnn.matmul.fp32_precision`` to ``"tf32"``, which changes the
+    products only where oneDNN has such kernels for the CPU (none on the AMD EPYC machines here:
+    measured equal); ``"medium"`` may change them (oneDNN's bfloat16 paths). Set it before the
+    first update: a recorded CUDA graph keeps the matmul math it was recorded with."""
     if precision is not None:
         torch.set_float32_matmul_precision(precision)
     return torch.get_float32_matmul_precision()

@@ -1,0 +1,92 @@
+"""Review of the CUDA-graph wrapper (:mod:`rlfunc.runtime.graphs`), on CPU only.
+
+What a recorded graph cannot take must be refused on the eager CPU path too, so that a CPU
+test catches it before a GPU run does:
+
+* a state whose tensors the wrapper's buffers do not hold (an ``hparams`` entry added after the
+  wrapper was built) was copied without them: the update then ran without the setting, silently
+  unlike the plain update. It is a ``ValueError`` now (a missing tensor already was one);
+* an argument that is not a tensor, a TensorDict or ``None`` (a Python learning rate) crashed the
+  CUDA-graph path with an ``AttributeError`` in the graph key, before the capture and its eager
+  fallback, while the CPU path ran it. A recorded graph would replay the number it was recorded
+  with. Both paths refuse it now with one ``TypeError``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from rlfunc.runtime.graphs import FixedStateUpdate, tensor_keys
+from test_gpu_path import PROBLEMS  # tests/ is on sys.path (pytest rootdir-relative imports)
+
+
+def _ptrs(td: TensorDict) -> dict:
+    return {k: td.get(k).data_ptr() for k in tensor_keys(td)}
+
+
+def _forced_graph_mode(fixed: FixedStateUpdate, monkeypatch) -> FixedStateUpdate:
+    """``fixed`` taking its CUDA-graph branch on a CPU state (as tests/test_gpu_path.py forces it);
+    a capture, if one were attempted, fails and falls back to eager."""
+
+    def no_stream(*args, **kwargs):
+        raise RuntimeError("forced capture failure")
+
+    monkeypatch.setattr(torch.cuda, "Stream", no_stream)
+    fixed.cuda_graph = True
+    assert fixed.mode == "cuda_graph"
+    return fixed
+
+
+def test_a_state_with_tensors_the_buffers_lack_is_refused_not_dropped():
+    update, problem = PROBLEMS["redq"]
+    state0, inputs = problem("cpu")
+    fixed = FixedStateUpdate(update, state0)  # built from a state without settings as data
+    with_rate = state0.clone()
+    with_rate["hparams"] = TensorDict({"critic_lr": torch.tensor(0.0)}, batch_size=[])
+    plain, _ = update(with_rate, *inputs(0))  # the plain update reads the rate: the critics do not move
+    for k in tensor_keys(state0["params", "critic"]):
+        torch.testing.assert_close(plain["params", "critic"].get(k), state0["params", "critic"].get(k), rtol=0, atol=0)
+    ptrs = _ptrs(fixed.state)
+    with pytest.raises(ValueError, match=r"hparams.*critic_lr.*do not hold"):
+        fixed(with_rate, *inputs(0))
+    assert int(fixed.state["step"]) == 0 and _ptrs(fixed.state) == ptrs  # nothing ran, nothing was copied
+    # A state with the same tensors (a checkpoint) is still copied in, and a wrapper built with the
+    # setting takes it as data.
+    out, _ = fixed(state0.clone(), *inputs(0))
+    assert out is fixed.state and int(out["step"]) == 1
+    fixed_rate = FixedStateUpdate(update, with_rate)
+    out, _ = fixed_rate(with_rate.clone(), *inputs(0))
+    for k in tensor_keys(plain):
+        torch.testing.assert_close(out.get(k), plain.get(k), rtol=0, atol=0, msg=f"{k}")
+
+
+def test_a_state_missing_a_tensor_is_still_refused():
+    update, problem = PROBLEMS["drqn"]
+    state0, inputs = problem("cpu")
+    fixed = FixedStateUpdate(update, state0)
+    with pytest.raises(ValueError, match="missing"):
+        fixed(state0.exclude("step"), *inputs(0))
+
+
+@pytest.mark.parametrize("graph_branch", [False, True], ids=["eager", "cuda-graph-branch"])
+@pytest.mark.parametrize("bad", [0.5, 3, (torch.zeros(2),)], ids=["float", "int", "tuple"])
+def test_an_argument_that_is_not_a_tensor_is_refused_on_every_path(graph_branch, bad, monkeypatch):
+    update, problem = PROBLEMS["drqn"]
+    state0, inputs = problem("cpu")
+    (batch,) = inputs(0)
+
+    def update_with_a_number(state, batch, lr):  # e.g. a learning rate passed as a Python float
+        return update(state, batch)
+
+    fixed = FixedStateUpdate(update_with_a_number, state0)
+    if graph_branch:
+        _forced_graph_mode(fixed, monkeypatch)
+    with pytest.raises(TypeError, match=rf"argument 3 of the call is a {type(bad).__name__}.*as a tensor"):
+        fixed(fixed.state, batch, bad)
+    assert int(fixed.state["step"]) == 0
+    # None and tensors pass (a 0-dim tensor is how a changing number goes in).
+    fixed(fixed.state, batch, torch.tensor(0.5))
+    fixed(fixed.state, batch, None)
+    assert int(fixed.state["step"]) == 2
