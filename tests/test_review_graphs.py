@@ -90,3 +90,27 @@ def test_an_argument_that_is_not_a_tensor_is_refused_on_every_path(graph_branch,
     fixed(fixed.state, batch, torch.tensor(0.5))
     fixed(fixed.state, batch, None)
     assert int(fixed.state["step"]) == 2
+
+
+def test_a_compiled_run_lets_its_process_compile_many_configs(monkeypatch):
+    """torch's default recompile_limit (8) is a hard error under fullgraph=True: the ninth config of
+    another structure compiled in one process (benchmarks/run.py learn --jobs 1, a reused Ray worker)
+    crashed. A compiled learner or population update raises the process's limit; never lowers one."""
+    import torch._dynamo.config as dynamo_config
+
+    from rlfunc.algos import redq
+    from rlfunc.runtime.config import TrainSection
+    from rlfunc.runtime.learners.base import compiled_update
+    from rlfunc.runtime.perf import RECOMPILE_LIMIT
+    from rlfunc.runtime.population import population_update
+
+    for make in (lambda cfg: compiled_update(redq, cfg), lambda cfg: population_update(redq, cfg)):
+        monkeypatch.setattr(dynamo_config, "recompile_limit", 8)
+        monkeypatch.setattr(dynamo_config, "accumulated_recompile_limit", 256)
+        make(TrainSection(compile=False))
+        assert dynamo_config.recompile_limit == 8  # eager: untouched
+        make(TrainSection(compile=True))  # compiles lazily, at the first call: nothing runs here
+        assert dynamo_config.recompile_limit == RECOMPILE_LIMIT and dynamo_config.accumulated_recompile_limit >= 256
+        monkeypatch.setattr(dynamo_config, "recompile_limit", 500)
+        make(TrainSection(compile=True))
+        assert dynamo_config.recompile_limit == 500

@@ -64,3 +64,22 @@ def set_matmul_precision(precision: str | None) -> str:
     if precision is not None:
         torch.set_float32_matmul_precision(precision)
     return torch.get_float32_matmul_precision()
+
+
+RECOMPILE_LIMIT = 64
+"""Graphs one compiled function may hold in a process (:func:`allow_recompiles`)."""
+
+
+def allow_recompiles(limit: int = RECOMPILE_LIMIT) -> None:
+    """Let one process compile the same update for up to ``limit`` structures (torch's default: 8).
+
+    Dynamo keeps the graphs of a function per code object, shared by every ``torch.compile`` wrapper of
+    it, and a config that changes the traced graph (network depth, ``n_step``, sequence length, REDQ's
+    ``G`` in ``full`` mode) compiles it once more. Under ``fullgraph=True`` the limit is a hard error,
+    so the ninth such config trained in one process (``benchmarks/run.py learn --jobs 1``, a sweep's
+    reused Ray worker, a notebook's loop over ``rlfunc.train``) crashed before its first update. Never
+    lowers a limit already set higher.
+    """
+    config = torch._dynamo.config
+    config.recompile_limit = max(int(config.recompile_limit), int(limit))
+    config.accumulated_recompile_limit = max(int(config.accumulated_recompile_limit), 4 * int(limit))

@@ -190,7 +190,10 @@ def population_update(algo, cfg):
     ``torch.compile(fullgraph=True)`` of the vmapped update (REDQ's ``G`` steps unrolled:
     254 s for a population of two at ``G = 20`` on a 2-core CPU, a one-off timing)."""
     from rlfunc.core import population
+    from rlfunc.runtime.perf import allow_recompiles
 
+    if cfg.compile:
+        allow_recompiles()  # a process may train many configs (a sweep's worker, benchmarks/run.py learn)
     if cfg.compile and cfg.compile_mode == "step" and hasattr(algo, "make_population_update"):
         return algo.make_population_update("step")
     update = population.vmap_update(algo.update)

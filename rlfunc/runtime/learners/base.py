@@ -15,6 +15,7 @@ from tensordict import TensorDict
 from rlfunc.replay.uniform import UniformReplay
 from rlfunc.runtime.config import ConfigError
 from rlfunc.runtime.memory import Need, network_need, require_memory
+from rlfunc.runtime.perf import allow_recompiles
 from rlfunc.runtime.policy import Policy
 
 __all__ = ["TransitionLearner", "compiled_update", "learner_update"]
@@ -29,6 +30,7 @@ def compiled_update(algo, train_cfg):
     """
     if not train_cfg.compile:
         return algo.update
+    allow_recompiles()  # a process may train many configs (a sweep's worker, benchmarks/run.py learn)
     if hasattr(algo, "make_update"):
         return algo.make_update(train_cfg.compile_mode)
     return torch.compile(algo.update, fullgraph=True)
