@@ -114,3 +114,55 @@ def test_a_compiled_run_lets_its_process_compile_many_configs(monkeypatch):
         monkeypatch.setattr(dynamo_config, "recompile_limit", 500)
         make(TrainSection(compile=True))
         assert dynamo_config.recompile_limit == 500
+
+
+def test_a_capture_the_update_invalidates_restores_the_stream_and_names_the_update_error(monkeypatch):
+    """torch.cuda.graph's __exit__ ends the capture before it leaves the capture stream; where ending it
+    raises (the update invalidated the capture, e.g. with a host sync), the process stayed on the capture
+    stream and the warning named capture_end's error. Emulated on CPU: the CUDA calls are stand-ins that
+    behave as torch 2.13's do in that case."""
+    import contextlib
+
+    events = []
+
+    class Stream:
+        def wait_stream(self, other):
+            pass
+
+    class Graph:
+        def __enter__(self):
+            events.append("capture stream")
+            return self
+
+        def __exit__(self, *exc):  # capture_end raises, and the stream context is never left
+            raise RuntimeError("operation failed due to a previous error during capture")
+
+    previous = Stream()
+    monkeypatch.setattr(torch.cuda, "Stream", Stream)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: previous)
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: None)
+    monkeypatch.setattr(torch.cuda, "graph", lambda g: Graph())
+    def set_stream(s):  # back on the stream the capture started from
+        events.append(("set_stream", s is previous))
+        events.remove("capture stream")
+
+    monkeypatch.setattr(torch.cuda, "set_stream", set_stream)
+    update, problem = PROBLEMS["drqn"]
+    state0, inputs = problem("cpu")
+    calls = []
+
+    def syncing_update(state, *args):
+        calls.append(1)
+        if "capture stream" in events:  # legal in the warm-up, not while capturing
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return update(state, *args)
+
+    fixed = FixedStateUpdate(syncing_update, state0)
+    fixed.cuda_graph = True
+    with pytest.warns(RuntimeWarning, match="capture failed"):
+        fixed(fixed.state, *inputs(0))
+    assert "not permitted when stream is capturing" in fixed.fallback_reason
+    assert ("set_stream", True) in events and fixed.mode == "eager"
+    fixed(fixed.state, *inputs(1))  # the eager fallback runs off the capture stream

@@ -272,8 +272,11 @@ class FixedStateUpdate:
 
     def _capture(self, args: tuple) -> _Captured | None:
         static_args = tuple(a.clone() if a is not None else None for a in args)
+        body_error: list[Exception] = []  # the update's own error while capturing (reported, not capture_end's)
+        prev = None
         try:
             side = torch.cuda.Stream()
+            prev = torch.cuda.current_stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
                 for _ in range(self.warmup):  # pure: results discarded, the state does not advance
@@ -282,10 +285,23 @@ class FixedStateUpdate:
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
-                new_state, metrics = self._fn(self._state, *static_args)
-                self._write_back(new_state)
+                try:
+                    new_state, metrics = self._fn(self._state, *static_args)
+                    self._write_back(new_state)
+                except Exception as exc:  # noqa: BLE001
+                    body_error.append(exc)
+                    raise
             torch.cuda.synchronize()
         except Exception as exc:  # noqa: BLE001 -- any capture failure falls back to eager
+            # torch.cuda.graph's __exit__ ends the capture before it leaves the capture stream: where ending it
+            # raised (the update invalidated the capture, e.g. by a host sync), the process stayed on that
+            # stream, and the error was capture_end's, not the update's
+            if prev is not None:
+                try:
+                    torch.cuda.set_stream(prev)
+                except Exception:  # noqa: BLE001
+                    pass
+            exc = body_error[0] if body_error else exc
             first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
             self._fall_back(f"capture failed: {type(exc).__name__}: {first}"[:300])
             try:
