@@ -540,3 +540,25 @@ def test_graphs_module_doctest():
 
     result = doctest.testmod(graphs, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
+
+
+@needs_cuda
+def test_a_host_sync_while_capturing_falls_back_on_the_default_stream():
+    """An update with a host sync (legal in the warm-up, not while capturing) falls back to eager with the
+    update's own error named, back on the stream the capture started from, and computes what eager does
+    (tests/test_review_graphs.py emulates this on CPU)."""
+    def update(state, x):
+        bool((x > 0).all())  # a host sync
+        return TensorDict({"w": state["w"] + x, "step": state["step"] + 1}, []), TensorDict({"s": x.sum()}, [])
+
+    state = TensorDict({"w": torch.zeros(4, device="cuda"), "step": torch.zeros((), dtype=torch.int64, device="cuda")}, [])
+    default = torch.cuda.current_stream()
+    fixed = FixedStateUpdate(update, state, cuda_graph=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fixed(fixed.state, torch.ones(4, device="cuda"))
+        fixed(fixed.state, torch.ones(4, device="cuda"))
+    torch.cuda.synchronize()
+    assert fixed.mode == "eager" and "capturing" in fixed.fallback_reason, fixed.fallback_reason
+    assert torch.cuda.current_stream() == default
+    assert fixed.state["w"].tolist() == [2.0] * 4 and int(fixed.state["step"]) == 2
