@@ -62,13 +62,7 @@ def test_make_env_seed_seeds_the_flicker_of_the_first_episode():
     wrappers = build_wrappers([{"flicker": {"p": 0.5}}])
 
     def blanks(env):
-        obs = [env.reset()[0]]
-        for _ in range(40):
-            ob, _, term, trunc, _ = env.step(0)
-            obs.append(ob)
-            if term or trunc:
-                break
-        return [not o.any() for o in obs]
+        return [not o.any() for o in _episode(env, env.reset()[0], 40)]
 
     runs = [blanks(make_env("CartPole-v1", seed=11, wrappers=wrappers)) for _ in range(3)]
     assert runs[0] == runs[1] == runs[2] and any(runs[0]) and not all(runs[0])
@@ -200,16 +194,21 @@ def test_mask_velocity_masks_the_velocities():
         np.testing.assert_array_equal(m[list(kept)], f[list(kept)])
 
 
+def _episode(env, obs, steps: int = 60) -> np.ndarray:
+    """The observations from ``obs`` on, action 0 for up to ``steps`` steps or to the episode's end."""
+    out = [obs]
+    for _ in range(steps):
+        ob, _, term, trunc, _ = env.step(0)
+        out.append(ob)
+        if term or trunc:
+            break
+    return np.stack(out)
+
+
 @needs_minatar
 def test_minatar_a_seeded_reset_fixes_the_episode():
     def play(env, seed):
-        obs = [env.reset(seed=seed)[0]]
-        for _ in range(30):
-            ob, _, term, trunc, _ = env.step(0)
-            obs.append(ob)
-            if term or trunc:
-                break
-        return np.stack(obs)
+        return _episode(env, env.reset(seed=seed)[0], 30)
 
     for seed in (11, 27):  # seeds whose first step is sticky
         fresh = play(make_env("MinAtar/Breakout-v0"), seed)
@@ -226,23 +225,14 @@ def test_flicker_continues_from_a_restored_generator():
     draws from it, so the episodes after the checkpoint flicker as the uninterrupted run's."""
     wrappers = build_wrappers([{"flicker": {"p": 0.5}}])
 
-    def episode(env, obs):
-        out = [obs]
-        for _ in range(60):
-            ob, _, term, trunc, _ = env.step(0)
-            out.append(ob)
-            if term or trunc:
-                break
-        return np.stack(out)
-
     env = make_env("CartPole-v1", wrappers=wrappers)
-    episode(env, env.reset(seed=0)[0])
+    _episode(env, env.reset(seed=0)[0])
     state = env.unwrapped.np_random.bit_generator.state
-    uninterrupted = episode(env, env.reset()[0])
+    uninterrupted = _episode(env, env.reset()[0])
     resumed_env = make_env("CartPole-v1", wrappers=wrappers)
     resumed_env.reset(seed=99)
     resumed_env.unwrapped.np_random.bit_generator.state = state
-    np.testing.assert_array_equal(episode(resumed_env, resumed_env.reset()[0]), uninterrupted)
+    np.testing.assert_array_equal(_episode(resumed_env, resumed_env.reset()[0]), uninterrupted)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("dm_control") is None, reason="needs the dmc extra: pip install -e '.[dmc]'")
