@@ -349,8 +349,9 @@ class _FrameStore:
 
     def _evict(self, rows: np.ndarray) -> None:
         """Never sample the stored windows of storage ``rows`` again (their frames are about to be
-        overwritten), until a new window takes the row; the caller marks their first frame ``_EVICTED``."""
-        raise NotImplementedError
+        overwritten), until a new window takes the row; the caller marks their first frame ``_EVICTED``.
+        Counts them here; each replay takes them out of its own sampling (and calls this)."""
+        self.windows_evicted += int(rows.shape[0])
 
     def _none_left(self, stale: int) -> bool:
         """Whether evicting ``stale`` more stored windows would leave none to sample, which refuses the
@@ -611,7 +612,7 @@ class FrameSequenceReplay(_FrameStore, SequenceReplay):
         return self._size - self._evicted_stored
 
     def _evict(self, rows: np.ndarray) -> None:
-        self.windows_evicted += int(rows.shape[0])
+        super()._evict(rows)
         self._evicted_stored += int(rows.shape[0])
         self._sampleable = None
 
@@ -683,9 +684,9 @@ class PrioritizedFrameSequenceReplay(_FrameStore, PrioritizedSequenceReplay):
     windows_evicted = 0
 
     def _evict(self, rows: np.ndarray) -> None:
+        super()._evict(rows)
         self._tree.update(torch.as_tensor(rows, device=self.device),
                           torch.zeros(rows.shape[0], dtype=torch.float64, device=self.device))
-        self.windows_evicted += int(rows.shape[0])
 
     def __init__(self, capacity: int, sequence_length: int, num_envs: int = 1, *, period: int | None = None,
                  frame_capacity: int | None = None, frame_envs: int | None = None, frame_stack: int = 1,
