@@ -177,7 +177,8 @@ class TrainSection:
     checkpoint_replay: bool = True  # false: parameters, optimizer and counters only (resume refills an empty replay)
     # Pixel DRQN/R2D2/DQN: frames in the replay's frame ring (each frame stored once). null: sized for episodes
     # of at least about sequence_length x (period + 1) - period^2 steps (rlfunc.replay.frame_sequence); raise it
-    # for games with shorter episodes (the run then says how many frames would do)
+    # for games with shorter episodes (the replay otherwise drops its oldest windows from sampling early;
+    # the replay_windows metric counts the ones left)
     frame_capacity: int | None = None
     # Logging beside metrics.csv / eval.csv
     tensorboard: bool = True  # TensorBoard event files in the run directory
