@@ -28,6 +28,7 @@ import dataclasses
 import difflib
 import math
 import numbers
+import re
 import types
 import typing
 from pathlib import Path
@@ -93,7 +94,9 @@ class EnvSection:
         for key in self.kwargs:
             if not isinstance(key, str) or not key.isidentifier():
                 raise ConfigError(f"env.kwargs keys must be keyword names for gym.make, got {key!r}.")
-        _check_max_episode_steps(self.kwargs.get("max_episode_steps"))
+        steps = _check_max_episode_steps(self.kwargs.get("max_episode_steps"))
+        if steps is not None:  # gymnasium's TimeLimit takes an int only: 500.0 or "5e2" refused there
+            object.__setattr__(self, "kwargs", {**self.kwargs, "max_episode_steps": steps})
         from rlfunc.envs import build_wrappers
 
         try:
@@ -102,14 +105,18 @@ class EnvSection:
             raise ConfigError(str(exc)) from None
 
 
-def _check_max_episode_steps(value: Any) -> None:
-    """``env.kwargs.max_episode_steps`` (gym.make's time limit): a positive integer or null (the env's own)."""
+def _check_max_episode_steps(value: Any) -> int | None:
+    """``env.kwargs.max_episode_steps`` (gym.make's time limit): a positive integer or null (the env's own),
+    returned as an ``int`` (a whole float such as ``500.0``, or YAML 1.1's text ``5e2``, is that integer)."""
     if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value < 1:
+        return None
+    number = _yaml11_number(value)
+    if (isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number)
+            or number != int(number) or number < 1):
         raise ConfigError(
             f"env.kwargs.max_episode_steps must be a positive integer (or null for the env's own limit), got {value!r}."
         )
+    return int(number)
 
 
 def _check_wandb_keys(settings: dict) -> None:
@@ -392,6 +399,17 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
+_FLOAT_TEXT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+"""A number as text: what PyYAML (YAML 1.1) leaves a string when its exponent has no dot (``1e-3``)."""
+
+
+def _yaml11_number(value: Any) -> Any:
+    """``value``, or the float it spells when it is a string such as ``"1e-3"`` (see :data:`_FLOAT_TEXT`)."""
+    if isinstance(value, str) and _FLOAT_TEXT.match(value.strip()):
+        return float(value)
+    return value
+
+
 def _coerce(value: Any, tp: Any, where: str) -> Any:
     optional, inner = _is_optional(tp)
     if value is None:
@@ -444,7 +462,11 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             if not isinstance(value, (list, tuple)):
                 raise TypeError
             return list(value)
-        return value
+        # A type of the algorithm's own (agent.target_entropy, agent.lr_schedule): its Config checks it,
+        # after a number YAML 1.1 reads as text (1e-3, -1e1: no dot) is read as that number, as for float fields.
+        if isinstance(value, dict):
+            return {k: _yaml11_number(v) for k, v in value.items()}
+        return _yaml11_number(value)
     except (TypeError, ValueError, OverflowError):
         raise ConfigError(f"{where} must be of type {_type_name(tp)}, got {value!r}.") from None
 
@@ -477,6 +499,34 @@ def _build_dataclass(cls, values: dict[str, Any], section: str):
         raise ConfigError(f"Invalid '{section}' settings: {msg}") from None
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a mapping naming a key twice is an error: ``safe_load`` keeps
+    the last one silently (a second ``train:`` section dropped every key of the first)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` merges, later keys override it
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    twice = key in seen
+                except TypeError:  # an unhashable key: the base constructor says so
+                    continue
+                if twice:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"the key {key!r} is given twice in one mapping", key_node.start_mark
+                    )
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _load_yaml(text: str) -> Any:
+    """``yaml.safe_load`` that refuses a key given twice in one mapping (:class:`_UniqueKeyLoader`)."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 -- a SafeLoader subclass
+
+
 def load_config(path: str | Path | None) -> dict[str, Any]:
     """Raw config mapping from a YAML file (``None``: the embedded default)."""
     if path is None:
@@ -492,7 +542,7 @@ def load_config(path: str | Path | None) -> dict[str, Any]:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "it is not UTF-8 text"
         raise ConfigError(f"Config file {str(path)!r} cannot be read ({reason}); pass a readable YAML file.") from None
     try:
-        raw = yaml.safe_load(text)
+        raw = _load_yaml(text)
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
@@ -546,7 +596,7 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
         if not key or any(not part for part in key.split(".")):
             raise ConfigError(f"Override {item!r} must look like section.key=value, e.g. train.seed=3.")
         try:
-            out[key] = yaml.safe_load(value) if value.strip() else None
+            out[key] = _load_yaml(value) if value.strip() else None
         except yaml.YAMLError as exc:
             problem = getattr(exc, "problem", None) or "not valid YAML"
             raise ConfigError(
@@ -790,6 +840,31 @@ def _check_agent_across(config: RunConfig, entry) -> None:
         )
     _check_some_update(agent, train)
     _check_frame_stack(agent, config.env)
+    if getattr(entry, "uses_data", False):
+        _check_prior_share(config.data, agent)
+
+
+def _check_prior_share(data: DataSection, agent: Any) -> None:
+    """``data.offline_ratio`` of ``agent.batch_size`` leaves each source some rows: a mini-batch holds
+    ``round(batch_size * offline_ratio)`` prior rows (:class:`rlfunc.replay.offline.MixedSampler`), so a
+    ratio strictly between 0 and 1 that rounds to none (or to all) would silently never sample the prior
+    data (or the online replay)."""
+    batch, ratio = getattr(agent, "batch_size", None), data.offline_ratio
+    if not data.path or not isinstance(batch, int) or not 0 < ratio < 1:
+        return
+    rows = int(round(batch * ratio))
+    if rows == 0:
+        raise ConfigError(
+            f"data.offline_ratio={ratio} of agent.batch_size={batch} rounds to 0 prior rows per mini-batch, so the "
+            "prior data would never be sampled; raise data.offline_ratio or agent.batch_size (or set "
+            "data.offline_ratio=0 to train online only)."
+        )
+    if rows == batch:
+        raise ConfigError(
+            f"data.offline_ratio={ratio} of agent.batch_size={batch} rounds to {batch} prior rows of {batch} per "
+            "mini-batch, so the online replay would never be sampled; lower data.offline_ratio or raise "
+            "agent.batch_size (or set data.offline_ratio=1 to learn from the prior data only)."
+        )
 
 
 def _check_some_update(agent: Any, train: TrainSection) -> None:

@@ -8,6 +8,7 @@ seeds are averaged and its grid values are separate curves (:func:`expand_runs`)
 from __future__ import annotations
 
 import csv
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -216,8 +217,25 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, title: str | None = N
     out = plot_path(out)
     run_dirs, labels = expand_runs(list(run_dirs), labels)
     x = "frames" if all(_logs_frames(d) for d in run_dirs) else "step"
-    groups = {label: [read_evals(d, x) for d in members] for label, members in _curves(run_dirs, labels).items()}
+    curves = {label: _once_each(members) for label, members in _curves(run_dirs, labels).items()}
+    groups = {label: [read_evals(d, x) for d in members] for label, members in curves.items()}
     return plot_curves(groups, out, title=title, frames=x == "frames")
+
+
+def _once_each(run_dirs: list[str | Path]) -> list[str | Path]:
+    """``run_dirs`` with each run once: a run given twice in one curve (``runs/a runs/a``, a glob that
+    overlaps another, a population and one of its members) was averaged as two seeds and counted in the
+    legend's ``n``; it is plotted once, with a line on stderr saying so. (Under two labels, e.g. a learn
+    JSON merged with itself under a new label, it is one run in each curve.)"""
+    seen: dict[Path, str | Path] = {}
+    for d in run_dirs:
+        key = Path(d).resolve()
+        if key in seen:
+            print(f"rlfunc: warning: the run {str(d)!r} is given twice (also as {str(seen[key])!r}); it is plotted "
+                  "once, not averaged as two seeds.", file=sys.stderr)
+            continue
+        seen[key] = d
+    return list(seen.values())
 
 
 def plot_path(out: str | Path) -> Path:

@@ -1387,11 +1387,13 @@ class PopulationTrainer:
 
 def _restored_counters(checkpoint: Path, meta: dict[str, Any], p: int):
     """``(env_steps, updates, episodes, best, wall_s)`` of a population checkpoint's meta.json, checked:
-    one count per member (an integer from 0 to :data:`~rlfunc.runtime.checkpoint.MAX_STEP`; the largest
-    env step is the checkpoint's own ``env_step``), one best return per member (finite, or ``None``) and
-    a finite training time. Anything else (a crafted meta.json whose checksum was made again) is one
-    :class:`~rlfunc.runtime.checkpoint.CheckpointError` sentence, not an ``IndexError`` mid-training."""
-    from rlfunc.runtime.checkpoint import MAX_STEP, CheckpointError
+    one count per member (an integer from 0 to :data:`~rlfunc.runtime.trainer.RESTORED_COUNT_MAX`, what
+    the logs count on from in int64; the largest env step is the checkpoint's own ``env_step``), one best
+    return per member (finite, or ``None``) and a finite training time. Anything else (a crafted meta.json
+    whose checksum was made again) is one :class:`~rlfunc.runtime.checkpoint.CheckpointError` sentence,
+    not an ``IndexError`` mid-training."""
+    from rlfunc.runtime.checkpoint import CheckpointError
+    from rlfunc.runtime.trainer import RESTORED_COUNT_MAX as MAX_STEP
 
     def bad(what: str) -> CheckpointError:
         return CheckpointError(
@@ -1426,7 +1428,8 @@ def _restored_round(checkpoint: Path, meta: dict[str, Any], p: int, num_envs: in
     copies per round), the env step the round began at and each member's newest episode returns. A
     checkpoint of an earlier version has none of them: nothing pending, no returns. Anything else is one
     :class:`~rlfunc.runtime.checkpoint.CheckpointError` sentence, as :func:`_restored_counters`."""
-    from rlfunc.runtime.checkpoint import MAX_STEP, CheckpointError
+    from rlfunc.runtime.checkpoint import CheckpointError
+    from rlfunc.runtime.trainer import RESTORED_COUNT_MAX as MAX_STEP
 
     pending = meta.get("pending_env_steps", [0] * p)
     round_start = meta.get("round_start", meta.get("env_step"))
@@ -1461,17 +1464,27 @@ def _new_run_dir(config, members: int) -> Path:
 
 def _refuse_given_twice(overrides: dict | None, **flags: Any) -> None:
     """``seeds``/``grid``/``vectorize`` (``--seeds``/``--grid``/``--vectorize``) and an override of the same
-    ``train.population`` key both given: refused, since the argument used to win silently over the override."""
+    ``train.population`` key both given: refused, since the argument used to win silently over the override.
+    So is an override of ``train.seed`` beside the population's seeds (``--seeds`` or ``--set
+    train.population.seeds``), which the members take instead of it (``rlfunc sweep`` refuses it too)."""
     from rlfunc.runtime.config import apply_overrides
 
-    if all(v is None for v in flags.values()) or not overrides:
+    if not overrides:
         return
     try:
         given = apply_overrides({}, overrides)
     except ConfigError:
         return  # train() says what is wrong with the overrides
-    spec = (given.get("train") or {}).get("population") if isinstance(given.get("train"), dict) else None
-    if not isinstance(spec, dict):
+    train_given = given.get("train") if isinstance(given.get("train"), dict) else {}
+    spec = train_given.get("population")
+    seeds_from = "--seeds" if flags.get("seeds") is not None else None
+    if seeds_from is None and isinstance(spec, dict) and spec.get("seeds") is not None:
+        seeds_from = "--set train.population.seeds"
+    if seeds_from and "seed" in train_given:
+        raise ConfigError(
+            f"--set train.seed is not used beside {seeds_from}, which gives each member its seed; drop --set train.seed."
+        )
+    if all(v is None for v in flags.values()) or not isinstance(spec, dict):
         return
     for key, value in flags.items():
         if value is not None and key in spec:

@@ -365,6 +365,11 @@ class Trainer:
         if without_replay:
             tensors = tensors.clone(recurse=False)
             tensors["replay"] = expected["replay"]
+        what = restored_meta_problem(meta)
+        if what is not None:
+            raise CheckpointError(
+                f"Checkpoint {str(checkpoint)!r} has {what} in meta.json, not what rlfunc writes; use an earlier checkpoint."
+            )
         try:
             self.learner.load_state_tensors(tensors)
             env_step, calls = int(meta["env_step"]), int(meta["updates"])
@@ -745,6 +750,41 @@ class Trainer:
         self._external = []
 
 
+RESTORED_COUNT_MAX = 2**63 - 2
+"""The largest counter a resumed run takes from a checkpoint's meta.json: its logs count on from it
+in int64 (TensorBoard's steps, which refused more as "Value out of range: ...")."""
+
+
+def restored_meta_problem(meta: dict[str, Any]) -> str | None:
+    """What is wrong with the counters a single run's checkpoint restores (a meta.json edited and its
+    checksum made again), as the words after "has" in a sentence, or ``None``: ``env_step`` and ``updates``
+    (and ``episodes``, ``pending_env_steps`` where present) JSON integers from 0 to
+    :data:`RESTORED_COUNT_MAX`, ``wall_s`` a finite number of seconds >= 0, ``evals`` [step, return]
+    pairs and ``recent_returns`` numbers. A missing ``env_step`` or ``updates`` is left to the caller."""
+
+    def count(value: Any) -> bool:
+        return type(value) is int and 0 <= value <= RESTORED_COUNT_MAX
+
+    def number(value: Any) -> bool:
+        return type(value) in (int, float)
+
+    for key in ("env_step", "updates", "episodes", "pending_env_steps"):
+        if key in meta and not count(meta[key]):
+            return f"an invalid {key} ({meta[key]!r} is not a count from 0 to {RESTORED_COUNT_MAX})"
+    wall = meta.get("wall_s", 0.0)
+    if not (number(wall) and math.isfinite(wall) and wall >= 0):
+        return f"an invalid wall_s ({wall!r} is not a finite number of seconds >= 0)"
+    evals = meta.get("evals", [])
+    if not (isinstance(evals, list) and all(
+        isinstance(e, list) and len(e) == 2 and count(e[0]) and number(e[1]) for e in evals
+    )):
+        return "an invalid evals (a list of [env step, mean return] pairs)"
+    recent = meta.get("recent_returns", [])
+    if not (isinstance(recent, list) and all(number(r) for r in recent)):
+        return "an invalid recent_returns (a list of episode returns)"
+    return None
+
+
 def eval_row(step: int, frames: dict[str, int], time_s: float, returns, stop_reason: str = "") -> dict[str, Any]:
     """One ``eval.csv`` row (the single-run and the population trainers write the same columns)."""
     return {
@@ -999,7 +1039,8 @@ def resumed_total_steps(total_steps: Any, meta: dict) -> int:
     sentence (checked before the config is rebuilt, whose own checks would name other keys first)."""
     if isinstance(total_steps, bool) or not isinstance(total_steps, numbers.Integral):
         raise ConfigError(f"--total-steps must be a whole number of env steps, got {total_steps!r}.")
-    if int(total_steps) < int(meta.get("env_step", 0)):
+    have = meta.get("env_step", 0)  # not a count (an edited meta.json): the restore refuses it in its own words
+    if type(have) is int and int(total_steps) < have:
         raise ConfigError(
             f"--total-steps {total_steps} is below the {meta.get('env_step')} env steps the run already has; pass a larger number."
         )
