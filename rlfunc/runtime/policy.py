@@ -4,7 +4,8 @@ Two ways to act:
 
 * :meth:`Policy.predict` -- Stable-Baselines3's signature,
   ``predict(obs, state=None, episode_start=None, deterministic=True) -> (action, state)``,
-  for every algorithm. The caller holds the recurrent state; the policy object
+  for every algorithm, except that ``deterministic`` defaults to True (SB3:
+  False). The caller holds the recurrent state; the policy object
   holds none, so one policy can serve any number of envs and episodes.
 * :meth:`Policy.act` -- the evaluation action with the state kept inside the
   object (:meth:`Policy.reset` at every episode start, :meth:`Policy.observe_reward`
@@ -223,6 +224,9 @@ class Policy:
     def _native(self, a: np.ndarray) -> np.ndarray:
         if self.action_low is not None and np.issubdtype(a.dtype, np.floating):
             a = self.action_low + (a + 1.0) * 0.5 * (self.action_high - self.action_low)
+            # float32 rounding can put a saturated action (+-1) one ulp outside bounds such as [-4.8, 0.09];
+            # clipped, as gymnasium's RescaleAction clips the actions the policy trained with
+            a = np.clip(a, self.action_low, self.action_high)
         return a
 
     @property
@@ -333,12 +337,24 @@ class Policy:
         ``deterministic``: True (default) for the deterministic action, False
         for the algorithm's own exploration (see the class docstring).
 
+        Differences from Stable-Baselines3: ``deterministic`` defaults to True
+        (SB3: False; pass ``deterministic=False`` for SB3's default sampling)
+        and must be a bool; the state is a tuple of ``(n, ...)`` arrays, not
+        RecurrentPPO's ``(layers, n, hidden)``, so treat it as opaque; a
+        discrete action for one observation is a numpy ``int64`` scalar (SB3: a
+        0-d array); images are taken only in the layout of the env the policy
+        was trained on (rlfunc's pixel envs give ``(C, H, W)`` uint8: an
+        ``(H, W, C)`` frame is a ``ValueError``, not transposed as SB3's
+        ``VecTransposeImage`` does); continuous actions are clipped to the
+        env's bounds; ``reward=`` is an addition.
+
         ``reward``: R2D2's network takes the reward of the previous step as an
         input, so pass the reward each env got from its previous action
         (``(n,)`` or a float) with the next observation:
         ``predict(obs, state, episode_start, reward=reward)``. It is written
         into ``state`` before acting and ignored where ``episode_start`` is
-        True; for every other policy it is accepted and ignored. An R2D2
+        True or when ``state`` is None (an episode start: the previous reward
+        is 0, as in training); for every other policy it is accepted and ignored. An R2D2
         policy with ``reward_input`` that is continued without it warns once
         and keeps the previous reward at 0.
         """
@@ -369,7 +385,8 @@ class Policy:
                 ) from None
             if r.shape != (n,):
                 raise ValueError(f"reward has {r.size} entries for {n} observation(s); pass one reward per env.")
-            carry = algo.prepare_carry(carry, prev_reward=torch.as_tensor(r, device=self.device))
+            if state is not None:  # state None: every episode starts, its previous reward is 0
+                carry = algo.prepare_carry(carry, prev_reward=torch.as_tensor(r, device=self.device))
         elif self.takes_reward and state is not None and not (start is not None and bool(start.all())):
             if not self._warned_reward:
                 warnings.warn(
