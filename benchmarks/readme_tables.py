@@ -146,7 +146,8 @@ ALGORITHMS = (
             "no memory: fails without velocities", (Learned("learn_drqn", "dqn", "CartPole, velocities masked"),
                                                     Learned("learn_minatar_450k", "dqn_breakout", "MinAtar Breakout", digits=1),
              Learned("learn_minatar_300k", "dqn_breakout_flicker", "MinAtar Breakout, flicker", digits=1),
-             Learned("learn_minatar_500k", "dqn_seaquest_flicker", "MinAtar Seaquest, flicker", digits=1))),
+             Learned("learn_minatar_500k", "dqn_seaquest_flicker", "MinAtar Seaquest, flicker", digits=1),
+             Learned("learn_minatar_seaquest_full_500k", "dqn_seaquest", "MinAtar Seaquest", digits=1))),
     AlgoRow("r2d2", "Kapturowski et al. 2019", "`r2d2/cartpole_novel`, `r2d2/cartpole_novel_distributed`",
             "Atari-57 median ≈ 1920% human-normalized",
             (Learned("learn_r2d2_acme_init", "r2d2", "CartPole, velocities masked"),
@@ -162,6 +163,8 @@ ALGORITHMS = (
                      "MinAtar Breakout, the same settings", digits=1),
              Learned("learn_minatar_r2d2_optimizer_steps_seaquest_500k", "r2d2_seaquest_flicker_batch8_target200_lr2.5e-4",
                      "MinAtar Seaquest, flicker, the same settings", digits=1),
+             Learned("learn_minatar_seaquest_full_500k", "r2d2_seaquest_batch8_target200_lr2.5e-4",
+                     "MinAtar Seaquest, the same settings", digits=1),
              Learned("learn_minatar_100k_r2d2", "r2d2_seaquest_flicker", "MinAtar Seaquest, flicker", digits=1))),
 )
 
