@@ -1287,11 +1287,11 @@ class PopulationTrainer:
                 self._round_start = max(self.env_steps)
                 last = self._finish_round(progress, last)
             self._check_finite()
-            evaluating = [k for k in range(p) if not self.evals[k] or self.evals[k][-1][0] != self.env_steps[k]]
+            evaluating = self._unevaluated()
             if evaluating:
                 for k, mean in zip(evaluating, self.evaluate_members(evaluating)):
                     last = mean if k == 0 else last
-            if self._saved != tuple(self.env_steps):
+            if self._saved != tuple(self.env_steps) or evaluating:  # the final evaluations are in the checkpoint
                 self.save()
         except BaseException as exc:
             saved = False
@@ -1334,6 +1334,10 @@ class PopulationTrainer:
         ]
         return PopulationResult(self.run_dir, self.env_step, results, wall, max(r.gradient_steps for r in results),
                                 vectorize=self.vectorize)
+
+    def _unevaluated(self) -> list[int]:
+        """The members whose newest evaluation is not at their env step (the final evaluation's)."""
+        return [k for k, step in enumerate(self.env_steps) if not self.evals[k] or self.evals[k][-1][0] != step]
 
     def _finish_round(self, progress, last: float | None) -> float | None:
         """Count the round's stored rows (``self._pending``) as each member's single run counts them, one
@@ -1378,7 +1382,10 @@ class PopulationTrainer:
                 for k, mean in zip(evaluating, self.evaluate_members(evaluating)):
                     last = mean if k == 0 else last
         self._learn_due()  # before the checkpoint and the next act
-        if max(self.env_steps) // cfg.checkpoint_every > self._round_start // cfg.checkpoint_every:
+        # In the last round a final evaluation still follows for the members not evaluated at their step;
+        # the end of the run saves after it (as a single run's loop, Trainer._count_rows).
+        final_eval_follows = self.env_step >= cfg.total_steps and bool(self._unevaluated())
+        if max(self.env_steps) // cfg.checkpoint_every > self._round_start // cfg.checkpoint_every and not final_eval_follows:
             self._check_finite()
             self.save()
         progress.update(self.env_step, last)
