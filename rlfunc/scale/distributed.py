@@ -388,7 +388,9 @@ class DistributedTrainer(Trainer):
         life = [0] * d.actors  # bumped when a call finds the actor's process gone: calls of older lives are dropped
         deaths = [0] * d.actors
         pids: dict[int, int] = {}  # actor -> pid of its process that answered last (None after a death seen)
-        state = {"recent": [], "window_t": time.monotonic(), "window_steps": 0, "metrics": None, "last_eval": last_eval,
+        # the episode returns since the last log (and the 10 before), in self._recent_returns as the
+        # single-run loop keeps them: a checkpoint saves them, so metrics.csv's episode_return continues
+        state = {"window_t": time.monotonic(), "window_steps": 0, "metrics": None, "last_eval": last_eval,
                  "nobody_up_since": time.monotonic()}
 
         held: list[int] = []  # actors waiting for the learner (distributed.min_replay_ratio)
@@ -602,7 +604,7 @@ class DistributedTrainer(Trainer):
         # could hold anyone, and a short run could end with every step collected and no update.
         self._replay_ready()
         self.collector.episodes += len(chunk["returns"])
-        state["recent"].extend(chunk["returns"])
+        self._recent_returns.extend(chunk["returns"])
         state["window_steps"] += int(chunk["env_steps"])
         pid = self._pids.get(chunk["actor"])
         if pid is not None and pid != chunk["pid"]:
@@ -616,8 +618,8 @@ class DistributedTrainer(Trainer):
             now = time.monotonic()
             steps_per_s = state["window_steps"] / max(now - state["window_t"], 1e-9)
             state["window_t"], state["window_steps"] = now, 0
-            self._log(state["metrics"], steps_per_s, state["recent"], reason or "")
-            state["recent"] = state["recent"][-10:]
+            self._log(state["metrics"], steps_per_s, self._recent_returns, reason or "")
+            self._recent_returns = self._recent_returns[-10:]
         if reason:
             raise _StopRun(reason)
         if self.env_step // cfg.eval_every > prev // cfg.eval_every:
