@@ -146,6 +146,7 @@ from tensordict import TensorDict
 
 from rlfunc.runtime.config import MAX_SEED, POPULATION_AND_DISTRIBUTED, ConfigError
 from rlfunc.runtime.graphs import FixedStateUpdate
+from rlfunc.runtime.interrupts import InterruptGuard
 from rlfunc.runtime.population_collector import PopulationCollector
 from rlfunc.runtime.specs import MAX_SEEDS, grid_value, parse_grid, parse_seeds, same_value
 
@@ -646,6 +647,7 @@ class PopulationTrainer:
             lr.ready_reads_updates for lr in self.learners
         )
         self._due = [0] * p
+        self._interrupts = InterruptGuard()  # Ctrl-C/SIGTERM wait for the counted env step's updates
         from rlfunc.runtime.learners.base import TransitionLearner
 
         # A learner whose prepare_state writes nothing (TransitionLearner's) is not handed each member's view.
@@ -852,9 +854,10 @@ class PopulationTrainer:
         of each paying for a masked one."""
         while any(self._due):
             ready = [k for k, n in enumerate(self._due) if n]
-            for k in ready:
-                self._due[k] -= 1
-            self.learn(ready)
+            with self._interrupts.deferring():  # a Ctrl-C or SIGTERM waits for the next count
+                for k in ready:
+                    self._due[k] -= 1
+                self.learn(ready)
 
     def _update_members(self, ready: list[int], args: dict, stacked) -> tuple[dict, list, torch.Tensor]:
         """Each member in ``ready``, one after the other, through its single run's update on its own
@@ -1248,7 +1251,7 @@ class PopulationTrainer:
         when its own env step crosses ``log_every``/``eval_every``. The population checkpoint is
         written after a round in which the most advanced member crossed ``checkpoint_every``."""
         from rlfunc.runtime.run_log import Progress
-        from rlfunc.runtime.trainer import NonFiniteLossError, RunInterrupted, TrainResult, _save_on_sigterm
+        from rlfunc.runtime.trainer import NonFiniteLossError, RunInterrupted, TrainResult
 
         cfg = self.config.train
         p, total = len(self.members), cfg.total_steps
@@ -1264,7 +1267,7 @@ class PopulationTrainer:
         self._progress = progress
         self._window_t, self._window_steps = [time.monotonic()] * p, [0] * p
         last = None
-        restore_sigterm = _save_on_sigterm()
+        restore_sigterm = self._interrupts.install()
         try:
             if resumed:  # each member's policy as the restored state holds it (rlfunc.load, eval, export read it)
                 self._save_policies(self._stale_policies())
@@ -1275,17 +1278,20 @@ class PopulationTrainer:
             if any(n and step < total for n, step in zip(self._pending, self.env_steps)):
                 last = self._finish_round(progress, last)  # a resume inside a round: its stored rows first, no env step
             while self.env_step < total:
+                self._interrupts.check()
                 self._check_finite()
                 active = [k for k in range(p) if self.env_steps[k] < total]
                 actions = self.explore(active)
-                if self.learns_before_env_step:
-                    self.learn([k for k in active if self.learners[k].ready(self.env_steps[k])])
-                counts, finished = self.collect(actions)
-                for k in active:  # a member already at total_steps keeps its rows past it pending (a resume's)
-                    self._recent[k].extend(r for _, r, _ in finished[k])
-                    self._pending[k] = counts[k]
-                self._round_start = max(self.env_steps)
+                with self._interrupts.deferring():  # until the rows are stored (pending), as a single run
+                    if self.learns_before_env_step:
+                        self.learn([k for k in active if self.learners[k].ready(self.env_steps[k])])
+                    counts, finished = self.collect(actions)
+                    for k in active:  # a member already at total_steps keeps its rows past it pending (a resume's)
+                        self._recent[k].extend(r for _, r, _ in finished[k])
+                        self._pending[k] = counts[k]
+                    self._round_start = max(self.env_steps)
                 last = self._finish_round(progress, last)
+            self._interrupts.check()  # one held during the last round's updates: the resume evaluates
             self._check_finite()
             evaluating = self._unevaluated()
             if evaluating:
@@ -1352,18 +1358,20 @@ class PopulationTrainer:
             stepped = [k for k in range(p) if self._pending[k] and self.env_steps[k] < cfg.total_steps]
             if not stepped:
                 break
+            self._interrupts.check()  # a Ctrl-C or SIGTERM held during the previous count's updates
             prev = {k: self.env_steps[k] for k in stepped}
-            for k in stepped:
-                self.env_steps[k] += 1
-                self._window_steps[k] += 1
-                self._pending[k] -= 1
-            if not self.learns_before_env_step:
-                ready = [k for k in stepped if self.learners[k].ready(self.env_steps[k])]
-                if self._defers_updates:
-                    for k in ready:
-                        self._due[k] += 1
-                else:
-                    self.learn(ready)
+            with self._interrupts.deferring():  # the count and its updates: the saved state matches env_steps
+                for k in stepped:
+                    self.env_steps[k] += 1
+                    self._window_steps[k] += 1
+                    self._pending[k] -= 1
+                if not self.learns_before_env_step:
+                    ready = [k for k in stepped if self.learners[k].ready(self.env_steps[k])]
+                    if self._defers_updates:
+                        for k in ready:
+                            self._due[k] += 1
+                    else:
+                        self.learn(ready)
             evaluating = []
             for k in stepped:
                 logs = self.env_steps[k] // cfg.log_every > prev[k] // cfg.log_every

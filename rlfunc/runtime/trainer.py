@@ -23,12 +23,10 @@ import math
 import numbers
 import os
 import re
-import signal
 import sys
-import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -67,6 +65,7 @@ from rlfunc.runtime.config import (
 from rlfunc.runtime.callbacks import check as check_callbacks
 from rlfunc.runtime.callbacks import from_config as stopping_rules
 from rlfunc.runtime.evaluate import run_episodes
+from rlfunc.runtime.interrupts import InterruptGuard
 from rlfunc.runtime.perf import set_matmul_precision, set_threads, tune_allocator
 from rlfunc.runtime.registry import get_algo
 from rlfunc.runtime.run_log import CsvLog, Progress, TensorBoardLog, WandbLog
@@ -247,6 +246,7 @@ class Trainer:
         # checkpoint inside one vector step records them: a resume counts them before stepping the envs).
         self._pending_rows = 0
         self._recent_returns: list[float] = []  # returns of the episodes ended since the last log, and the 10 before
+        self._interrupts = InterruptGuard()  # Ctrl-C/SIGTERM wait for the counted env step's updates
         self.evals: list[tuple[int, float]] = []
         self.ckpt_dir = self.run_dir / "checkpoints"
         self.best_dir = self.run_dir / "best"
@@ -499,7 +499,7 @@ class Trainer:
         progress = Progress(cfg.progress, cfg.total_steps, self.env_step, f"{self.config.algo} {self.config.env.id}")
         self._progress = progress
         last_eval = self.evals[-1][1] if self.evals else None
-        restore_sigterm = _save_on_sigterm()
+        restore_sigterm = self._interrupts.install()
         self._unchecked = []
         try:
             # The stopped run's final evaluation and the last save are guarded too: a Ctrl-C, SIGTERM or
@@ -545,6 +545,7 @@ class Trainer:
             if resumed and self._missed_evaluation():  # as the run would have, before its next step
                 last_eval = self.evaluate()
             last_eval = self._loop(progress, last_eval)
+            self._interrupts.check()  # one held during the last step's updates: the resume evaluates
             self._check_finite()
             if not self.evals or self.evals[-1][0] != self.env_step:
                 last_eval = self.evaluate()
@@ -583,16 +584,20 @@ class Trainer:
             self._count_rows(loop)
             progress.update(self.env_step, loop.last_eval)
         while self.env_step < self.config.train.total_steps:
+            self._interrupts.check()
             self._check_finite()  # the last step's updates are done by now (explore syncs anyway)
             actions = self.learner.explore(
                 self.collector.obs, self.env_step, episode_start=self.collector.episode_start
             )
-            if loop.learn_first and self._ready():
-                loop.metrics = self._learn()  # runs on the device while the env steps on the host
-            rows, finished = self.collector.step(actions)
-            self.learner.observe(rows)
-            self._recent_returns.extend(r for _, r, _ in finished)
-            self._pending_rows = rows.batch_size[0]
+            # Until the rows are stored (pending), an interrupt waits: a save between DrQ-v2's update and
+            # its env step would make the resumed run update again before the same step.
+            with self._interrupts.deferring():
+                if loop.learn_first and self._ready():
+                    loop.metrics = self._learn()  # runs on the device while the env steps on the host
+                rows, finished = self.collector.step(actions)
+                self.learner.observe(rows)
+                self._recent_returns.extend(r for _, r, _ in finished)
+                self._pending_rows = rows.batch_size[0]
             self._count_rows(loop)
             progress.update(self.env_step, loop.last_eval)
         return loop.last_eval
@@ -604,12 +609,14 @@ class Trainer:
         checkpoints at each step, as one env's run does them."""
         cfg = self.config.train
         while self._pending_rows > 0 and self.env_step < cfg.total_steps:
-            prev = self.env_step
-            self.env_step += 1
-            self._pending_rows -= 1
-            loop.window_steps += 1
-            if not loop.learn_first and self._ready():
-                loop.metrics = self._learn()
+            self._interrupts.check()  # a Ctrl-C or SIGTERM held during the previous count's updates
+            with self._interrupts.deferring():  # the count and its updates: the saved state matches env_step
+                prev = self.env_step
+                self.env_step += 1
+                self._pending_rows -= 1
+                loop.window_steps += 1
+                if not loop.learn_first and self._ready():
+                    loop.metrics = self._learn()
             reason = self._ask("on_step")
             log_due = self.env_step // cfg.log_every > prev // cfg.log_every
             if log_due or reason:
@@ -830,20 +837,6 @@ def first_non_finite(pending: list[tuple[int, list, torch.Tensor]]) -> tuple[int
     if bool(flags.all()):
         return None
     return pending[int((~flags).nonzero()[0, 0])]
-
-
-def _exit_on_sigterm(signum, frame) -> None:
-    raise SystemExit(128 + signum)  # the shell's status for a TERM-killed process (143)
-
-
-def _save_on_sigterm() -> Callable[[], None]:
-    """Make SIGTERM (``kill``, ``timeout``, a batch scheduler) raise ``SystemExit`` in the loop,
-    so the run saves its state like any other crash. Returns what restores the previous handler
-    (nothing to do off the main thread, where Python cannot install one)."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    return lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def report_unsaved(env_step: int, last_good: Path | None, error: BaseException) -> None:
