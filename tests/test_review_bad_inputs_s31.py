@@ -174,3 +174,14 @@ def test_set_train_seed_beside_seeds_is_refused(tmp_path, capsys):
     assert refusal(capsys) == ("rlfunc: error: --set train.seed is not used beside --seeds, which gives each member "
                                "its seed; drop --set train.seed.")
     assert not run.exists()
+
+
+@pytest.mark.parametrize("value", [1e9, 1.0])
+def test_tanh_epsilon_of_1_or_more_is_one_sentence(value):
+    """``agent.tanh_epsilon=1e9`` was accepted: ``log(1 - a^2 + eps)`` then no longer stands for the tanh
+    log-determinant; only 0 and negatives (and, by the shared check, NaN and inf) were refused."""
+    from rlfunc.algos import redq
+
+    with pytest.raises(ValueError, match=r"^tanh_epsilon must be above 0 and below 1 \(REDQ's 1e-6\) or null"):
+        redq.Config(tanh_epsilon=value)
+    assert redq.Config(tanh_epsilon=0.5).tanh_epsilon == 0.5

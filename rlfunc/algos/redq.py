@@ -311,11 +311,13 @@ class Config:
                 f"log_std_min must be below log_std_max ({self.log_std_max}), got {self.log_std_min}."
             )
         te_ = self.tanh_epsilon
-        if te_ is not None and (not isinstance(te_, (int, float)) or isinstance(te_, bool) or te_ <= 0):
+        if te_ is not None and (not isinstance(te_, (int, float)) or isinstance(te_, bool) or not 0 < te_ < 1):
             # 0 is refused: log(1 - tanh(u)^2) is log(0) once float32 tanh rounds to +-1 (|u| >= ~9), an
-            # infinite log-probability and NaN gradients; the exact formula is what 0 would mean.
+            # infinite log-probability and NaN gradients; the exact formula is what 0 would mean. From 1 on
+            # the term no longer approximates the log-determinant it stands for.
             raise ValueError(
-                f"tanh_epsilon must be above 0 (REDQ's 1e-6) or null for the exact formula, got {self.tanh_epsilon!r}."
+                f"tanh_epsilon must be above 0 and below 1 (REDQ's 1e-6) or null for the exact formula, "
+                f"got {self.tanh_epsilon!r}."
             )
 
 
