@@ -185,3 +185,13 @@ def test_tanh_epsilon_of_1_or_more_is_one_sentence(value):
     with pytest.raises(ValueError, match=r"^tanh_epsilon must be above 0 and below 1 \(REDQ's 1e-6\) or null"):
         redq.Config(tanh_epsilon=value)
     assert redq.Config(tanh_epsilon=0.5).tanh_epsilon == 0.5
+
+
+def test_plot_out_below_a_file_names_the_file(tmp_path):
+    """``rlfunc plot RUN --out notes.txt/curves.png`` said "File exists; check the path" (mkdir's words)."""
+    from rlfunc.runtime.plot import plot_path
+
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(ValueError, match=r"^--out .* has '.*notes\.txt', a file, as a folder; pass a path inside a folder\.$"):
+        plot_path(tmp_path / "notes.txt" / "sub" / "curves.png")
+    assert plot_path(tmp_path / "new" / "curves.png") == tmp_path / "new" / "curves.png"

@@ -245,6 +245,9 @@ def plot_path(out: str | Path) -> Path:
     out = Path(out)
     if out.is_dir():
         raise ValueError(f"--out {str(out)!r} is a directory; pass a file name such as {str(out / 'curves.png')!r}.")
+    above = next((p for p in out.parents if p.exists()), None)
+    if above is not None and not above.is_dir():  # e.g. notes.txt/curves.png: mkdir would say "File exists"
+        raise ValueError(f"--out {str(out)!r} has {str(above)!r}, a file, as a folder; pass a path inside a folder.")
     if not out.suffix:
         return out.with_name(out.name + ".png")
     try:
