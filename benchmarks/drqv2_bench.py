@@ -211,6 +211,7 @@ def update_drqv2(args: argparse.Namespace, R) -> dict:
     notes: dict[str, dict] = {}
 
     agent = ImperativeDrQV2.from_functional_state(state0)
+    agent.record_grads = False  # the parity tests' gradient copies are no part of the official update
     runners["imperative"] = lambda: agent.update(batch, noise, step)
     notes["imperative"] = {"impl": "benchmarks/baselines/drqv2.py: official DrQV2Agent structure, 3 torch.optim.Adam"}
 
@@ -230,16 +231,7 @@ def update_drqv2(args: argparse.Namespace, R) -> dict:
 
     threads_list = list(args.threads)
     torch.set_num_threads(threads_list[0])
-    warm: dict[str, float] = {}
-    for name, fn in runners.items():
-        fn()
-        R.sync(device)
-        t0 = time.perf_counter()
-        for _ in range(args.warmup):
-            fn()
-        R.sync(device)
-        warm[name] = (time.perf_counter() - t0) / max(args.warmup, 1)
-        print(f"  warm-up {name}: {warm[name] * 1e3:.0f} ms/update", flush=True)
+    warm = R.warm_up(runners, args.warmup, device, unit="update")
 
     compile_info: dict | None = None
     compiled = None

@@ -131,6 +131,7 @@ def warm_up(runners: dict[str, Callable[[], None]], calls: int, device: torch.de
     """Seconds per call of each runner after a first call, from ``calls`` timed calls (at least one
     counted); prints ``{prefix}warm-up NAME: X ms/{unit}`` for each."""
     warm: dict[str, float] = {}
+    calls = max(int(calls), 1)  # --warmup 0 would time no call: warm 0 -> window_steps' 1e6-call windows
     for name, fn in runners.items():
         fn()
         sync(device)
@@ -138,7 +139,7 @@ def warm_up(runners: dict[str, Callable[[], None]], calls: int, device: torch.de
         for _ in range(calls):
             fn()
         sync(device)
-        warm[name] = (time.perf_counter() - t0) / max(calls, 1)
+        warm[name] = (time.perf_counter() - t0) / calls
         print(f"  {prefix}warm-up {name}: {warm[name] * 1e3:.1f} ms/{unit}", flush=True)
     return warm
 

@@ -191,6 +191,9 @@ class ImperativeDrQV2:
         self.train()
         self.critic_target.train()
         self.last_grads: dict[str, dict[str, torch.Tensor]] = {}
+        # Copies of every gradient for the parity tests (``last_grads``); not in the official update, so
+        # ``benchmarks/run.py update --algo drqv2`` turns them off (34 extra copies per timed update).
+        self.record_grads = True
 
     def train(self, training: bool = True) -> None:
         self.encoder.train(training)
@@ -248,8 +251,9 @@ class ImperativeDrQV2:
         self.encoder_opt.zero_grad(set_to_none=True)
         self.critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward()
-        self.last_grads["critic"] = {n: p.grad.clone() for n, p in self.critic.named_parameters()}
-        self.last_grads["encoder"] = {n: p.grad.clone() for n, p in self.encoder.named_parameters()}
+        if self.record_grads:
+            self.last_grads["critic"] = {n: p.grad.clone() for n, p in self.critic.named_parameters()}
+            self.last_grads["encoder"] = {n: p.grad.clone() for n, p in self.encoder.named_parameters()}
         self.critic_opt.step()
         self.encoder_opt.step()
         return {
@@ -268,7 +272,8 @@ class ImperativeDrQV2:
         actor_loss = -Q.mean()
         self.actor_opt.zero_grad(set_to_none=True)
         actor_loss.backward()
-        self.last_grads["actor"] = {n: p.grad.clone() for n, p in self.actor.named_parameters()}
+        if self.record_grads:
+            self.last_grads["actor"] = {n: p.grad.clone() for n, p in self.actor.named_parameters()}
         self.actor_opt.step()
         return {"actor_loss": actor_loss.item()}
 
