@@ -176,15 +176,22 @@ def test_frame_sequence_small_ring_refuses_a_pending_window_whose_frames_were_ov
 def test_prioritized_frame_sequence_small_ring_evicts_such_windows_and_samples_only_whole_ones():
     replay = PrioritizedFrameSequenceReplay(capacity=16, sequence_length=2, num_envs=2, frame_capacity=5)
     gen = torch.Generator().manual_seed(0)
+    refused = None
     for t in range(12):
-        replay.add(_two_env_steps(t))
-        if len(replay) and float(replay.tree.total()) > 0:
+        try:
+            replay.add(_two_env_steps(t))
+        except RuntimeError as exc:  # the write that would leave only evicted windows (session 31: refused, as uniform)
+            refused = str(exc)
+            break
+        assert len(replay) == 0 or float(replay.tree.total()) > 0  # never only evicted windows (an all-zero tree)
+        if len(replay):
             batch = replay.sample(8, generator=gen)
             obs, nxt = batch["obs"][..., 0], batch["next_obs"][..., 0]  # [T, B]
             assert torch.equal(obs[1] - obs[0], torch.ones_like(obs[0]))  # consecutive steps of one episode
             assert torch.equal(nxt, obs + 1)
             assert torch.equal(obs[0] % 100, batch["episode_start"][0])
-    assert replay.windows_evicted > 0
+    assert refused is not None and refused.startswith("The frame ring of 5 frames would overwrite a frame a stored window reads")
+    assert "train.frame_capacity" in refused
 
 
 # --------------------------------------------------------------------------- hand-computed math

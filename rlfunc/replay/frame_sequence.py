@@ -43,8 +43,9 @@ round to its first frames (a ring smaller than the default) is stored evicted, n
 frames. While no stored window is evicted, :class:`FrameSequenceReplay` draws exactly as
 :class:`~rlfunc.replay.sequence.SequenceReplay` does (the same random draws, the same batches); with
 evicted windows stored it draws uniformly among the others. It refuses in one sentence, naming
-``train.frame_capacity``, only where evicting would leave no stored window to sample (the prioritized
-one where the ring would come round to every stored window at once).
+``train.frame_capacity``, only where evicting would leave no window to sample once the same add has
+stored its own windows: both decide so at the write, on the host, so neither ever holds only evicted
+windows (the prioritized one's accelerator ``sample`` does not check for an all-zero sum-tree).
 
 Distributed actors (:mod:`rlfunc.scale.distributed`) cut windows in a small replay of this
 kind of their own (the *outbox*, ring :func:`outbox_frame_capacity`) with the same :meth:`add`,
@@ -233,7 +234,26 @@ class _FrameStore:
         obs_frame[starts] = numbers[:k]
         next_frame = numbers[k:]
         # each frame's previous one in its episode: an episode's first frame is its own (the padding)
-        self._write_frames(new, np.concatenate([numbers[:k], obs_frame]) if self.frame_stack > 1 else None)
+        prev = np.concatenate([numbers[:k], obs_frame]) if self.frame_stack > 1 else None
+
+        def incoming() -> np.ndarray:  # the windows this add stores (host; asked only where evicting would empty it)
+            done = (step["terminated"].bool() | step["truncated"].bool()).reshape(n).cpu().numpy()
+            now = self._ep_len[envs]  # each env's step index of this add
+            _, env, start, _ = self._emissions(envs, now + 1, done)
+            if not env.size:
+                return np.zeros(0, dtype=bool)
+            this = np.full(self.num_envs, -1, dtype=np.int64)
+            this[envs] = obs_frame
+            at_now = start == self._ep_len[env]  # a window starting at this step reads this add's obs frame
+            first_num = this[env]
+            if not at_now.all():
+                e, pos = env[~at_now], start[~at_now] % self.sequence_length
+                got = self._pending["obs_frame"][torch.as_tensor(e, device=self.device), torch.as_tensor(pos, device=self.device)]
+                first_num[~at_now] = got.cpu().numpy()
+            return self._oldest_before_write(first_num, first, prev) >= first + new.shape[0] - self.frame_capacity
+
+        incoming.bound = n  # an add stores at most one window per env
+        self._write_frames(new, prev, incoming)
         self._last_frame[envs] = next_frame
         rows = step.exclude("obs", "next_obs")
         rows["obs_frame"] = torch.as_tensor(obs_frame, device=rows.device)
@@ -270,11 +290,11 @@ class _FrameStore:
             )
         return obs[:, -1], next_obs[:, -1]
 
-    def _write_frames(self, new: torch.Tensor, prev: np.ndarray | torch.Tensor | None = None) -> int:
+    def _write_frames(self, new: torch.Tensor, prev: np.ndarray | torch.Tensor | None = None, incoming=None) -> int:
         """Append frames ``[k, *frame shape]`` to the ring (allocated at the first call), with each one's
         previous frame ``prev [k]`` (absolute numbers; frame-stacked replays); returns the absolute number
         of the first. Before writing, evicts the stored windows that read a frame it overwrites
-        (:meth:`_check_overwrite`)."""
+        (:meth:`_check_overwrite`; ``incoming``: the windows the same add then stores, there)."""
         if self._frames is None:
             self._frames = torch.empty(  # pages are committed as frames are written
                 (self.frame_capacity, *new.shape[1:]), dtype=new.dtype, device=self.device
@@ -288,7 +308,7 @@ class _FrameStore:
             )
         k = new.shape[0]
         first = self._frames_written
-        self._check_overwrite(first + k)
+        self._check_overwrite(first + k, incoming)
         slots = torch.arange(first, first + k, device=self.device) % self.frame_capacity
         self._frames.index_copy_(0, slots, new.to(self.device))
         if self._prev is not None:
@@ -307,10 +327,28 @@ class _FrameStore:
                 f"period + 1 frames per window (up to {T + 1}), so use a frame_capacity of at least "
                 f"{default_frame_capacity(self.capacity, T, N, T, S)} (train.frame_capacity).")
 
-    def _check_overwrite(self, end: int) -> None:
+    def _oldest_before_write(self, first_num: np.ndarray, first: int, prev: np.ndarray | None) -> np.ndarray:
+        """:meth:`_oldest_frame` of frames ``first_num`` (absolute) before the frames from number ``first`` on
+        (with their ``prev``, frame-stacked replays) are in the ring: a window that reads them keeps its
+        frames once ``m`` are written where this is at least ``first + m - frame_capacity``. Host
+        bookkeeping plus, for stacks, a gather of the ring's ``prev`` (at a write, never at a sample)."""
+        low, cur = first_num.copy(), first_num.copy()
+        for _ in range(self.frame_stack - 1):
+            nxt = cur.copy()  # a -1 (a frame never received) stays -1, as _stack_numbers keeps it
+            new = cur >= first
+            nxt[new] = np.asarray(prev, dtype=np.int64)[cur[new] - first]
+            old = (cur >= 0) & ~new
+            if old.any():
+                nxt[old] = self._prev[torch.as_tensor(cur[old] % self.frame_capacity, device=self.device)].cpu().numpy()
+            cur = nxt
+            low = np.minimum(low, cur)
+        return low
+
+    def _check_overwrite(self, end: int, incoming=None) -> None:
         """Before writing frames up to ``end`` (absolute): stored windows that read a frame it would
-        overwrite are evicted (:meth:`_evict`), or refused in one sentence where that would leave no
-        window to sample (:meth:`_none_left`)."""
+        overwrite are evicted (:meth:`_evict`), or refused in one sentence, before anything is written,
+        where no window would be left to sample once the same add has stored its windows
+        (:meth:`_none_left`; ``incoming()``: whether each of them keeps its frames)."""
         oldest_kept = end - self.frame_capacity
         if oldest_kept <= 0 or self._size == 0:
             return
@@ -326,7 +364,7 @@ class _FrameStore:
             return
         rows = (start + np.arange(self._size)) % C
         stale = rows[ff[rows] < oldest_kept]  # evicted rows (first frame _EVICTED) are never stale again
-        if self._none_left(stale.size):
+        if self._none_left(stale, oldest_kept, incoming):
             raise RuntimeError(
                 f"The frame ring of {self.frame_capacity} frames would overwrite a frame a stored window reads; "
                 + self._too_small()
@@ -353,17 +391,36 @@ class _FrameStore:
         Counts them here; each replay takes them out of its own sampling (and calls this)."""
         self.windows_evicted += int(rows.shape[0])
 
-    def _none_left(self, stale: int) -> bool:
-        """Whether evicting ``stale`` more stored windows would leave none to sample, which refuses the
-        write: where the ring would come round to every stored window at once (the prioritized replay;
-        the uniform one counts the windows still sampleable)."""
-        return stale == self._size
+    def _none_left(self, stale: np.ndarray, oldest_kept: int, incoming=None) -> bool:
+        """Whether evicting the stored rows ``stale`` (those reading a frame older than ``oldest_kept``)
+        would leave no window to sample once the same add has stored its windows (``incoming()``: one
+        bool per window it stores, in storage order, True where it keeps its frames; they take the rows
+        from the cursor on). Both replays refuse the write then, decided on the host before anything is
+        written, so neither ever holds only evicted windows (the prioritized one would then draw from an
+        all-zero sum-tree, which only its CPU :meth:`sample` checks)."""
+        C, ff = self.capacity, self._first_frame
+        rows = (self._cursor - self._size + np.arange(self._size)) % C
+        alive = np.zeros(C, dtype=bool)
+        alive[rows] = (ff[rows] >= oldest_kept) & (ff[rows] != _EVICTED)
+        alive[stale] = False
+        if incoming is None:
+            return not alive.any()
+        # an add stores at most one window per env; a chunk its windows
+        bound = getattr(incoming, "bound", None)
+        if bound is not None and int(alive.sum()) > min(bound, C):
+            return False
+        intact = np.asarray(incoming(), dtype=bool)[-C:]
+        alive[(self._cursor + np.arange(intact.size)) % C] = False  # rows the new windows take
+        return not alive.any() and not intact.any()
 
     def _none_left_after_store(self, k: int) -> bool:
         """Whether storing ``k`` evicted windows (every window of a :meth:`_store`) would leave none to
-        sample, which refuses the store. Never for the prioritized replay: it stores them evicted, and
-        its :meth:`sample` refuses while every stored window has priority 0."""
-        return False
+        sample, which refuses the store (both replays): the sampleable stored windows whose rows the
+        ``k`` new ones take are lost too."""
+        C = self.capacity
+        rows = (self._cursor + np.arange(min(k, C))) % C
+        taken = rows[(self._cursor - 1 - rows) % C < self._size]  # those that hold a stored window
+        return self.windows_sampleable - int(np.count_nonzero(self._first_frame[taken] != _EVICTED)) <= 0
 
     def _store(self, windows: TensorDict, carry: TensorDict | None, info: TensorDict) -> torch.Tensor:
         """The parent's ``_store``, for windows whose frames the ring still holds. A window still pending
@@ -451,7 +508,25 @@ class _FrameStore:
                 found, mapped = self._renumber(frames["prev"].cpu().numpy(), src, dst, ends)
                 prev = np.where(found, mapped, -1)
                 frames = frames["frames"]
-            self._write_frames(frames, prev)
+
+            def incoming() -> np.ndarray:  # the chunk's windows stored below (asked only where evicting would empty it)
+                if windows.batch_size[0] == 0:
+                    return np.zeros(0, dtype=bool)
+                st = windows["steps"]
+                mask, keep = st["mask"].cpu().numpy(), np.ones(windows.batch_size[0], dtype=bool)
+                for key in ("obs_frame", "next_frame"):
+                    got, mapped = self._renumber(st[key].cpu().numpy(), src, dst, ends)
+                    got &= mask
+                    keep &= (got | ~mask).all(axis=1)
+                    if key == "obs_frame":
+                        first_num = np.where(got[:, 0], mapped[:, 0], 0)
+                low = self._oldest_before_write(first_num, ours, prev)
+                if stacked:  # windows whose first stack reaches a frame never received are left out
+                    keep &= low >= 0
+                return (low >= ours + m - self.frame_capacity)[keep]
+
+            incoming.bound = windows.batch_size[0]
+            self._write_frames(frames, prev, incoming)
         k = windows.batch_size[0]
         if k == 0:
             return torch.zeros(0, dtype=torch.int64, device=self.device)
@@ -615,16 +690,6 @@ class FrameSequenceReplay(_FrameStore, SequenceReplay):
         super()._evict(rows)
         self._evicted_stored += int(rows.shape[0])
         self._sampleable = None
-
-    def _none_left(self, stale: int) -> bool:
-        return stale >= self.windows_sampleable
-
-    def _none_left_after_store(self, k: int) -> bool:
-        # the sampleable stored windows whose rows the k new ones take are lost too
-        C = self.capacity
-        rows = (self._cursor + np.arange(min(k, C))) % C
-        taken = rows[(self._cursor - 1 - rows) % C < self._size]  # those that hold a stored window
-        return self.windows_sampleable - int(np.count_nonzero(self._first_frame[taken] != _EVICTED)) <= 0
 
     def _on_insert(self, rows: torch.Tensor) -> None:
         if self._evicted_stored:  # new windows taking evicted rows make them sampleable again

@@ -243,18 +243,26 @@ class SequenceReplay:
         self._added += n
 
         length = self._ep_len[envs]
-        full = (length >= T) & ((length - T) % P == 0)
+        full, emit_env, emit_start, emit_len = self._emissions(envs, length, done)
         self._covered[envs[full]] = length[full]
-        tail = done & (length > self._covered[envs])
-        tail_start = np.maximum(0, -((T - length) // P) * P)  # first kP with kP + T >= length
-        emit_env = np.concatenate([envs[full], envs[tail]])
-        emit_start = np.concatenate([length[full] - T, tail_start[tail]])
-        emit_len = np.concatenate([np.full(int(full.sum()), T), length[tail] - tail_start[tail]])
         ended = envs[done]
         self._ep_len[ended] = 0
         self._covered[ended] = 0
         if emit_env.size:
             self._write(emit_env, emit_start, emit_len)
+
+    def _emissions(self, envs: np.ndarray, length: np.ndarray, done: np.ndarray):
+        """``(full, env, start, valid)``: the windows an :meth:`add` of ``envs`` writes, given their episode
+        lengths ``length`` after the step and their ``done`` flags (host only; changes nothing)."""
+        T, P = self.sequence_length, self.period
+        full = (length >= T) & ((length - T) % P == 0)
+        covered = np.where(full, length, self._covered[envs])
+        tail = done & (length > covered)
+        tail_start = np.maximum(0, -((T - length) // P) * P)  # first kP with kP + T >= length
+        emit_env = np.concatenate([envs[full], envs[tail]])
+        emit_start = np.concatenate([length[full] - T, tail_start[tail]])
+        emit_len = np.concatenate([np.full(int(full.sum()), T), length[tail] - tail_start[tail]])
+        return full, emit_env, emit_start, emit_len
 
     def flush(self, env_ids: Sequence[int] | None = None) -> None:
         """End the current episode of ``env_ids`` (default all) without a final step.
