@@ -175,11 +175,18 @@ def with_hparams(state: TensorDict, **values: float | Sequence[float] | torch.Te
     the input is not modified).
 
     ``name`` must be a setting the algorithm reads as data (:func:`hparam_names`, e.g.
-    REDQ's ``critic_lr``, ``gamma``, ``tau``). Values are stored as float32 0-dim tensors
+    REDQ's ``critic_lr``, ``gamma``, ``tau``; its ``init_alpha`` only with ``auto_alpha`` off:
+    with it on, ``init`` already set ``params["log_alpha"]`` from the config and the update
+    never reads the setting, so a value other than the config's is refused -- init with that
+    config instead, :func:`stack` takes such members). Values are stored as float32 0-dim tensors
     on the state's device; for a stacked population state (batch size ``[P]``) a value
     is one number for all members or ``P`` numbers, one each. From then on the value in
     the state, not the ``Config``'s, is what the update uses.
     """
+    return _with_hparams(state, values, from_config=False)
+
+
+def _with_hparams(state: TensorDict, values: Mapping[str, Any], *, from_config: bool) -> TensorDict:
     config = _config(state, "with_hparams")
     allowed = hparam_names(config)
     out = state.clone(recurse=False)
@@ -191,7 +198,18 @@ def with_hparams(state: TensorDict, **values: float | Sequence[float] | torch.Te
             raise ValueError(
                 f"with_hparams: {name!r} is not a setting {kind} reads from the state; the ones it does: {listed}."
             )
-        tensor = torch.as_tensor(value, dtype=torch.float32, device=state.device).detach().clone()
+        try:
+            tensor = torch.as_tensor(value, dtype=torch.float32, device=state.device).detach().clone()
+        except (TypeError, ValueError, RuntimeError):
+            raise ValueError(f"with_hparams: {name} must be a number, a sequence of numbers or a tensor, got {value!r}.") from None
+        inert = name in _init_settings(config) and getattr(config, "auto_alpha", False)
+        own = torch.tensor(float(getattr(config, name)), dtype=torch.float32, device=tensor.device) if inert else None
+        if inert and not from_config and bool((tensor != own).any()):
+            # e.g. REDQ's init_alpha: with auto_alpha the temperature is params["log_alpha"], set by init
+            raise ValueError(
+                f"with_hparams: {name} is only an initial value with auto_alpha on (update never reads it); "
+                f"init each member with its own config's {name} instead (stack takes members that differ in it)."
+            )
         if tensor.shape != state.batch_size and tensor.dim() != 0:
             raise ValueError(
                 f"with_hparams: {name} must be one number or one per member ({list(state.batch_size)}), "
@@ -263,7 +281,7 @@ def stack(states: Sequence[TensorDict]) -> TensorDict:
             bad = [n for n in own if not _is_number(getattr(cfg, n))]
             if bad:
                 raise ValueError(f"stack: {', '.join(bad)} differ across members but are not numbers in every config.")
-            state = with_hparams(state, **{n: float(getattr(cfg, n)) for n in own})
+            state = _with_hparams(state, {n: float(getattr(cfg, n)) for n in own}, from_config=True)
         members.append(state.exclude("config"))
     ref = _structure(members[0])
     for k, m in enumerate(members[1:], start=1):
@@ -451,6 +469,8 @@ def draw_per_member(draw: Callable[[torch.Generator], Any], generators: Sequence
     Outside the vmapped update (a generator cannot be split by ``torch.vmap``), so a
     member draws exactly what a single run with that generator draws, whatever ``P``.
     """
+    if isinstance(generators, torch.Generator):
+        raise ValueError("draw_per_member: generators must be a sequence, one torch.Generator per member; got one generator.")
     generators = list(generators)
     if not generators:
         raise ValueError("draw_per_member: needs one generator per member, got none.")
