@@ -94,3 +94,20 @@ def test_three_seeds_vmapped_by_hand_equal_their_single_runs():
         for key, v in single.exclude("config").items(include_nested=True, leaves_only=True):
             torch.testing.assert_close(population.member(out, k)[key], v, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(metrics["critic_loss"][k], m["critic_loss"], rtol=1e-5, atol=1e-6)
+
+
+def test_stacking_members_of_different_observation_spaces_names_at_most_three_leaves():
+    """Members initialised for different observation spaces: the sentence listed every mismatched tensor
+    (several hundred characters); it names three and counts the rest."""
+    import gymnasium as gym
+
+    from rlfunc.algos import redq
+    from rlfunc.core import population
+
+    config = redq.Config(hidden_sizes=(8, 8), num_critics=2, updates_per_step=1, batch_size=4)
+    box = lambda n: gym.spaces.Box(-1.0, 1.0, (n,))  # noqa: E731
+    a, b = redq.init(config, box(3), box(1), seed=0), redq.init(config, box(5), box(1), seed=1)
+    with pytest.raises(ValueError, match=r"^stack: member 1's state does not match member 0's \(leaves of different "
+                                         r"shapes or dtypes: [^,]+, [^,]+, [^,]+ and \d+ more\)\.$") as err:
+        population.stack([a, b])
+    assert len(str(err.value)) < 300

@@ -287,14 +287,14 @@ def stack(states: Sequence[TensorDict]) -> TensorDict:
     for k, m in enumerate(members[1:], start=1):
         got = _structure(m)
         if got != ref:
-            missing = sorted(set(map(str, ref)) ^ set(map(str, got)))
-            detail = (
-                f"keys present in only one of them: {', '.join(missing)}"
-                if missing
-                else "leaves of different shapes or dtypes: "
-                + ", ".join(str(key) for key in ref if ref[key] != got.get(key))
-            )
-            raise ValueError(f"stack: member {k}'s state does not match member 0's ({detail}).")
+            def dotted(key) -> str:
+                return ".".join(key) if isinstance(key, tuple) else str(key)
+
+            missing = sorted(set(map(dotted, ref)) ^ set(map(dotted, got)))
+            names = missing or [dotted(key) for key in ref if ref[key] != got.get(key)]
+            listed = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            what = "keys present in only one of them" if missing else "leaves of different shapes or dtypes"
+            raise ValueError(f"stack: member {k}'s state does not match member 0's ({what}: {listed}).")
     out = torch.stack(members, dim=0)
     out.set_non_tensor("config", first)
     return out
