@@ -158,7 +158,7 @@ def test_resume_refuses_edited_counters_of_a_single_run(trained, tmp_path, capsy
 
 
 def test_resume_refuses_a_populations_env_steps_beyond_int64(trained, tmp_path, capsys):
-    big = 10**19 - 1  # a checkpoint name's largest step, past the int64 steps the logs count in
+    big = 10**19 - 1  # 19 digits, as a checkpoint name's; past the int64 steps the logs count in
 
     def edit(meta):
         meta.update(env_steps=[big, big], env_step=big, round_start=big)
@@ -195,3 +195,12 @@ def test_plot_out_below_a_file_names_the_file(tmp_path):
     with pytest.raises(ValueError, match=r"^--out .* has '.*notes\.txt', a file, as a folder; pass a path inside a folder\.$"):
         plot_path(tmp_path / "notes.txt" / "sub" / "curves.png")
     assert plot_path(tmp_path / "new" / "curves.png") == tmp_path / "new" / "curves.png"
+
+
+def test_a_grid_value_naming_a_key_twice_is_refused():
+    """``--grid`` values are read by the config files' loader too, which refuses a key given twice."""
+    from rlfunc.runtime.config import ConfigError
+    from rlfunc.runtime.specs import parse_grid
+
+    with pytest.raises(ConfigError, match=r"is not valid YAML"):
+        parse_grid(["agent.lr_schedule={decay_updates: 10, decay_updates: 20}"])

@@ -88,6 +88,8 @@ __all__ = [
     "locked_run_dir",
     "unlock_run_dir",
     "hand_over_lock",
+    "is_count",
+    "MAX_STEP",
     "LOCK_FILE",
     "CheckpointError",
     "CheckpointWriteError",
@@ -116,7 +118,9 @@ _NAME = r"step_(?:\d{9}|[1-9]\d{9,18})"
 _NAME_RE = re.compile(rf"^{_NAME}$")
 """``step_`` and the step: 9 digits, zero-padded, below 10**9; the step's own digits (no leading
 zero, so each step has one name) from 10**9 to :data:`MAX_STEP`."""
-MAX_STEP = 10**19 - 1
+MAX_STEP = 2**63 - 2
+"""The largest step (and count) a checkpoint names or a resumed run takes from its meta.json: the logs
+count on from it in int64 (TensorBoard's steps refused more as "Value out of range: ...")."""
 _META_MAX_BYTES = 256 * 2**20  # a meta.json larger than this is not one rlfunc wrote
 _CHUNK = 16 * 2**20
 
@@ -574,13 +578,13 @@ def _read_meta(ckpt: Path) -> dict[str, Any]:
     return meta
 
 
-def _is_count(value: Any, limit: int = 2**63 - 1) -> bool:
+def is_count(value: Any, limit: int = 2**63 - 1) -> bool:
     """A JSON integer from 0 to ``limit`` (not a bool, not a float)."""
     return type(value) is int and 0 <= value <= limit
 
 
 def _is_shape(value: Any) -> bool:
-    return isinstance(value, list) and len(value) <= 64 and all(_is_count(d) for d in value)
+    return isinstance(value, list) and len(value) <= 64 and all(is_count(d) for d in value)
 
 
 def _check_entry(ckpt: Path, i: int, entry: Any) -> tuple[tuple[str, ...], torch.dtype, tuple[int, ...], int, str]:
@@ -597,7 +601,7 @@ def _check_entry(ckpt: Path, i: int, entry: Any) -> tuple[tuple[str, ...], torch
         raise _damaged(ckpt, f"tensor {where} has an invalid shape {_short(shape)}")
     itemsize = torch.empty((), dtype=DTYPES[dtype]).element_size()
     expected = math.prod(shape) * itemsize
-    if not (_is_count(size) and size == expected):
+    if not (is_count(size) and size == expected):
         raise _damaged(ckpt, f"tensor {where} records {_short(size)} bytes, but {dtype} {_short(shape)} needs {_short(expected)}")
     if not (isinstance(digest, str) and re.fullmatch(r"[0-9a-f]{64}", digest)):
         raise _damaged(ckpt, f"tensor {where} has no valid checksum")

@@ -44,6 +44,7 @@ __all__ = [
     "DistributedSection",
     "RunConfig",
     "load_config",
+    "load_yaml",
     "parse_overrides",
     "apply_overrides",
     "build_config",
@@ -522,7 +523,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def _load_yaml(text: str) -> Any:
+def load_yaml(text: str) -> Any:
     """``yaml.safe_load`` that refuses a key given twice in one mapping (:class:`_UniqueKeyLoader`)."""
     return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 -- a SafeLoader subclass
 
@@ -542,7 +543,7 @@ def load_config(path: str | Path | None) -> dict[str, Any]:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "it is not UTF-8 text"
         raise ConfigError(f"Config file {str(path)!r} cannot be read ({reason}); pass a readable YAML file.") from None
     try:
-        raw = _load_yaml(text)
+        raw = load_yaml(text)
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
@@ -596,7 +597,7 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
         if not key or any(not part for part in key.split(".")):
             raise ConfigError(f"Override {item!r} must look like section.key=value, e.g. train.seed=3.")
         try:
-            out[key] = _load_yaml(value) if value.strip() else None
+            out[key] = load_yaml(value) if value.strip() else None
         except yaml.YAMLError as exc:
             problem = getattr(exc, "problem", None) or "not valid YAML"
             raise ConfigError(

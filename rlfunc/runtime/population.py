@@ -1402,13 +1402,12 @@ class PopulationTrainer:
 
 def _restored_counters(checkpoint: Path, meta: dict[str, Any], p: int):
     """``(env_steps, updates, episodes, best, wall_s)`` of a population checkpoint's meta.json, checked:
-    one count per member (an integer from 0 to :data:`~rlfunc.runtime.trainer.RESTORED_COUNT_MAX`, what
+    one count per member (an integer from 0 to :data:`~rlfunc.runtime.checkpoint.MAX_STEP`, what
     the logs count on from in int64; the largest env step is the checkpoint's own ``env_step``), one best
     return per member (finite, or ``None``) and a finite training time. Anything else (a crafted meta.json
     whose checksum was made again) is one :class:`~rlfunc.runtime.checkpoint.CheckpointError` sentence,
     not an ``IndexError`` mid-training."""
-    from rlfunc.runtime.checkpoint import CheckpointError
-    from rlfunc.runtime.trainer import RESTORED_COUNT_MAX as MAX_STEP
+    from rlfunc.runtime.checkpoint import MAX_STEP, CheckpointError
 
     def bad(what: str) -> CheckpointError:
         return CheckpointError(
@@ -1443,8 +1442,7 @@ def _restored_round(checkpoint: Path, meta: dict[str, Any], p: int, num_envs: in
     copies per round), the env step the round began at and each member's newest episode returns. A
     checkpoint of an earlier version has none of them: nothing pending, no returns. Anything else is one
     :class:`~rlfunc.runtime.checkpoint.CheckpointError` sentence, as :func:`_restored_counters`."""
-    from rlfunc.runtime.checkpoint import CheckpointError
-    from rlfunc.runtime.trainer import RESTORED_COUNT_MAX as MAX_STEP
+    from rlfunc.runtime.checkpoint import MAX_STEP, CheckpointError
 
     pending = meta.get("pending_env_steps", [0] * p)
     round_start = meta.get("round_start", meta.get("env_step"))

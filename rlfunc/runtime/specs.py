@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from rlfunc.runtime.config import ConfigError
+from rlfunc.runtime.config import ConfigError, load_yaml
 
 __all__ = ["MAX_SEEDS", "parse_seeds", "parse_grid", "grid_value", "same_value", "grid_points", "describe_point"]
 
@@ -115,7 +115,7 @@ def parse_grid(items: list[str] | None) -> dict[str, list[Any]]:
             if not raw.strip():
                 raise ConfigError(f"--grid {item!r} has an empty value; separate the values with single commas.")
             try:
-                value = grid_value(yaml.safe_load(raw))
+                value = grid_value(load_yaml(raw))
             except yaml.YAMLError:
                 raise ConfigError(f"--grid {item!r}: the value {raw.strip()!r} is not valid YAML; quote it.") from None
             twin = next((v for v in parsed if same_value(v, value)), _NONE)

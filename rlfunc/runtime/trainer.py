@@ -37,12 +37,14 @@ from tensordict import TensorDict
 from rlfunc.envs import build_wrappers, env_spaces, make_env, make_vector_env
 from rlfunc.runtime.checkpoint import (
     LOCK_FILE,
+    MAX_STEP,
     CheckpointError,
     CheckpointWriteError,
     check_structure,
     checkpoint_name,
     clean_leftovers,
     hand_over_lock,
+    is_count,
     load_newest_good,
     lock_run_dir,
     locked_run_dir,
@@ -757,27 +759,22 @@ class Trainer:
         self._external = []
 
 
-RESTORED_COUNT_MAX = 2**63 - 2
-"""The largest counter a resumed run takes from a checkpoint's meta.json: its logs count on from it
-in int64 (TensorBoard's steps, which refused more as "Value out of range: ...")."""
-
-
 def restored_meta_problem(meta: dict[str, Any]) -> str | None:
     """What is wrong with the counters a single run's checkpoint restores (a meta.json edited and its
     checksum made again), as the words after "has" in a sentence, or ``None``: ``env_step`` and ``updates``
     (and ``episodes``, ``pending_env_steps`` where present) JSON integers from 0 to
-    :data:`RESTORED_COUNT_MAX`, ``wall_s`` a finite number of seconds >= 0, ``evals`` [step, return]
+    :data:`~rlfunc.runtime.checkpoint.MAX_STEP`, ``wall_s`` a finite number of seconds >= 0, ``evals`` [step, return]
     pairs and ``recent_returns`` numbers. A missing ``env_step`` or ``updates`` is left to the caller."""
 
     def count(value: Any) -> bool:
-        return type(value) is int and 0 <= value <= RESTORED_COUNT_MAX
+        return is_count(value, MAX_STEP)
 
     def number(value: Any) -> bool:
         return type(value) in (int, float)
 
     for key in ("env_step", "updates", "episodes", "pending_env_steps"):
         if key in meta and not count(meta[key]):
-            return f"an invalid {key} ({meta[key]!r} is not a count from 0 to {RESTORED_COUNT_MAX})"
+            return f"an invalid {key} ({meta[key]!r} is not a count from 0 to {MAX_STEP})"
     wall = meta.get("wall_s", 0.0)
     if not (number(wall) and math.isfinite(wall) and wall >= 0):
         return f"an invalid wall_s ({wall!r} is not a finite number of seconds >= 0)"
