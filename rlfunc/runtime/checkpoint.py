@@ -385,11 +385,26 @@ def clean_leftovers(directory: str | Path) -> list[str]:
 
 
 def _remove(path: Path) -> None:
-    """Delete a checkpoint directory (a symlink in its place: the link only, never what it points to)."""
+    """Delete a checkpoint directory (a symlink in its place: the link only, never what it points to).
+
+    A checkpoint is first renamed to the name of a killed write's leftover (``.step_*.tmp-PID``), then
+    deleted: a process killed while deleting it (a large replay takes a while) leaves that leftover,
+    which :func:`clean_leftovers` removes at the next start. Deleted in place, a kill could leave a
+    ``step_*`` whose meta.json was already gone (the order of ``rmtree`` is the file system's; tmpfs
+    lists meta.json first) beside its tensors: no longer a checkpoint, so no pruning ever removed it."""
     if path.is_symlink() or not path.is_dir():
         path.unlink(missing_ok=True)
-    else:
-        shutil.rmtree(path, ignore_errors=True)
+        return
+    if _NAME_RE.match(path.name):
+        doomed = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        try:
+            if os.path.lexists(doomed):
+                shutil.rmtree(doomed, ignore_errors=True)
+            os.replace(path, doomed)
+            path = doomed
+        except OSError:  # deleted in place then, as before
+            pass
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def prune_checkpoints(directory: str | Path, keep: int) -> list[str]:

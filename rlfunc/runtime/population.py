@@ -1082,10 +1082,22 @@ class PopulationTrainer:
             tensors["replay"] = self.replay.state_dict()
         name = checkpoint_name(max(self.env_steps))
         path = save_checkpoint(self.ckpt_dir, name, tensors, meta)
+        self._saved = tuple(self.env_steps)  # the state is saved: a failed policy write below needs no second save
         prune_checkpoints(self.ckpt_dir, keep=self.config.train.keep_checkpoints)
         self._save_policies(range(p))
-        self._saved = tuple(self.env_steps)
         return path
+
+    def _save_or_continue(self) -> None:
+        """A checkpoint; a failed write stops the run unless ``train.on_checkpoint_error`` is ``continue``
+        (as a single run's, :meth:`rlfunc.runtime.trainer.Trainer._save_or_continue`)."""
+        from rlfunc.runtime.checkpoint import CheckpointWriteError
+
+        try:
+            self.save()
+        except CheckpointWriteError as exc:
+            if self.config.train.on_checkpoint_error != "continue":
+                raise
+            print(f"rlfunc: warning: {exc} Training continues without this checkpoint.", file=sys.stderr)
 
     def _save_policies(self, ks) -> None:
         """Members ``ks``'s policies (weights only) in their ``member-<k>/checkpoints/``, each at its env step."""
@@ -1251,6 +1263,7 @@ class PopulationTrainer:
         when its own env step crosses ``log_every``/``eval_every``. The population checkpoint is
         written after a round in which the most advanced member crossed ``checkpoint_every``."""
         from rlfunc.runtime.run_log import Progress
+        from rlfunc.runtime.checkpoint import CheckpointWriteError
         from rlfunc.runtime.trainer import NonFiniteLossError, RunInterrupted, TrainResult
 
         cfg = self.config.train
@@ -1298,10 +1311,12 @@ class PopulationTrainer:
                 for k, mean in zip(evaluating, self.evaluate_members(evaluating)):
                     last = mean if k == 0 else last
             if self._saved != tuple(self.env_steps) or evaluating:  # the final evaluations are in the checkpoint
-                self.save()
+                self._save_or_continue()
         except BaseException as exc:
             saved = False
-            if not isinstance(exc, NonFiniteLossError) and max(self.env_steps) > 0 and self._saved != tuple(self.env_steps):
+            # a failed write is not tried again on the way out (as a single run's): the disk is still full
+            unsaveable = isinstance(exc, (NonFiniteLossError, CheckpointWriteError))
+            if not unsaveable and max(self.env_steps) > 0 and self._saved != tuple(self.env_steps):
                 try:
                     self._learn_due()  # the counted updates, so that the saved state matches its env steps
                     self.save()
@@ -1395,7 +1410,7 @@ class PopulationTrainer:
         final_eval_follows = self.env_step >= cfg.total_steps and bool(self._unevaluated())
         if max(self.env_steps) // cfg.checkpoint_every > self._round_start // cfg.checkpoint_every and not final_eval_follows:
             self._check_finite()
-            self.save()
+            self._save_or_continue()
         progress.update(self.env_step, last)
         return last
 
@@ -1571,16 +1586,18 @@ def resume(run_dir: str | Path, total_steps: int | None = None) -> PopulationRes
     """Continue every member of the population in ``run_dir`` from its newest checkpoint that
     verifies (optionally to a new ``total_steps``); the config is the one stored in it. A run
     directory another live process trains in is refused with one sentence before anything is done."""
+    from rlfunc.runtime import trainer
     from rlfunc.runtime.checkpoint import CheckpointError, clean_leftovers, load_newest_good, lock_run_dir, unlock_run_dir
     from rlfunc.runtime.config import apply_overrides, build_config
 
     run_dir = Path(run_dir)
-    if not (run_dir / "checkpoints").is_dir():
+    if not (run_dir / "checkpoints").is_dir() and not trainer.started_run(run_dir):
         raise ConfigError(f"{str(run_dir)!r} has no checkpoints/ to resume from; pass the population's run directory once it has saved one.")
     lock_run_dir(run_dir)  # another process training here: refused before anything is touched
     try:
         for line in clean_leftovers(run_dir / "checkpoints"):  # as a single run's resume does
             print(f"rlfunc: {run_dir / 'checkpoints'}: {line}", file=sys.stderr)
+        trainer.refuse_nothing_saved(run_dir)  # a population killed before its first checkpoint
         checkpoint, tensors, meta = load_newest_good(run_dir)
         raw = meta.get("config")
         if not isinstance(raw, dict) or "population" not in meta:

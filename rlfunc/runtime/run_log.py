@@ -57,12 +57,18 @@ class CsvLog:
         self._complete_seen = False  # a complete row was written by this process
         if _check_regular(path):
             with _open(path, "r") as f:
-                reader = csv.DictReader(f)
-                rows = list(reader)
-                self.fields = list(reader.fieldnames or []) or None
-            if truncate_after is not None and self.fields:
-                kept = [r for r in rows if _step(r) <= truncate_after]
-                if len(kept) != len(rows):
+                text = f.read()
+            # A last line without its line end was cut off (a full disk, a crash before the page cache
+            # reached the disk): dropped, else the next row was appended onto it as one garbled row.
+            cut = bool(text) and not text.endswith("\n")
+            if cut:  # (cut between a row's "\r" and "\n": the row is whole)
+                text = text + "\n" if text.endswith("\r") else text[: text.rfind("\n") + 1]
+            reader = csv.DictReader(io.StringIO(text, newline=""))
+            rows = list(reader)
+            self.fields = list(reader.fieldnames or []) or None
+            if self.fields:
+                kept = [r for r in rows if _step(r) <= truncate_after] if truncate_after is not None else rows
+                if cut or len(kept) != len(rows):
                     _rewrite(path, self.fields, kept)
 
     def write(self, row: dict[str, Any], complete: bool = True) -> None:

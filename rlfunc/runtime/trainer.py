@@ -45,6 +45,7 @@ from rlfunc.runtime.checkpoint import (
     clean_leftovers,
     hand_over_lock,
     is_count,
+    list_checkpoints,
     load_newest_good,
     lock_run_dir,
     locked_run_dir,
@@ -887,6 +888,23 @@ def _refuse_held_run(run_dir: Path) -> None:
         )
 
 
+def started_run(run_dir: Path) -> bool:
+    """Whether ``run_dir`` is one ``rlfunc train`` started a run in: its ``config.yaml`` and lock file."""
+    return (run_dir / "config.yaml").is_file() and os.path.lexists(run_dir / LOCK_FILE)
+
+
+def refuse_nothing_saved(run_dir: Path) -> None:
+    """One sentence for a run directory ``rlfunc train`` started a run in (:func:`started_run`) that holds
+    no checkpoint (killed before its first one): ``train`` sends a held run directory to ``rlfunc resume``,
+    whose "pass the directory `rlfunc train` created, once it has saved a checkpoint" sent the user back.
+    Called by a resume holding the lock (a run still training there is refused as in use first)."""
+    if started_run(run_dir) and not list_checkpoints(run_dir / "checkpoints"):
+        raise ConfigError(
+            f"{str(run_dir)!r} holds a run that stopped before its first checkpoint (killed, or stopped at env step 0), "
+            "so there is nothing to resume; train again with another --run-dir, or delete this directory first."
+        )
+
+
 def prepare_run_dir(run_dir: Path) -> bool:
     """Refuse a directory that another live process trains in, or that holds another run; create
     it, prove it is writable and take its lock (:func:`~rlfunc.runtime.checkpoint.lock_run_dir`,
@@ -1075,7 +1093,7 @@ def _resume(run_dir: str | Path, total_steps: int | None, callbacks: list | None
             "with no optimizer state, replay or counters to continue from; resume the run directory "
             "`rlfunc train` created, or start a new run."
         )
-    if not (run_dir / "checkpoints").is_dir():
+    if not (run_dir / "checkpoints").is_dir() and not started_run(run_dir):
         raise ConfigError(
             f"{str(run_dir)!r} has no checkpoints/ to resume from; pass the directory `rlfunc train` created, once it has saved a checkpoint."
         )
@@ -1083,6 +1101,7 @@ def _resume(run_dir: str | Path, total_steps: int | None, callbacks: list | None
     try:
         for line in clean_leftovers(run_dir / "checkpoints"):
             print(f"rlfunc: {run_dir / 'checkpoints'}: {line}", file=sys.stderr)
+        refuse_nothing_saved(run_dir)
         checkpoint, tensors, meta = load_newest_good(run_dir)
         raw = meta.get("config")
         if not isinstance(raw, dict):
