@@ -75,13 +75,24 @@ def from_loaded_file(allow_import=()):
     in ``allow_import``. Anything else is one ``ValueError`` sentence, raised before the env is made,
     naming what to pass. A config the user wrote (``rlfunc train``) is not affected.
     """
-    if isinstance(allow_import, str):
-        allow_import = [allow_import]
-    token = _LOADED.set(tuple(str(a).strip() for a in allow_import or ()))
+    allow_import = allow_import_list(allow_import)
+    token = _LOADED.set(tuple(str(a).strip() for a in allow_import))
     try:
         yield
     finally:
         _LOADED.reset(token)
+
+
+def allow_import_list(allow_import) -> list[str]:
+    """``allow_import`` (a module name, a list of them, or ``None``) as a list; anything else (``3``, a list
+    holding a number) is one ``ValueError`` sentence, not Python's "object is not iterable"."""
+    if isinstance(allow_import, str):
+        return [allow_import]
+    if allow_import is None:
+        return []
+    if not (isinstance(allow_import, (list, tuple, set, frozenset)) and all(isinstance(m, str) for m in allow_import)):
+        raise ValueError(f"allow_import must be a module name or a list of them, got {allow_import!r}.")
+    return list(allow_import)
 
 
 def _allowed(name: str) -> bool:

@@ -287,6 +287,26 @@ def _refuse_old_videos(video_dir: Path, prefix: str, episodes: int) -> None:
         )
 
 
+def _refuse_other_env(policy: Policy, env, env_id: str, env_cfg) -> None:
+    """An env whose observations (or continuous actions) the policy cannot take (``env_id=`` another env's
+    id): one ``ValueError`` sentence naming the env the policy was trained on, before any episode (the
+    policy's own sentence came at the first step and asked for observations the caller never passed)."""
+    import gymnasium as gym
+
+    obs_space, act_space = env.observation_space, env.action_space
+    problem = None
+    if isinstance(obs_space, gym.spaces.Box) and tuple(obs_space.shape) != tuple(policy.obs_shape):
+        problem = f"observations of shape {tuple(obs_space.shape)}, but this {policy.algo_name} policy takes {tuple(policy.obs_shape)}"
+    elif policy.action_low is not None and (
+        not isinstance(act_space, gym.spaces.Box) or tuple(act_space.shape) != tuple(policy.action_low.shape)
+    ):
+        problem = f"actions {act_space}, but this {policy.algo_name} policy acts in a Box of shape {tuple(policy.action_low.shape)}"
+    if problem is not None:
+        env.close()
+        trained = f" ({env_cfg.id!r}, with its wrappers)" if env_cfg is not None else ""
+        raise ValueError(f"Environment {env_id!r} has {problem}; evaluate it on the env it was trained on{trained}.")
+
+
 def evaluate(
     path_or_policy: str | Path | Policy,
     episodes: int = 10,
@@ -371,6 +391,7 @@ def evaluate(
         if video_dir is not None:
             kwargs = _video_env_kwargs(the_id, kwargs)
         env = make_env(the_id, kwargs=kwargs, wrappers=wrappers)
+    _refuse_other_env(policy, env, the_id, env_cfg)
     if video_dir is not None:
         if "rgb_array" not in (env.metadata.get("render_modes") or []):
             env.close()

@@ -532,6 +532,12 @@ def resolve_checkpoint(path: str | Path) -> Path:
         return path
     directory = _checkpoints_dir(path)
     found = latest_checkpoint(directory) if directory is not None else None
+    if found is None and (path / "sweep.json").is_file():
+        runs = sorted(p.name for p in path.iterdir() if (p / "config.yaml").is_file())
+        example = str(path / runs[0]) if runs else str(path / "RUN")
+        raise CheckpointError(
+            f"{str(path)!r} is a sweep's directory, which holds one run directory per run; pass one of them, e.g. {example!r}."
+        )
     if found is None:
         raise CheckpointError(
             f"{str(path)!r} holds no complete checkpoint (no step_*/meta.json); pass a run directory that has trained past its first checkpoint."

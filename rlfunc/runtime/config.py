@@ -28,6 +28,7 @@ import dataclasses
 import difflib
 import math
 import numbers
+import os
 import re
 import types
 import typing
@@ -532,6 +533,12 @@ def load_config(path: str | Path | None) -> dict[str, Any]:
     """Raw config mapping from a YAML file (``None``: the embedded default)."""
     if path is None:
         return yaml.safe_load(yaml.safe_dump(DEFAULT_CONFIG))
+    if isinstance(path, (bytes, os.PathLike)):
+        path = os.fsdecode(path)
+    if not isinstance(path, str) or not path:
+        raise TypeError(
+            f"config must be a YAML file's path (a str or pathlib.Path), a mapping, a RunConfig or None, got {path!r}."
+        )
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"Config file {str(path)!r} does not exist; pass a path such as configs/redq/pendulum.yaml.")

@@ -68,9 +68,9 @@ def collect(
     if checkpoint is None:
         return _collect(out, None, env_id, steps, noise, policy, seed)
     from rlfunc.envs import split_env_id
-    from rlfunc.envs.factory import from_loaded_file
+    from rlfunc.envs.factory import allow_import_list, from_loaded_file
 
-    allowed = [allow_import] if isinstance(allow_import, str) else list(allow_import)
+    allowed = allow_import_list(allow_import)
     if env_id and split_env_id(env_id)[0]:
         allowed.append(split_env_id(env_id)[0])  # a module the caller typed in env_id is theirs
     with from_loaded_file(allowed):

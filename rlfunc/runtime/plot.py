@@ -49,6 +49,11 @@ def read_evals(run_dir: str | Path, x: str = "step") -> tuple[np.ndarray, np.nda
 def _eval_csv(run_dir: str | Path) -> Path:
     """The run's ``eval.csv``; a run without one is one ``FileNotFoundError`` sentence."""
     path = Path(run_dir) / "eval.csv"
+    if not path.is_file() and (Path(run_dir) / "sweep.json").is_file():
+        raise FileNotFoundError(
+            f"{str(run_dir)!r} is a sweep's directory, whose curves `rlfunc sweep` drew beside its results JSON; "
+            f"pass its runs' directories instead, e.g. {str(Path(run_dir) / '*')}/."
+        )
     if not path.is_file():
         raise FileNotFoundError(
             f"{str(run_dir)!r} has no eval.csv; pass run directories made by `rlfunc train` (a run writes it at its first evaluation)."

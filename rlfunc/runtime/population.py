@@ -136,6 +136,7 @@ import itertools
 import math
 import sys
 import time
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -1561,10 +1562,12 @@ def train(
             spec = dict(train_raw.get("population") or {})
             if vectorize is not None:
                 spec["vectorize"] = vectorize
-            if seeds is not None:
-                spec["seeds"] = parse_seeds(seeds) if isinstance(seeds, str) else list(seeds)
-            if grid is not None:
-                spec["grid"] = parse_grid(grid) if isinstance(grid, list) else dict(grid)
+            if seeds is not None:  # not a list (seeds=3): train.population.seeds' own sentence
+                spec["seeds"] = parse_seeds(seeds) if isinstance(seeds, str) else (
+                    list(seeds) if isinstance(seeds, Iterable) else seeds)
+            if grid is not None:  # neither a list nor a mapping: train.population.grid's own sentence
+                spec["grid"] = parse_grid(grid) if isinstance(grid, list) else (
+                    dict(grid) if isinstance(grid, Mapping) else grid)
             raw = {**raw, "train": {**train_raw, "population": spec}}
         run_config = build_config(raw)
     if run_config.train.population is None:

@@ -1056,15 +1056,25 @@ def resumed_total_steps(total_steps: Any, meta: dict) -> int:
 
 
 def _refuse_part_of_a_larger_run(run_dir: Path) -> None:
-    """A sweep's directory or a population's member passed to resume: one sentence naming what to
-    resume instead (a member was described as an export's weights-only policy, a sweep directory as
-    having no checkpoints)."""
+    """A sweep's directory, a population's member or a run's ``checkpoints/`` (or one checkpoint in it)
+    passed to resume: one sentence naming what to resume instead (a member was described as an export's
+    weights-only policy, a sweep directory and a run's checkpoints as having no checkpoints)."""
     from rlfunc.runtime.population import is_population_run
 
     if (run_dir / "sweep.json").is_file() and not (run_dir / "checkpoints").exists():
         raise ConfigError(
             f"{str(run_dir)!r} is a sweep's directory; continue the sweep with `rlfunc sweep --resume {run_dir}`, "
             "or resume one of its runs' directories."
+        )
+    here = run_dir.resolve()
+    owner = here.parent if here.name == "checkpoints" else (
+        here.parent.parent if here.parent.name == "checkpoints" and (here / "meta.json").exists() else None)
+    if owner is not None and (owner / "checkpoints").is_dir() and (owner / "config.yaml").is_file():
+        _refuse_part_of_a_larger_run(owner)  # a member's checkpoints: the population is what resumes
+        raise ConfigError(
+            f"{str(run_dir)!r} {'holds the checkpoints' if here.name == 'checkpoints' else 'is a checkpoint'} of the run "
+            f"in {str(owner)!r}, which resumes from its newest checkpoint "
+            f"that verifies; run `rlfunc resume {owner}`."
         )
     member = re.fullmatch(r"member-(\d+)", run_dir.resolve().name)
     parent = run_dir.resolve().parent
