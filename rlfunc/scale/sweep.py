@@ -43,6 +43,7 @@ Ray is imported lazily, only here; nothing in ``core``, ``algos``, ``replay``, `
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import platform
@@ -226,6 +227,30 @@ def plan_sweep(
         "gpus": float(gpus),
         "runs": runs,
     }
+
+
+def check_runs_here(plan: dict) -> None:
+    """Each distinct run of ``plan`` (seeds aside) checked on this machine as its :class:`Trainer` would
+    check it before training (:func:`rlfunc.runtime.trainer.check_env_and_agent`: device, env settings,
+    the algorithm's space checks): for an embedded sweep, whose tasks run here, a run that cannot start is
+    one sentence before Ray starts. Not for a cluster (``--address``), whose workers may have envs or
+    devices this machine lacks: there such a run fails as its task, with the same sentence."""
+    from rlfunc.runtime.config import apply_overrides, build_config
+    from rlfunc.runtime.trainer import check_env_and_agent
+
+    seen = set()
+    for entry in plan["runs"]:
+        built = build_config(apply_overrides(plan["raw_config"], entry["overrides"]))
+        key = json.dumps([built.algo, dataclasses.asdict(built.env), dataclasses.asdict(built.agent),
+                          built.train.device], sort_keys=True, default=repr)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            check_env_and_agent(built)
+        except ConfigError as exc:
+            name = entry["name"] if len(plan["runs"]) > 1 else None
+            raise ConfigError(f"run {name}: {exc}" if name else str(exc)) from None
 
 
 def write_plan(plan: dict) -> Path:
@@ -874,6 +899,8 @@ def sweep(
     else:
         plan = plan_sweep(config, "0" if seeds is None else seeds, grid, overrides, sweep_dir,
                           0.0 if gpus is None else gpus, population)
+        if address is None:  # Ray's workers are this machine: its envs, spaces and device are theirs
+            check_runs_here(plan)
     # an --out that cannot be written, or would destroy a file: one sentence now, not after training
     results_path(plan["sweep_dir"], out, plan.get("config"))
     _prepare_join(address)
