@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import errno
+import os
 import sys
 import traceback
+from pathlib import Path
 
 __all__ = ["main", "build_parser", "algo_defaults"]
 
@@ -185,7 +187,9 @@ def user_error_message(exc: BaseException) -> str | None:
     elif isinstance(exc, OSError):
         what = f"{exc.filename!r}" if exc.filename else "a file"
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            text = f"cannot write {what}: the disk is full; free space and run again."
+            run_dir = _resumable_run_of(exc.filename)
+            then = f"free space, then continue with `rlfunc resume {run_dir}`" if run_dir else "free space and run again"
+            text = f"cannot write {what}: the disk is full; {then}."
         else:
             text = f"cannot use {what}: {exc.strerror or exc}; check the path and its permissions."
     elif isinstance(exc, (MemoryError, torch.OutOfMemoryError)) or (
@@ -200,6 +204,23 @@ def user_error_message(exc: BaseException) -> str | None:
     else:
         return None
     return " ".join(text.split()) or type(exc).__name__
+
+
+def _resumable_run_of(filename) -> str | None:
+    """The run directory holding ``filename`` (itself, or one of its three parents: a run's
+    ``metrics.csv``, ``checkpoints/step_*/...``) when that run has a checkpoint to resume from, else ``None``."""
+    from rlfunc.runtime.checkpoint import latest_checkpoint
+
+    if not filename:
+        return None
+    path = Path(os.fsdecode(filename)).absolute()
+    for run_dir in [path, *list(path.parents)[:3]]:
+        if (run_dir / "config.yaml").is_file() and (run_dir / "checkpoints").is_dir():
+            try:
+                return str(run_dir) if latest_checkpoint(run_dir / "checkpoints") is not None else None
+            except OSError:
+                return None
+    return None
 
 
 _PATH_ARGS = {

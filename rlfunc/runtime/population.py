@@ -1016,14 +1016,14 @@ class PopulationTrainer:
 
         if not self.config.train.keep_best or not mean > self._best[k]:
             return
-        self._best[k] = mean
         best = self.member_dir(k) / "best"
         meta = {**self._member_meta(k), "eval_return": mean}
         try:
             path = save_checkpoint(best, checkpoint_name(self.env_steps[k]), self._member_policy_tensors(k), meta)
-        except CheckpointWriteError as exc:
+        except CheckpointWriteError as exc:  # the best return stays the saved one's: a later better policy is kept
             print(f"rlfunc: warning: {exc} Member {k}'s best policy so far is not saved.", file=sys.stderr)
             return
+        self._best[k] = mean
         prune_best(best, path, mean)  # never a better one (saved after the checkpoint a resume started from)
 
     def _member_tensors(self, k: int) -> TensorDict:

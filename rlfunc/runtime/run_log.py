@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import errno
 import io
@@ -88,7 +89,7 @@ class CsvLog:
         if new:
             self._warned.update(new)
             print(f"rlfunc: warning: {self.path.name} has no column for {', '.join(new)}; not logged there.", file=sys.stderr)
-        with _open(self.path, "a") as f:
+        with _naming(self.path), _open(self.path, "a") as f:
             csv.DictWriter(f, fieldnames=self.fields, extrasaction="ignore").writerow(row)
 
     def _widen(self, row: dict[str, Any]) -> None:
@@ -108,7 +109,7 @@ class CsvLog:
 
     def _start(self, rows: list[dict[str, Any]]) -> None:
         self.fields = list(dict.fromkeys(k for r in rows for k in r))
-        with _open(self.path, "w") as f:
+        with _naming(self.path), _open(self.path, "w") as f:
             w = csv.DictWriter(f, fieldnames=self.fields, extrasaction="ignore")
             w.writeheader()
             w.writerows(rows)
@@ -147,6 +148,18 @@ def _check_regular(path: Path) -> bool:
     return True
 
 
+@contextlib.contextmanager
+def _naming(path: Path):
+    """A write error without a file name (a full disk raises at ``write``/``close``, where Python names
+    no file) names ``path``, so the user's sentence says which file could not be written."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None and exc.errno is not None:
+            raise OSError(exc.errno, exc.strerror or os.strerror(exc.errno), str(path)) from exc
+        raise
+
+
 def _opener(path: str, flags: int) -> int:
     return os.open(path, flags | _NOFOLLOW | _NONBLOCK | getattr(os, "O_CLOEXEC", 0), 0o644)
 
@@ -172,7 +185,7 @@ def _rewrite(path: Path, fields: list[str], rows: list[dict[str, Any]]) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.unlink(missing_ok=True)  # a leftover, or a link planted there, is replaced, never written through
     try:
-        with _open(tmp, "x") as f:
+        with _naming(path), _open(tmp, "x") as f:
             w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
             w.writeheader()
             w.writerows(rows)

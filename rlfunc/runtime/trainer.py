@@ -356,14 +356,14 @@ class Trainer:
         replaced: :meth:`restore` starts the best return from it)."""
         if not self.config.train.keep_best or not mean > self._best_return:
             return
-        self._best_return = mean
         tensors = TensorDict({"state": {"params": self.learner.state["params"]}}, batch_size=[])
         meta = {**self._policy_meta(), "env_step": self.env_step, "eval_return": mean, "weights_only": True}
         try:
             path = save_checkpoint(self.best_dir, checkpoint_name(self.env_step), tensors, meta)
-        except CheckpointWriteError as exc:
+        except CheckpointWriteError as exc:  # the best return stays the saved one's: a later better policy is kept
             print(f"rlfunc: warning: {exc} The best policy so far is not saved.", file=sys.stderr)
             return
+        self._best_return = mean
         prune_best(self.best_dir, path, mean)
 
     def restore(self, checkpoint: Path, tensors, meta: dict[str, Any]) -> None:
