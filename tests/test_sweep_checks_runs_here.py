@@ -38,7 +38,7 @@ def no_ray(monkeypatch):
 
 
 @pytest.mark.parametrize("override, sentence", [
-    ("env.id=CartPole-v1", "run g0-s0: REDQ needs a continuous"),
+    ("env.id=CartPole-v1", "run g0-s0: REDQ, SAC and RLPD need a continuous"),
     ("env.kwargs.foo=1", "Bad env.kwargs for 'Pendulum-v1'"),
     ("env.kwargs.g=abc", "failed at its first step"),
 ])
@@ -78,7 +78,7 @@ def test_each_distinct_run_is_checked_once_and_the_bad_grid_point_is_named(tiny,
     assert [h for _, h in checked] == [(8, 8), (16, 16)]  # seeds aside, one check per grid point
 
     bad = sweep_mod.plan_sweep(str(tiny), "0-1", ["env.id=Pendulum-v1,CartPole-v1"])
-    with pytest.raises(ConfigError, match=r"^run g1-id=CartPole-v1-s0: REDQ needs a continuous"):
+    with pytest.raises(ConfigError, match=r"^run g1-id=CartPole-v1-s0: REDQ, SAC and RLPD need a continuous"):
         sweep_mod.check_runs_here(bad)
 
 

@@ -334,11 +334,13 @@ def _space_dims(obs_space, act_space) -> tuple[int, int]:
 
     if not isinstance(act_space, gym.spaces.Box) or len(act_space.shape) != 1:
         raise ValueError(
-            f"REDQ needs a continuous 1-D Box action space, got {act_space}; use DRQN or R2D2 for discrete actions."
+            f"REDQ, SAC and RLPD need a continuous 1-D Box action space, got {act_space}; "
+            "use DRQN or R2D2 for discrete actions."
         )
     if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
         raise ValueError(
-            f"REDQ needs a flat 1-D Box observation space, got {obs_space}; flatten the observation or use DrQ-v2 for pixels."
+            f"REDQ, SAC and RLPD need a flat 1-D Box observation space, got {obs_space}; "
+            "flatten the observation or use DrQ-v2 for pixels."
         )
     return int(obs_space.shape[0]), int(act_space.shape[0])
 
