@@ -164,6 +164,8 @@ def test_plot_output_path_and_input_errors_are_one_sentence(tmp_path, capsys):
     one_line(["plot", str(run), "--out", str(tmp_path)], "is a directory")
     assert not tmp_path.with_name(tmp_path.name + ".png").exists()
     one_line(["plot", str(run), "--out", str(tmp_path / "c.txt")], "'.txt'", ".png")
+    one_line(["plot", str(tmp_path / "nothing"), "--out", str(tmp_path / "c.png")], "does not exist")
+    (tmp_path / "nothing").mkdir()
     one_line(["plot", str(tmp_path / "nothing"), "--out", str(tmp_path / "c.png")], "has no eval.csv")
     err_free = tmp_path / "empty"
     err_free.mkdir()

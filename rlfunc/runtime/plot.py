@@ -49,6 +49,8 @@ def read_evals(run_dir: str | Path, x: str = "step") -> tuple[np.ndarray, np.nda
 def _eval_csv(run_dir: str | Path) -> Path:
     """The run's ``eval.csv``; a run without one is one ``FileNotFoundError`` sentence."""
     path = Path(run_dir) / "eval.csv"
+    if not Path(run_dir).exists():
+        raise FileNotFoundError(f"{str(run_dir)!r} does not exist; pass run directories made by `rlfunc train`.")
     if not path.is_file() and (Path(run_dir) / "sweep.json").is_file():
         raise FileNotFoundError(
             f"{str(run_dir)!r} is a sweep's directory, whose curves `rlfunc sweep` drew beside its results JSON; "
