@@ -593,4 +593,6 @@ def act(
             return mean
         if noise is None:
             noise = torch.randn_like(mean)
+        else:  # noise drawn for another batch would broadcast silently (one env's draw for all)
+            _inputs.check_tensor("drqv2.act", "noise", noise, [tuple(mean.shape)], dtype="float", labels=["B", "A"])
         return clipped_normal_sample(mean, stddev(config, step), noise, clip=None)

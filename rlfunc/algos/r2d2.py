@@ -409,6 +409,8 @@ def q_step(params: TensorDict, obs: torch.Tensor, carry: Carry) -> tuple[torch.T
     width = drqn.obs_width(params)
     if width is not None:
         _inputs.check_tensor("q_step", "obs", obs, [(obs.shape[0], width)], dtype=drqn.obs_like(params).dtype, labels=["B", "O"])
+    for name in ("prev_action", "prev_reward"):  # a carry for another number of envs
+        _inputs.check_tensor("q_step", f"carry.{name}", getattr(carry, name), [(obs.shape[0],)], labels=["B"])
     x = _embed(params, obs, carry.prev_action, carry.prev_reward, 1)
     h, lstm_carry = nets.lstm_apply(params["lstm"], x, (carry.h, carry.c))
     return _head(params, h), lstm_carry
@@ -625,7 +627,7 @@ def update(
     new online parameters when ``step % target_period == 0``. ``noise`` is
     accepted for a uniform ``update`` signature and unused. ``metrics``:
     0-dim ``loss``, ``q``, ``td_abs``, ``valid_fraction``, ``grad_norm``,
-    ``priority_mean``, and ``priorities [B]`` -- the new priorities of the
+    ``lr`` (the rate of this step), ``priority_mean``, and ``priorities [B]`` -- the new priorities of the
     sampled sequences, for ``replay.update_priorities(batch["window"][0],
     metrics["priorities"])`` (pop it before logging scalars). A ``state["hparams"]``
     entry (``lr``, ``gamma``) replaces its :class:`Config` field and is carried to

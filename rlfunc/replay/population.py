@@ -19,6 +19,8 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from rlfunc.replay._layout import check_rows
+
 __all__ = ["PopulationReplay", "gather_rows"]
 
 
@@ -115,6 +117,8 @@ class PopulationReplay:
             return
         if self._storage is None:
             self._allocate(rows)
+        else:
+            check_rows("PopulationReplay.add", self._storage, rows, 2, 1)
         if max(counts) > self.capacity:  # only a member's newest `capacity` rows are kept
             keep, start = [], 0
             for c in counts:

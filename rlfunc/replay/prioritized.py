@@ -151,7 +151,9 @@ class PrioritizedSequenceReplay(SequenceReplay):
         return self._max_priority.clone()
 
     def priorities(self, indices: torch.Tensor) -> torch.Tensor:
-        """Current priorities (before the exponent) of storage rows ``indices``."""
+        """Current priorities (before the exponent) of storage rows ``indices``. With
+        ``priority_exponent == 0`` the tree keeps only ``p ** 0`` (1 for every window,
+        uniform sampling), so this returns those ones, not the priorities written."""
         leaf = self._tree.get(indices.to(self.device))
         if self.priority_exponent == 0:
             return leaf
@@ -232,9 +234,10 @@ class PrioritizedSequenceReplay(SequenceReplay):
         """Set the priorities of storage rows ``indices [B]`` (``batch["window"][0]``).
 
         ``priorities [B]`` are non-negative (R2D2: :func:`rlfunc.core.returns.sequence_priorities`);
-        the tree stores ``priority ** priority_exponent``. A window with priority 0 is never
-        sampled again until it is overwritten (when every stored window has priority 0,
-        :meth:`sample` raises on CPU; on an accelerator it returns the last row). On CPU,
+        the tree stores ``priority ** priority_exponent``. With ``priority_exponent > 0`` a window
+        with priority 0 is never sampled again until it is overwritten (when every stored window
+        has priority 0, :meth:`sample` raises on CPU; on an accelerator it returns the last row);
+        with ``priority_exponent == 0`` sampling is uniform (``0 ** 0`` is 1). On CPU,
         negative or non-finite values and rows that hold no window raise; on an accelerator
         nothing is checked (that would need a host sync).
         """

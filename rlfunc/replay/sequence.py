@@ -43,6 +43,8 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from rlfunc.replay._layout import check_rows
+
 __all__ = ["SequenceReplay"]
 
 _REQUIRED_KEYS = ("terminated", "truncated")
@@ -187,7 +189,8 @@ class SequenceReplay:
 
         ``step`` holds any keys (e.g. ``obs``, ``action``, ``reward``,
         ``next_obs``, ``terminated``, ``truncated``); ``terminated`` and
-        ``truncated`` are required and end the env's episode. Row ``i`` belongs
+        ``truncated`` are required and end the env's episode; every call passes the
+        keys, per-row shapes and dtypes of the first (else one ``ValueError`` sentence). Row ``i`` belongs
         to env ``env_ids[i]`` (default: rows are envs ``0..num_envs-1``); pass
         a subset to skip envs this step -- e.g. the reset step of gymnasium's
         next-step autoreset, which must never be stored.
@@ -231,6 +234,10 @@ class SequenceReplay:
                 + ("stores" if self._carry is not None else "was created without")
                 + " a recurrent state per window."
             )
+        else:
+            check_rows("SequenceReplay.add", self._pending, step, 2, 1)
+            if carry_td is not None:
+                check_rows("SequenceReplay.add (carry)", self._pending_carry, carry_td, 2, 1)
 
         done = (step["terminated"].bool() | step["truncated"].bool()).reshape(n).cpu().numpy()
         T, P = self.sequence_length, self.period

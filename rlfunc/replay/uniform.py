@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDict
 
+from rlfunc.replay._layout import check_rows
+
 __all__ = ["UniformReplay"]
 
 
@@ -44,7 +46,10 @@ class UniformReplay:
         return example.to(self.device).expand(self.capacity).clone().zero_()
 
     def add(self, rows: TensorDict) -> None:
-        """Append ``rows`` (batch ``[n]``), overwriting the oldest when full."""
+        """Append ``rows`` (batch ``[n]``), overwriting the oldest when full.
+
+        Every add passes the keys, per-row shapes and dtypes of the first (which allocated
+        the storage); other rows are one ``ValueError`` sentence, nothing written."""
         if rows.batch_dims != 1:
             raise ValueError(f"add expects rows with batch_size [n], got {list(rows.batch_size)}.")
         n = rows.batch_size[0]
@@ -52,6 +57,8 @@ class UniformReplay:
             return
         if self._storage is None:
             self._allocate(rows)
+        else:
+            check_rows("UniformReplay.add", self._storage, rows, 1, 1)
         if n > self.capacity:
             rows = rows[n - self.capacity :]
             n = self.capacity
