@@ -1289,6 +1289,7 @@ class PopulationTrainer:
             if missed:  # as each member's run would have, before its next step
                 for k, mean in zip(missed, self.evaluate_members(missed)):
                     last = mean if k == 0 else last
+            self._window_t = [time.monotonic()] * p  # the rate's window starts at the first step, as a single run's
             if any(n and step < total for n, step in zip(self._pending, self.env_steps)):
                 last = self._finish_round(progress, last)  # a resume inside a round: its stored rows first, no env step
             while self.env_step < total:
@@ -1403,8 +1404,12 @@ class PopulationTrainer:
                     evaluating.append(k)
             if evaluating:  # together (nothing updates between a member's row and here)
                 self._check_finite()
-                for k, mean in zip(evaluating, self.evaluate_members(evaluating)):
-                    last = mean if k == 0 else last
+                started = time.monotonic()
+                try:
+                    for k, mean in zip(evaluating, self.evaluate_members(evaluating)):
+                        last = mean if k == 0 else last
+                finally:  # not env stepping: left out of every member's steps_per_s window, as a single run's
+                    self._window_t = [t + time.monotonic() - started for t in self._window_t]
         self._learn_due()  # before the checkpoint and the next act
         # In the last round a final evaluation still follows for the members not evaluated at their step;
         # the end of the run saves after it (as a single run's loop, Trainer._count_rows).
