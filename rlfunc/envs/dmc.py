@@ -101,7 +101,7 @@ def load_suite():
     try:
         from dm_control import suite
     except ImportError as exc:
-        raise RuntimeError(f"DeepMind Control Suite envs need dm-control: {DMC_INSTALL_HINT} ({exc}).") from exc
+        raise RuntimeError(f"DeepMind Control Suite envs need dm-control ({exc}): {DMC_INSTALL_HINT}.") from exc
     return suite
 
 
@@ -128,7 +128,10 @@ class DMCPixels(gym.Env):
             raise ValueError(f"action_repeat must be at least 1, got {action_repeat}.")
         if size < 8:
             raise ValueError(f"size must be at least 8, got {size}.")
-        suite = load_suite()
+        try:
+            suite = load_suite()
+        except RuntimeError as exc:  # dm-control or a headless GL library missing: make_env's one sentence
+            raise gym.error.DependencyNotInstalled(str(exc)) from None
         try:
             self._env = suite.load(domain, task, task_kwargs={"random": 0})
         except ValueError as exc:

@@ -30,6 +30,8 @@ __all__ = [
 ]
 
 _MUJOCO_HINT = "install MuJoCo with `pip install -e '.[mujoco]'` (mujoco==3.17.0)"
+_EXTRA_OF_MODULE = {"ale_py": "atari", "cv2": "atari", "minatar": "minatar", "dm_control": "dmc", "mujoco": "mujoco"}
+"""Env packages rlfunc's configs name, by top-level module: the pyproject extra that installs each."""
 
 
 _USER_IMPORTS = contextvars.ContextVar("rlfunc_user_imports", default=True)
@@ -202,6 +204,11 @@ def _import_named(module: str, what: str) -> types.ModuleType:
                 f"{what} names module {module!r}, which is not on the Python path, though ./{here} is in the current "
                 "directory; run with PYTHONPATH=. (or pip install the package it belongs to)."
             ) from None
+        if top in _EXTRA_OF_MODULE:
+            raise ValueError(
+                f"{what} names module {module!r}, which is not installed; install it with "
+                f"pip install -e '.[{_EXTRA_OF_MODULE[top]}]'."
+            ) from None
         raise ValueError(
             f"{what} names module {module!r}, which is not installed; pip install the package that provides it, "
             "or fix the module name."
@@ -346,7 +353,8 @@ def _make_one(env_id: str, kwargs: dict[str, Any], wrappers: list[Callable], res
         env = gym.make(env_id, **kwargs)
     except gym.error.DependencyNotInstalled as exc:
         detail = " ".join(str(exc).split()).rstrip(".")
-        hint = _MUJOCO_HINT if "mujoco" in detail.lower() else "install what it names"
+        own = "pip install -e" in detail or "apt-get" in detail  # rlfunc's own envs (dmc, MinAtar) name the fix
+        hint = _MUJOCO_HINT if "mujoco" in detail.lower() and not own else "install what it names"
         raise ValueError(f"Environment {env_id!r} needs a package that is not installed ({detail}); {hint}.") from None
     except ImportError as exc:  # the entry point's module, or a package the env imports when made
         missing = getattr(exc, "name", None)
@@ -396,6 +404,11 @@ def _apply_wrapper(wrap: Callable, env: gym.Env) -> gym.Env:
         return wrap(env)
     try:
         return wrap(env)
+    except gym.error.DependencyNotInstalled as exc:  # AtariPreprocessing without OpenCV
+        hint = "install it with pip install -e '.[atari]'" if "opencv" in str(exc).lower() else "install what it names"
+        raise ValueError(
+            f"env.wrappers entry {entry!r} needs a package that is not installed ({_sentence(exc)}); {hint}."
+        ) from None
     except (AssertionError, ValueError, TypeError, gym.error.Error) as exc:
         args = f" {dict(wrap.keywords)}" if getattr(wrap, "keywords", None) else ""
         raise ValueError(

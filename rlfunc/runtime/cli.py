@@ -283,7 +283,13 @@ def _run(args: argparse.Namespace) -> None:
     elif args.command == "algos":
         _list_algos(args.name)
     elif args.command == "plot":
+        from rlfunc.runtime.config import ConfigError
         from rlfunc.runtime.plot import plot_runs
+
+        try:  # before any run is read: one sentence, not plot_curves' RuntimeError (exit 1, "a bug")
+            import matplotlib  # noqa: F401  (plot_curves picks its Agg backend before pyplot)
+        except ImportError:
+            raise ConfigError('rlfunc plot needs matplotlib, which is not installed; install it with pip install -e ".[plots]".') from None
 
         print(f"wrote {plot_runs(args.run_dirs, args.out, args.title)}")
     elif args.command == "dataset":

@@ -24,6 +24,7 @@ before anything is allocated and before any env step. Every error is one
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import difflib
 import math
@@ -121,6 +122,39 @@ def _check_max_episode_steps(value: Any) -> int | None:
     return int(number)
 
 
+_STORED = contextvars.ContextVar("rlfunc_stored_config", default=False)
+"""True while :func:`build_config` reads a config rlfunc wrote (``resolved=True``): evaluating, loading or
+exporting a run needs none of the packages its training logged with (TensorBoard, tqdm, W&B)."""
+
+
+def check_train_packages(train: TrainSection, resuming: bool = False) -> None:
+    """The packages training with ``train``'s logging settings imports: TensorBoard's writer
+    (``train.tensorboard``), tqdm (``train.progress``) and wandb (``train.wandb``). One sentence naming
+    the install command when one is missing, before any run directory is made or env built."""
+    import importlib
+    import importlib.util
+
+    to_resume = " to resume this run"
+    if train.wandb is not None and importlib.util.find_spec("wandb") is None:
+        raise ConfigError(
+            'train.wandb is set but wandb is not installed; pip install -e ".[wandb]"'
+            + (to_resume + "." if resuming else " or remove train.wandb.")
+        )
+    for on, key, module, package in ((train.tensorboard, "tensorboard", "torch.utils.tensorboard", "tensorboard"),
+                                     (train.progress, "progress", "tqdm", "tqdm")):
+        if not on:
+            continue
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            missing = (exc.name or package).split(".")[0]
+            raise ConfigError(
+                f"train.{key} is on but {missing!r} is not installed; install rlfunc's dependencies with "
+                f"pip install -e . (or pip install {package})"
+                + (to_resume + "." if resuming else f", or set train.{key}=false.")
+            ) from None
+
+
 def _check_wandb_keys(settings: dict) -> None:
     """``train.wandb`` names only keyword arguments of ``wandb.init`` (imported only when it is set)."""
     import inspect
@@ -205,14 +239,12 @@ class TrainSection:
             raise ConfigError(f"train.max_wall_s must be a number of seconds >= 0 (0 turns it off), got {self.max_wall_s}.")
         if self.keep_checkpoints < 1:
             raise ConfigError(f"train.keep_checkpoints must be at least 1, got {self.keep_checkpoints}.")
-        if self.wandb is not None:
-            import importlib.util
-
-            if importlib.util.find_spec("wandb") is None:
-                raise ConfigError('train.wandb is set but wandb is not installed; pip install -e ".[wandb]" or remove train.wandb.')
-            if any(not isinstance(k, str) for k in self.wandb):
-                raise ConfigError(f"train.wandb must map wandb.init keyword names to values, got {self.wandb!r}.")
-            _check_wandb_keys(self.wandb)
+        if self.wandb is not None and any(not isinstance(k, str) for k in self.wandb):
+            raise ConfigError(f"train.wandb must map wandb.init keyword names to values, got {self.wandb!r}.")
+        if not _STORED.get():  # a stored run's config: evaluating or exporting it needs none of these
+            check_train_packages(self)
+            if self.wandb is not None:
+                _check_wandb_keys(self.wandb)
         if self.on_checkpoint_error not in ("stop", "continue"):
             raise ConfigError(
                 f"train.on_checkpoint_error must be 'stop' or 'continue', got {self.on_checkpoint_error!r}."
@@ -747,8 +779,12 @@ def build_config(raw: dict[str, Any], *, resolved: bool = False) -> RunConfig:
     if resolved:
         from rlfunc.envs.factory import without_user_imports
 
-        with without_user_imports():
-            return _build_config(raw, resolved=True)
+        token = _STORED.set(True)
+        try:
+            with without_user_imports():
+                return _build_config(raw, resolved=True)
+        finally:
+            _STORED.reset(token)
     return _build_config(raw, resolved=False)
 
 

@@ -1548,7 +1548,8 @@ def train(
     run directory is made and any training starts.
     """
     from rlfunc.runtime import trainer
-    from rlfunc.runtime.config import RunConfig, apply_overrides, build_config, load_config, parse_overrides
+    from rlfunc.runtime.config import (RunConfig, apply_overrides, build_config, check_train_packages, load_config,
+                                       parse_overrides)
 
     if isinstance(config, RunConfig):
         if overrides or seeds is not None or grid is not None or vectorize is not None:
@@ -1575,6 +1576,7 @@ def train(
                     dict(grid) if isinstance(grid, Mapping) else grid)
             raw = {**raw, "train": {**train_raw, "population": spec}}
         run_config = build_config(raw)
+    check_train_packages(run_config.train)  # also for a RunConfig built from a stored config (rlfunc.load)
     if run_config.train.population is None:
         return trainer.train(run_config, run_dir=run_dir)
     members = member_specs(run_config)  # refusals before the run directory is made
@@ -1596,7 +1598,7 @@ def resume(run_dir: str | Path, total_steps: int | None = None) -> PopulationRes
     directory another live process trains in is refused with one sentence before anything is done."""
     from rlfunc.runtime import trainer
     from rlfunc.runtime.checkpoint import CheckpointError, clean_leftovers, load_newest_good, lock_run_dir, unlock_run_dir
-    from rlfunc.runtime.config import apply_overrides, build_config
+    from rlfunc.runtime.config import apply_overrides, build_config, check_train_packages
 
     run_dir = Path(run_dir)
     if not (run_dir / "checkpoints").is_dir() and not trainer.started_run(run_dir):
@@ -1615,6 +1617,7 @@ def resume(run_dir: str | Path, total_steps: int | None = None) -> PopulationRes
 
             raw = apply_overrides(raw, {"train.total_steps": resumed_total_steps(total_steps, meta)})
         run_config = build_config(raw, resolved=True)
+        check_train_packages(run_config.train, resuming=True)
         pop = PopulationTrainer(run_config, run_dir)
         pop.restore(checkpoint, tensors, meta)
         del tensors  # the replays copied it: not kept alive beside them for the whole resumed run

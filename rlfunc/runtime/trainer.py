@@ -63,6 +63,7 @@ from rlfunc.runtime.config import (
     RunConfig,
     apply_overrides,
     build_config,
+    check_train_packages,
     load_config,
     to_dict,
 )
@@ -1043,6 +1044,7 @@ def train(
             overrides = parse_overrides(overrides)
         raw = apply_overrides(raw, overrides or {})
         run_config = build_config(raw)
+    check_train_packages(run_config.train)  # also for a RunConfig built from a stored config (rlfunc.load)
     if run_config.train.population is not None:  # seeds x settings in one process (rlfunc.runtime.population)
         if callbacks:
             raise ConfigError("callbacks are not available for populations yet; train without train.population or drop callbacks.")
@@ -1156,6 +1158,7 @@ def _resume(run_dir: str | Path, total_steps: int | None, callbacks: list | None
         if total_steps is not None:
             raw = apply_overrides(raw, {"train.total_steps": resumed_total_steps(total_steps, meta)})
         run_config = build_config(raw, resolved=True)  # a config rlfunc wrote, possibly an older version's
+        check_train_packages(run_config.train, resuming=True)  # its loggers' packages, before anything is done
         if run_config.distributed is not None:  # fresh Ray actors, the learner from the checkpoint
             from rlfunc.scale import distributed
 
