@@ -158,3 +158,27 @@ def _window(config, T, B, gen):
         "init_carry": r2d2.carry_to_td(r2d2.initial_carry(config, B)).expand(T, B).clone(),
         "weight": torch.rand(B, generator=gen).expand(T, B).clone(),
     }, batch_size=[T, B])
+
+
+def test_a_frame_replay_refuses_a_mismatched_add_before_writing_its_frames():
+    """FrameSequenceReplay wrote an add's frames to its ring before SequenceReplay.add refused the rows
+    (another key or dtype): the refused add left frames no window reads. It is refused first now."""
+    from rlfunc.replay.frame_sequence import FrameSequenceReplay
+
+    r = FrameSequenceReplay(8, 2, num_envs=1, frame_capacity=64)
+
+    def step(**extra):
+        td = {"obs": torch.zeros(1, 3), "next_obs": torch.ones(1, 3), "action": torch.zeros(1, dtype=torch.int64),
+              "reward": torch.zeros(1), "terminated": torch.zeros(1, dtype=torch.bool),
+              "truncated": torch.zeros(1, dtype=torch.bool), **extra}
+        return TensorDict(td, batch_size=[1])
+
+    r.add(step())
+    written = r._frames_written
+    with pytest.raises(ValueError, match="SequenceReplay.add: the added rows"):
+        r.add(step(bonus=torch.zeros(1)))
+    with pytest.raises(ValueError, match="dtype"):
+        r.add(step(reward=torch.zeros(1, dtype=torch.float64)))
+    assert r._frames_written == written  # nothing entered the ring
+    r.add(step())
+    assert r._frames_written == written + 1

@@ -86,6 +86,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from rlfunc.replay._layout import check_rows
 from rlfunc.replay.prioritized import PrioritizedSequenceReplay
 from rlfunc.replay.sequence import SequenceReplay
 
@@ -253,11 +254,13 @@ class _FrameStore:
             return self._oldest_before_write(first_num, first, prev) >= first + new.shape[0] - self.frame_capacity
 
         incoming.bound = n  # an add stores at most one window per env
-        self._write_frames(new, prev, incoming)
-        self._last_frame[envs] = next_frame
         rows = step.exclude("obs", "next_obs")
         rows["obs_frame"] = torch.as_tensor(obs_frame, device=rows.device)
         rows["next_frame"] = torch.as_tensor(next_frame, device=rows.device)
+        if self._pending is not None:  # rows SequenceReplay.add refuses: refused before their frames enter the ring
+            check_rows("SequenceReplay.add", self._pending, rows, 2, 1)
+        self._write_frames(new, prev, incoming)
+        self._last_frame[envs] = next_frame
         super().add(rows, carry, env_ids)
 
     def _check_stacks(self, obs: torch.Tensor, next_obs: torch.Tensor, starts: np.ndarray, envs: np.ndarray):
