@@ -1089,16 +1089,10 @@ class PopulationTrainer:
         return path
 
     def _save_or_continue(self) -> None:
-        """A checkpoint; a failed write stops the run unless ``train.on_checkpoint_error`` is ``continue``
-        (as a single run's, :meth:`rlfunc.runtime.trainer.Trainer._save_or_continue`)."""
-        from rlfunc.runtime.checkpoint import CheckpointWriteError
+        """A checkpoint (:func:`rlfunc.runtime.trainer.save_or_continue`, as a single run's)."""
+        from rlfunc.runtime.trainer import save_or_continue
 
-        try:
-            self.save()
-        except CheckpointWriteError as exc:
-            if self.config.train.on_checkpoint_error != "continue":
-                raise
-            print(f"rlfunc: warning: {exc} Training continues without this checkpoint.", file=sys.stderr)
+        save_or_continue(self.save, self.config.train)
 
     def _save_policies(self, ks) -> None:
         """Members ``ks``'s policies (weights only) in their ``member-<k>/checkpoints/``, each at its env step."""

@@ -133,6 +133,18 @@ class _LoopState:
             self.window_t += time.monotonic() - start
 
 
+def save_or_continue(save, train_cfg) -> None:
+    """``save()``; a failed write (:class:`CheckpointWriteError`) stops the run unless
+    ``train.on_checkpoint_error`` is ``continue``, where it is one warning and training goes on
+    (single runs and populations)."""
+    try:
+        save()
+    except CheckpointWriteError as exc:
+        if train_cfg.on_checkpoint_error != "continue":
+            raise
+        print(f"rlfunc: warning: {exc} Training continues without this checkpoint.", file=sys.stderr)
+
+
 def _make_envs(config: RunConfig, train_env: bool = True):
     """``(training env, evaluation env, the env's native action space)``; ``train_env=False``: no
     training env (``None``: a population steps its members' copies in one vector env)."""
@@ -354,13 +366,8 @@ class Trainer:
         return {}
 
     def _save_or_continue(self) -> None:
-        """A periodic checkpoint; a failed write stops the run unless ``train.on_checkpoint_error`` is ``continue``."""
-        try:
-            self.save()
-        except CheckpointWriteError as exc:
-            if self.config.train.on_checkpoint_error != "continue":
-                raise
-            print(f"rlfunc: warning: {exc} Training continues without this checkpoint.", file=sys.stderr)
+        """A periodic checkpoint (:func:`save_or_continue`)."""
+        save_or_continue(self.save, self.config.train)
 
     def _save_best(self, mean: float) -> None:
         """``train.keep_best``: the policy of the best evaluation so far, weights only, in ``best/``
