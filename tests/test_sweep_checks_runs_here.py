@@ -39,7 +39,7 @@ def no_ray(monkeypatch):
 
 @pytest.mark.parametrize("override, sentence", [
     ("env.id=CartPole-v1", "run g0-s0: REDQ, SAC and RLPD need a continuous"),
-    ("env.kwargs.foo=1", "Bad env.kwargs for 'Pendulum-v1'"),
+    ("env.kwargs.foo=1", "run g0-s0: Bad env.kwargs for 'Pendulum-v1'"),
     ("env.kwargs.g=abc", "failed at its first step"),
 ])
 def test_a_run_that_cannot_start_here_is_one_sentence_before_ray(tiny, tmp_path, capsys, no_ray, override, sentence):
@@ -68,9 +68,9 @@ def test_each_distinct_run_is_checked_once_and_the_bad_grid_point_is_named(tiny,
     checked = []
     real = trainer.check_env_and_agent
 
-    def counting(config):
+    def counting(config, *args):
         checked.append((config.train.seed, tuple(config.agent.hidden_sizes)))
-        real(config)
+        real(config, *args)
 
     monkeypatch.setattr(trainer, "check_env_and_agent", counting)
     plan = sweep_mod.plan_sweep(str(tiny), "0-2", ["agent.hidden_sizes=[8,8],[16,16]"])

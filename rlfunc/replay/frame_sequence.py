@@ -86,9 +86,8 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from rlfunc.replay._layout import check_rows
 from rlfunc.replay.prioritized import PrioritizedSequenceReplay
-from rlfunc.replay.sequence import SequenceReplay
+from rlfunc.replay.sequence import SequenceReplay, _as_td
 
 __all__ = [
     "FrameSequenceReplay",
@@ -257,8 +256,8 @@ class _FrameStore:
         rows = step.exclude("obs", "next_obs")
         rows["obs_frame"] = torch.as_tensor(obs_frame, device=rows.device)
         rows["next_frame"] = torch.as_tensor(next_frame, device=rows.device)
-        if self._pending is not None:  # rows SequenceReplay.add refuses: refused before their frames enter the ring
-            check_rows("SequenceReplay.add", self._pending, rows, 2, 1)
+        if self._pending is not None:  # rows (or a carry) SequenceReplay.add refuses: refused before their frames enter the ring
+            self._check_layout(rows, None if carry is None else _as_td(carry, n, "carry"))
         self._write_frames(new, prev, incoming)
         self._last_frame[envs] = next_frame
         super().add(rows, carry, env_ids)

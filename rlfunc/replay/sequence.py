@@ -228,16 +228,8 @@ class SequenceReplay:
         carry_td = None if carry is None else _as_td(carry, n, "carry")
         if self._storage is None:
             self._allocate(step, carry_td)
-        elif (carry_td is None) != (self._carry is None):
-            raise ValueError(
-                "Pass carry to every add or to none: this buffer "
-                + ("stores" if self._carry is not None else "was created without")
-                + " a recurrent state per window."
-            )
         else:
-            check_rows("SequenceReplay.add", self._pending, step, 2, 1)
-            if carry_td is not None:
-                check_rows("SequenceReplay.add (carry)", self._pending_carry, carry_td, 2, 1)
+            self._check_layout(step, carry_td)
 
         done = (step["terminated"].bool() | step["truncated"].bool()).reshape(n).cpu().numpy()
         T, P = self.sequence_length, self.period
@@ -257,6 +249,19 @@ class SequenceReplay:
         self._covered[ended] = 0
         if emit_env.size:
             self._write(emit_env, emit_start, emit_len)
+
+    def _check_layout(self, step: TensorDict, carry_td: TensorDict | None) -> None:
+        """Once allocated: ``step`` (and ``carry_td``) fit the first add's layout, else one ``ValueError``
+        sentence, nothing written (a frame replay asks it before its frames enter the ring)."""
+        if (carry_td is None) != (self._carry is None):
+            raise ValueError(
+                "Pass carry to every add or to none: this buffer "
+                + ("stores" if self._carry is not None else "was created without")
+                + " a recurrent state per window."
+            )
+        check_rows("SequenceReplay.add", self._pending, step, 2, 1)
+        if carry_td is not None:
+            check_rows("SequenceReplay.add (carry)", self._pending_carry, carry_td, 2, 1)
 
     def _emissions(self, envs: np.ndarray, length: np.ndarray, done: np.ndarray):
         """``(full, env, start, valid)``: the windows an :meth:`add` of ``envs`` writes, given their episode

@@ -208,13 +208,19 @@ def user_error_message(exc: BaseException) -> str | None:
 
 def _resumable_run_of(filename) -> str | None:
     """The run directory holding ``filename`` (itself, or one of its three parents: a run's
-    ``metrics.csv``, ``checkpoints/step_*/...``) when that run has a checkpoint to resume from, else ``None``."""
+    ``metrics.csv``, ``checkpoints/step_*/...``) when that run has a checkpoint to resume from, else ``None``.
+    A population member's directory is passed over: the population above it is what resumes."""
+    import re
+
     from rlfunc.runtime.checkpoint import latest_checkpoint
+    from rlfunc.runtime.population import is_population_run
 
     if not filename:
         return None
     path = Path(os.fsdecode(filename)).absolute()
-    for run_dir in [path, *list(path.parents)[:3]]:
+    for run_dir in [path, *list(path.parents)[:4]]:
+        if re.fullmatch(r"member-\d+", run_dir.name) and is_population_run(run_dir.parent):
+            continue
         if (run_dir / "config.yaml").is_file() and (run_dir / "checkpoints").is_dir():
             try:
                 return str(run_dir) if latest_checkpoint(run_dir / "checkpoints") is not None else None

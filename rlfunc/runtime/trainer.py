@@ -213,22 +213,31 @@ def check_train_device(device: str) -> None:
         raise ConfigError(f"train.device={device}: {exc}") from None
 
 
-def check_env_and_agent(config: RunConfig) -> None:
+def check_env_and_agent(config: RunConfig, spaces: dict | None = None) -> None:
     """What a :class:`Trainer` checks as it makes its envs and learner, without making them: ``train.device``
     (:func:`check_train_device`), the env and its settings (one copy, reset and stepped once:
     :func:`_first_step`) and the algorithm's own space and size checks (its ``init`` on the ``meta``
     device: :func:`~rlfunc.runtime.memory.state_bytes`, nothing allocated). A sweep on this machine calls it
     for each distinct run before Ray starts, so that an env or space a run cannot use is one sentence
-    then, not a failed task after the sweep started (:func:`rlfunc.scale.sweep.sweep`)."""
+    then, not a failed task after the sweep started (:func:`rlfunc.scale.sweep.sweep`). ``spaces``: a dict
+    the caller keeps across calls, so that runs differing only in agent settings make the env once
+    (a pixel env takes seconds to make)."""
+    import json
+
     from rlfunc.runtime.memory import state_bytes
 
     check_train_device(config.train.device)
-    env = make_env(config.env.id, kwargs=config.env.kwargs, wrappers=build_wrappers(config.env.wrappers))
-    try:
-        _first_step(env, config.env)
-        obs_space, act_space = env_spaces(env)
-    finally:
-        close_quietly(env)
+    key = json.dumps(dataclasses.asdict(config.env), sort_keys=True, default=repr)
+    if spaces is None or key not in spaces:
+        env = make_env(config.env.id, kwargs=config.env.kwargs, wrappers=build_wrappers(config.env.wrappers))
+        try:
+            _first_step(env, config.env)
+            found = env_spaces(env)
+        finally:
+            close_quietly(env)
+        if spaces is not None:
+            spaces[key] = found
+    obs_space, act_space = spaces[key] if spaces is not None else found
     entry = get_algo(config.algo)
     for_env = getattr(entry.algo, "config_for_env", None)
     agent = config.agent if for_env is None else for_env(config.agent, config.env.id)

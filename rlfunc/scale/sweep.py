@@ -238,7 +238,7 @@ def check_runs_here(plan: dict) -> None:
     from rlfunc.runtime.config import apply_overrides, build_config
     from rlfunc.runtime.trainer import check_env_and_agent
 
-    seen = set()
+    seen, spaces = set(), {}  # spaces: each distinct env made once, whatever the agent settings
     for entry in plan["runs"]:
         built = build_config(apply_overrides(plan["raw_config"], entry["overrides"]))
         key = json.dumps([built.algo, dataclasses.asdict(built.env), dataclasses.asdict(built.agent),
@@ -247,8 +247,8 @@ def check_runs_here(plan: dict) -> None:
             continue
         seen.add(key)
         try:
-            check_env_and_agent(built)
-        except ConfigError as exc:
+            check_env_and_agent(built, spaces)
+        except ValueError as exc:  # ConfigError, and make_env's sentences (an unknown id, a missing package)
             name = entry["name"] if len(plan["runs"]) > 1 else None
             raise ConfigError(f"run {name}: {exc}" if name else str(exc)) from None
 
