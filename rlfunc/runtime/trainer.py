@@ -735,9 +735,16 @@ class Trainer:
         metrics = self.learner.learn()
         self._last_metrics = metrics
         self.learner_calls += 1
-        keys = [k for k, v in metrics.items(True, True) if v.is_floating_point()]
+        leaves = [(k, v) for k, v in metrics.items(True, True) if v.is_floating_point()]
+        keys = [k for k, _ in leaves]
         # Reduced now (a CUDA graph overwrites its metrics at the next replay), read later: no host sync per update.
-        finite = torch.stack([torch.isfinite(metrics[k]).all() for k in keys])
+        values = [v for _, v in leaves]
+        if values and all(v.dim() == 0 and v.dtype == values[0].dtype for v in values):
+            # Scalar metrics (every learner's): one stack and one isfinite, the same flags as the per-key
+            # reductions below in 2 ops instead of 2 per key (~30 us of each MinAtar DQN update's glue).
+            finite = torch.isfinite(torch.stack(values))
+        else:
+            finite = torch.stack([torch.isfinite(v).all() for v in values])
         self._unchecked.append((self.env_step, keys, finite))
         return metrics
 
