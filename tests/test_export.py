@@ -159,7 +159,7 @@ def test_eval_on_cuda_matches_cpu(trained):
 
 
 def test_eval_records_video(trained, tmp_path, capsys):
-    pytest.importorskip("moviepy", reason="recording needs moviepy (pip install 'rlfunc[video]')")
+    pytest.importorskip("moviepy", reason='recording needs moviepy (pip install -e ".[video]")')
     videos = tmp_path / "videos"
     assert main(["eval", str(trained), "--episodes", "2", "--video", str(videos)]) == 0
     assert "wrote 2 video(s)" in capsys.readouterr().out
@@ -173,7 +173,7 @@ def test_eval_records_video(trained, tmp_path, capsys):
 
 
 def test_eval_video_of_an_env_that_cannot_render_is_one_line(tmp_path):
-    pytest.importorskip("moviepy", reason="recording needs moviepy (pip install 'rlfunc[video]')")
+    pytest.importorskip("moviepy", reason='recording needs moviepy (pip install -e ".[video]")')
     from rlfunc.algos import drqn
     from rlfunc.envs import make_env
     from rlfunc.runtime.config import build_config
@@ -211,7 +211,7 @@ def _untrained_policy(raw: dict):
 @pytest.mark.parametrize("env", ["Hopper-v5", "dmc/cartpole_balance-v0"])
 def test_eval_records_mujoco_and_dmc_videos_headless(env, tmp_path):
     """MuJoCo renders without a display (EGL or OSMesa chosen as for the DMC pixel envs)."""
-    pytest.importorskip("moviepy", reason="recording needs moviepy (pip install 'rlfunc[video]')")
+    pytest.importorskip("moviepy", reason='recording needs moviepy (pip install -e ".[video]")')
     pytest.importorskip("mujoco", reason="needs the mujoco or dmc extra")
     from rlfunc.envs.dmc import select_gl_backend
 

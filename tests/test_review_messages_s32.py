@@ -106,3 +106,15 @@ def test_evaluate_on_another_env_names_the_env_the_policy_was_trained_on(run):
     )):
         rlfunc.evaluate(policy, episodes=1, env_id="CartPole-v1")
     assert rlfunc.evaluate(policy, episodes=1, env_id="Pendulum-v1")["returns"]
+
+
+def test_the_config_listing_says_which_configs_need_prior_data(capsys):
+    """`rlfunc configs` ended with "run one with `rlfunc train NAME`", but the RLPD configs ship without their
+    prior data and `rlfunc train rlpd/pendulum` alone is refused: the listing says so beside them."""
+    from rlfunc.runtime.cli import main as cli_main
+
+    assert cli_main(["configs"]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line and not line.startswith("(")}
+    assert lines["rlpd/pendulum"].endswith("(needs --set data.path=FILE.npz)")
+    assert lines["rlpd/hopper"].endswith("(needs --set data.path=FILE.npz)")
+    assert not [name for name, line in lines.items() if "needs --set data.path" in line and not name.startswith("rlpd/")]

@@ -241,7 +241,7 @@ def _video_env_kwargs(env_id: str, kwargs: dict[str, Any] | None) -> dict[str, A
     try:
         import moviepy  # noqa: F401
     except ImportError:
-        raise ValueError("Recording video needs moviepy, which is not installed; run pip install 'rlfunc[video]'.") from None
+        raise ValueError('Recording video needs moviepy, which is not installed; run pip install -e ".[video]".') from None
     modes = _render_modes(env_id)
     if modes is not None and "rgb_array" not in modes:
         raise ValueError(f"Environment {env_id!r} cannot render rgb_array frames, so its episodes cannot be recorded.")
@@ -327,7 +327,7 @@ def evaluate(
     (:class:`~rlfunc.runtime.policy.Policy`). ``device``: where a loaded
     policy runs. ``video_dir``: record every episode there as
     ``<algo>-<env>-episode-<i>.mp4`` with gymnasium's ``RecordVideo`` (needs
-    moviepy: ``pip install 'rlfunc[video]'``; MuJoCo and DMC envs render
+    moviepy: ``pip install -e ".[video]"``; MuJoCo and DMC envs render
     headless through EGL); ``videos`` lists the files. A ``video_dir`` already holding a file
     of that name for one of these episodes (an earlier evaluation's video) is refused with a
     ``ValueError`` sentence before the env is made, never written over; other files are fine.

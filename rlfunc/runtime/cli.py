@@ -55,7 +55,7 @@ _ALLOW_IMPORT_HELP = (
     "trust the stored config of the run or checkpoint this far: import MODULE where its env.id or env.wrappers "
     "name it (a package allows its submodules), or apply the gymnasium wrapper gymnasium.wrappers.CLASS, which may "
     "render or write files; repeatable. Without it rlfunc imports no module a loaded file names (unless already "
-    "imported) and applies only rlfunc's and gymnasium's I/O-free wrappers (docs/checkpoints.md)"
+    "imported, or ale_py) and applies only rlfunc's and gymnasium's I/O-free wrappers (docs/checkpoints.md)"
 )
 
 
@@ -79,16 +79,19 @@ def build_parser() -> argparse.ArgumentParser:
                         "(e.g. redq/hopper); default: the embedded REDQ/Pendulum config")
     t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value, e.g. --set train.seed=3 (repeatable)")
-    t.add_argument("--run-dir", default=None, help="run directory (default: runs/<algo>-<env>-s<seed>-<time>)")
+    t.add_argument("--run-dir", default=None,
+                   help="run directory (default: runs/<algo>-<env>-s<seed>-<time>; a population's "
+                        "runs/<algo>-<env>-pop<N>-<time>)")
     t.add_argument("--seeds", default=None, metavar="SEEDS",
                    help="train a population of these seeds in one process, e.g. 0-3 or 0,2,5 (train.population.seeds)")
     t.add_argument("--grid", action="append", default=None, metavar="KEY=V1,V2",
                    help="population members for each value, e.g. agent.critic_lr=3e-4,1e-3 (repeatable; settings "
-                        "the algorithm takes as data only)")
+                        "the algorithm takes as data only; train.population.grid)")
     t.add_argument("--vectorize", default=None, choices=("auto", "vmap", "loop"),
                    help="how a population updates its members: one vmapped update (vmap), each member's own update "
                         "in turn (loop), or auto: vmap on a GPU and where batching pays on a CPU "
-                        "(train.population.vectorize)")
+                        "(train.population.vectorize, default auto; needs --seeds, --grid or a config's "
+                        "train.population)")
 
     e = sub.add_parser("eval", help="evaluate a run directory, checkpoint or export")
     e.add_argument("path", help="run directory, checkpoint directory or `rlfunc export` directory")
@@ -100,12 +103,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "instead of the deterministic evaluation action")
     e.add_argument("--device", default="cpu", help="where the policy runs: cpu (default), cuda, cuda:N")
     e.add_argument("--video", default=None, metavar="DIR",
-                   help="record every episode to DIR as mp4 (gymnasium's RecordVideo; needs pip install 'rlfunc[video]')")
+                   help="record every episode to DIR as mp4 (gymnasium's RecordVideo; needs "
+                        'pip install -e ".[video]")')
     _add_allow_import(e)
 
     r = sub.add_parser("resume", help="continue an interrupted run from its newest checkpoint that verifies")
     r.add_argument("run_dir", help="the run directory `rlfunc train` created")
-    r.add_argument("--total-steps", type=_positive_int, default=None, help="train to this many env steps instead")
+    r.add_argument("--total-steps", type=_positive_int, default=None,
+                   help="train to this many env steps (per member, for a population) instead of the stored "
+                        "train.total_steps; not fewer than the run has")
     _add_allow_import(r)
 
     x = sub.add_parser("export", help="write a run's policy as a small weights-only checkpoint to share")
@@ -116,25 +122,32 @@ def build_parser() -> argparse.ArgumentParser:
 
     a = sub.add_parser("algos", help="list the algorithms, or show one algorithm's agent defaults")
     a.add_argument("name", nargs="?", default=None,
-                   help="an algorithm name: print its agent section with every default (omit to list all)")
+                   help="an algorithm name: print every default of its agent section, and its train.learning_starts "
+                        "and train.replay_size (omit to list all)")
 
     pl = sub.add_parser("plot", help="learning curves of runs (seeds averaged) to a PNG")
-    pl.add_argument("run_dirs", nargs="+", help="run directories (seeds of one setting are averaged)")
-    pl.add_argument("--out", default="curves.png")
-    pl.add_argument("--title", default=None)
+    pl.add_argument("run_dirs", nargs="+",
+                    help="run directories (a population's plots all its members); runs of one setting that differ "
+                         "only in the seed are averaged, with a min-max band")
+    pl.add_argument("--out", default="curves.png", metavar="FILE",
+                    help="the figure to write (default curves.png; .png is added to a name without a suffix, "
+                         "and another suffix such as .svg or .pdf picks that format)")
+    pl.add_argument("--title", default=None, help="the figure's title (default: none)")
 
     d = sub.add_parser("dataset", help="make prior data for RLPD (no download needed)")
     dsub = d.add_subparsers(dest="dataset_command", required=True, metavar="ACTION", help="what to do (collect)")
     dc = dsub.add_parser("collect", help="run a trained agent (or a random policy) and write a D4RL-style .npz")
-    dc.add_argument("--checkpoint", default=None, metavar="RUN_OR_CKPT", help="run directory or checkpoint of a trained agent")
+    dc.add_argument("--checkpoint", default=None, metavar="RUN_OR_CKPT",
+                    help="run directory, checkpoint or `rlfunc export` directory of a trained agent")
     dc.add_argument("--env", default=None, help="gymnasium id (default: the checkpoint's env)")
     dc.add_argument("--steps", type=_positive_int, required=True, help="transitions to collect")
     dc.add_argument("--noise", type=float, default=0.0,
                     help="Gaussian noise std added to the checkpoint's actions, in [-1, 1] units "
-                         "(not with --policy random)")
+                         "(default 0; not with --policy random)")
     dc.add_argument("--policy", choices=["checkpoint", "random"], default=None,
-                    help="'random': uniform actions (default: checkpoint if given)")
-    dc.add_argument("--seed", type=_seed_arg(), default=0, help="seed of the env and the noise, 0 to 2**32 - 1")
+                    help="'random': uniform actions (default: checkpoint when --checkpoint is given, else random)")
+    dc.add_argument("--seed", type=_seed_arg(), default=0,
+                    help="seed of the env, the random actions and the noise, 0 to 2**32 - 1 (default 0)")
     dc.add_argument("--out", required=True, help="output .npz file, new (an existing file is not replaced)")
     _add_allow_import(dc)
 
@@ -358,8 +371,22 @@ def _list_configs() -> None:
         raise ValueError("No packaged configs were found next to this rlfunc installation; reinstall rlfunc.")
     width = max(len(c.name) for c in configs)
     for c in configs:
-        print(f"{c.name:<{width}}  {c.summary}")
+        print(f"{c.name:<{width}}  {c.summary}{_needs_data(c.path)}")
     print(f"({len(configs)} configs in {configs_dir()}; run one with `rlfunc train NAME`)")
+
+
+def _needs_data(path) -> str:
+    """`` (needs --set data.path=FILE.npz)`` for a packaged RLPD config shipped without its prior data
+    (``rlfunc train NAME`` alone refuses it), else ``""``."""
+    from rlfunc.runtime.config import load_config
+
+    try:
+        raw = load_config(path)
+    except Exception:  # noqa: BLE001 -- a listing never fails on one file; `rlfunc train` says what is wrong
+        return ""
+    data = raw.get("data") if isinstance(raw.get("data"), dict) else {}
+    offline = data.get("offline_ratio", 0.5)
+    return " (needs --set data.path=FILE.npz)" if raw.get("algo") == "rlpd" and not data.get("path") and offline != 0 else ""
 
 
 def algo_defaults(name: str) -> dict:

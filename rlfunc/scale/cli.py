@@ -33,7 +33,8 @@ def add_sweep_parser(sub) -> argparse.ArgumentParser:
     s = sub.add_parser(
         "sweep",
         help="train seeds x a grid of settings as Ray tasks (embedded Ray, or --address a cluster)",
-        description="Each (grid point, seed) is one Ray task that writes an ordinary run directory under the "
+        description="Each (grid point, seed) is one Ray task (with --population, each grid point) that writes an "
+                    "ordinary run directory under the "
                     "sweep directory; then the learn JSON and a PNG with one curve per grid point. "
                     'Needs pip install -e ".[ray]".',
     )
@@ -54,10 +55,13 @@ def add_sweep_parser(sub) -> argparse.ArgumentParser:
                    help="GPU (fraction) per run, e.g. 0.25 (default 0; not with --resume)")
     s.add_argument("--sweep-dir", default=None, help="where the run directories go (default: runs/sweep-<algo>-<env>-<time>)")
     s.add_argument("--resume", default=None, metavar="SWEEP_DIR",
-                   help="continue a stopped sweep: finished runs are kept, the others resume from their checkpoints")
+                   help="continue a stopped sweep: finished runs are kept, the others resume from their checkpoints "
+                        "(the stored plan: not with CONFIG, --seeds, --grid, --set, --sweep-dir, --population or "
+                        "--gpus)")
     s.add_argument("--population", action="store_true",
-                   help="train each grid point's seeds as one population (one task, member-<k>/ runs; the algorithms "
-                        "rlfunc.runtime.population supports) instead of one run per seed")
+                   help="train each grid point's seeds as one population (one task, member-<k>/ runs; "
+                        "not with stopping rules, train.wandb, data.pretrain_steps, train.checkpoint_replay=false "
+                        "or a distributed config) instead of one run per seed")
     s.add_argument("--out", default=None, help="the JSON path (default SWEEP_DIR/results.json; the PNG goes beside it)")
     return s
 

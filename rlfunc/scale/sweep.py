@@ -817,7 +817,8 @@ def run_sweep(
     t0 = time.perf_counter()
     done, todo = split_finished(plan)
     populations = any(e.get("members") for e in plan["runs"])
-    echo(f"sweep {sweep_dir}: {len(plan['runs'])} {'populations' if populations else 'runs'} "
+    kind = ("population" if populations else "run") + ("" if len(plan["runs"]) == 1 else "s")
+    echo(f"sweep {sweep_dir}: {len(plan['runs'])} {kind} "
          f"({len(grid_points(plan['grid']))} settings x {len(plan['seeds'])} seeds), {len(done)} finished already, "
          f"{len(todo)} to train")
     trained, failed, machine = run_entries(plan, todo, address, max_concurrent, max_retries, echo, of=len(plan["runs"]))
