@@ -385,8 +385,8 @@ def _needs_data(path) -> str:
     except Exception:  # noqa: BLE001 -- a listing never fails on one file; `rlfunc train` says what is wrong
         return ""
     data = raw.get("data") if isinstance(raw.get("data"), dict) else {}
-    offline = data.get("offline_ratio", 0.5)
-    return " (needs --set data.path=FILE.npz)" if raw.get("algo") == "rlpd" and not data.get("path") and offline != 0 else ""
+    online_only = data.get("offline_ratio") == 0  # RLPD without prior data trains online only
+    return " (needs --set data.path=FILE.npz)" if raw.get("algo") == "rlpd" and not data.get("path") and not online_only else ""
 
 
 def algo_defaults(name: str) -> dict:
