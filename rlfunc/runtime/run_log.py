@@ -4,8 +4,8 @@
   rewrites the file for a new column: rows logged before the learner's first
   metrics (the random warm-up) wait in memory until the columns are known.
 * :class:`TensorBoardLog` writes event files into the run directory
-  (``torch.utils.tensorboard``; TensorBoard is a dependency, so every run has
-  them: ``tensorboard --logdir runs/``).
+  (``torch.utils.tensorboard``; TensorBoard is a dependency, so every run with
+  ``train.tensorboard`` on, the default, has them: ``tensorboard --logdir runs/``).
 * :class:`WandbLog` mirrors the same rows to Weights & Biases when the user
   installs ``wandb`` (the ``wandb`` extra) and sets ``train.wandb``; W&B's
   offline mode (``train.wandb: {mode: offline}`` or ``WANDB_MODE=offline``)
