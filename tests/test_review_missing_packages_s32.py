@@ -36,22 +36,18 @@ def _one_line(capsys) -> str:
 # -- TensorBoard and tqdm: core dependencies, on by default (train.tensorboard, train.progress) ------------
 
 
-def test_training_without_tensorboard_is_one_sentence_before_the_run_dir(tmp_path, monkeypatch, capsys):
-    # was: a ModuleNotFoundError traceback from TensorBoardLog once training started, exit 1 ("a bug in rlfunc")
-    _hide(monkeypatch, "tensorboard", "torch.utils.tensorboard")
-    rc = main(["train", "--run-dir", str(tmp_path / "r"), *TINY, "--set", "train.progress=false"])
+@pytest.mark.parametrize("key, hidden, other", [
+    ("tensorboard", ("tensorboard", "torch.utils.tensorboard"), "progress"),
+    ("progress", ("tqdm",), "tensorboard"),
+])
+def test_training_without_a_logger_package_is_one_sentence_before_the_run_dir(tmp_path, monkeypatch, capsys, key,
+                                                                               hidden, other):
+    # was: a ModuleNotFoundError traceback from the logger once training started, exit 1 ("a bug in rlfunc")
+    _hide(monkeypatch, *hidden)
+    rc = main(["train", "--run-dir", str(tmp_path / "r"), *TINY, "--set", f"train.{other}=false"])
     err = _one_line(capsys)
     assert rc == 2, err
-    assert "train.tensorboard" in err and "pip install -e ." in err and "train.tensorboard=false" in err
-    assert not (tmp_path / "r").exists()
-
-
-def test_training_without_tqdm_is_one_sentence_before_the_run_dir(tmp_path, monkeypatch, capsys):
-    _hide(monkeypatch, "tqdm")
-    rc = main(["train", "--run-dir", str(tmp_path / "r"), *TINY, "--set", "train.tensorboard=false"])
-    err = _one_line(capsys)
-    assert rc == 2, err
-    assert "train.progress" in err and "pip install -e ." in err and "train.progress=false" in err
+    assert f"train.{key}" in err and "pip install -e ." in err and f"train.{key}=false" in err
     assert not (tmp_path / "r").exists()
 
 
