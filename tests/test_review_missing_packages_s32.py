@@ -133,7 +133,7 @@ def test_dmc_without_dm_control_is_one_sentence_naming_the_extra(tmp_path, monke
                "--set", "train.learning_starts=10", "--set", "train.progress=false"])
     err = _one_line(capsys)
     assert rc == 2, err
-    assert "pip install -e '.[dmc]'" in err and "dmc/walker_walk-v0" in err
+    assert 'pip install -e ".[dmc]"' in err and "dmc/walker_walk-v0" in err
     assert not (tmp_path / "r").exists()
 
 
@@ -154,7 +154,7 @@ def test_atari_without_ale_py_names_the_atari_extra(tmp_path, monkeypatch, capsy
     rc = main(["train", "r2d2/atari_pong", "--run-dir", str(tmp_path / "r"), "--set", "train.total_steps=300",
                "--set", "train.learning_starts=10"])
     err = _one_line(capsys)
-    assert rc == 2 and err.endswith("install it with pip install -e '.[atari]'."), err
+    assert rc == 2 and err.endswith('install it with pip install -e ".[atari]".'), err
 
 
 def test_atari_preprocessing_without_opencv_names_the_atari_extra(monkeypatch):
@@ -170,5 +170,5 @@ def test_atari_preprocessing_without_opencv_names_the_atari_extra(monkeypatch):
 
     monkeypatch.setattr(gym.wrappers, "AtariPreprocessing", NeedsOpenCV)
     wrappers = build_wrappers(["gymnasium.wrappers.AtariPreprocessing"])
-    with pytest.raises(ValueError, match=r"needs a package that is not installed .*; install it with pip install -e '\.\[atari\]'\.$"):
+    with pytest.raises(ValueError, match=r'needs a package that is not installed .*; install it with pip install -e "\.\[atari\]"\.$'):
         make_env("CartPole-v1", wrappers=wrappers)

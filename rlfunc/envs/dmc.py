@@ -44,7 +44,7 @@ from rlfunc.envs.pixels import FrameStack, check_frame
 
 __all__ = ["DMCPixels", "select_gl_backend", "register", "TASKS", "DMC_INSTALL_HINT", "GL_INSTALL_HINT"]
 
-DMC_INSTALL_HINT = "pip install -e '.[dmc]'  (dm-control and mujoco==3.17.0)"
+DMC_INSTALL_HINT = 'pip install -e ".[dmc]"  (dm-control and mujoco==3.17.0)'
 GL_INSTALL_HINT = (
     "install a headless OpenGL backend: `apt-get install -y libegl1 libgl1-mesa-dri` and set MUJOCO_GL=egl, "
     "or `apt-get install -y libosmesa6` and set MUJOCO_GL=osmesa"

@@ -29,7 +29,7 @@ __all__ = [
     "LOADED_ENV_MODULES",
 ]
 
-_MUJOCO_HINT = "install MuJoCo with `pip install -e '.[mujoco]'` (mujoco==3.17.0)"
+_MUJOCO_HINT = 'install MuJoCo with `pip install -e ".[mujoco]"` (mujoco==3.17.0)'
 _EXTRA_OF_MODULE = {"ale_py": "atari", "cv2": "atari", "minatar": "minatar", "dm_control": "dmc", "mujoco": "mujoco"}
 """Env packages rlfunc's configs name, by top-level module: the pyproject extra that installs each."""
 
@@ -207,7 +207,7 @@ def _import_named(module: str, what: str) -> types.ModuleType:
         if top in _EXTRA_OF_MODULE:
             raise ValueError(
                 f"{what} names module {module!r}, which is not installed; install it with "
-                f"pip install -e '.[{_EXTRA_OF_MODULE[top]}]'."
+                f'pip install -e ".[{_EXTRA_OF_MODULE[top]}]".'
             ) from None
         raise ValueError(
             f"{what} names module {module!r}, which is not installed; pip install the package that provides it, "
@@ -405,7 +405,7 @@ def _apply_wrapper(wrap: Callable, env: gym.Env) -> gym.Env:
     try:
         return wrap(env)
     except gym.error.DependencyNotInstalled as exc:  # AtariPreprocessing without OpenCV
-        hint = "install it with pip install -e '.[atari]'" if "opencv" in str(exc).lower() else "install what it names"
+        hint = 'install it with pip install -e ".[atari]"' if "opencv" in str(exc).lower() else "install what it names"
         raise ValueError(
             f"env.wrappers entry {entry!r} needs a package that is not installed ({_sentence(exc)}); {hint}."
         ) from None

@@ -2,7 +2,7 @@
 
 ``gym.make("MinAtar/Breakout-v0")`` gives :class:`MinAtarEnv`: one of the five
 10x10 games (Asterix, Breakout, Freeway, Seaquest, SpaceInvaders) of the
-``minatar`` package (``pip install -e '.[minatar]'``; imported only when an env
+``minatar`` package (``pip install -e ".[minatar]"``; imported only when an env
 is made). Observations are MinAtar's own ``[10, 10, C]`` boolean channels
 (channels last); the paper's settings are the package's defaults: sticky
 actions with probability 0.1 (Machado et al. 2018) and difficulty ramping.
@@ -36,7 +36,7 @@ GAMES = {"Asterix": "asterix", "Breakout": "breakout", "Freeway": "freeway", "Se
          "SpaceInvaders": "space_invaders"}
 """Registered name -> the ``minatar`` package's game module."""
 
-MINATAR_INSTALL_HINT = "pip install -e '.[minatar]' (the minatar package)"
+MINATAR_INSTALL_HINT = 'pip install -e ".[minatar]" (the minatar package)'
 
 
 class MinAtarEnv(gym.Env):

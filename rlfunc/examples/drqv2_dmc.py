@@ -1,6 +1,6 @@
 """DrQ-v2 (Yarats et al. 2021) from pixels in one file: DeepMind Control or any rgb_array gymnasium env.
 
-    python -m rlfunc.examples.drqv2_dmc                                    # dmc/cartpole_balance-v0 (pip install -e '.[dmc]')
+    python -m rlfunc.examples.drqv2_dmc                                    # dmc/cartpole_balance-v0 (pip install -e ".[dmc]")
     python -m rlfunc.examples.drqv2_dmc --env-id Pendulum-v1 --total-steps 20000 --stddev-duration 10000 --replay-size 100000 --eval-every 2000 --eval-episodes 5
 
 Only rlfunc's pure pieces: ``drqv2.init / act / draw_noise / update`` and the

@@ -16,7 +16,7 @@ Two on-disk formats are read, both from local disk (nothing is downloaded):
   local store, found as Minari finds it (``minari.storage.get_dataset_path``:
   ``$MINARI_DATASETS_PATH/<id>``, else ``~/.minari/datasets/<id>``; never
   downloaded). A path that exists wins over an id. Needs the optional extra
-  ``pip install -e '.[minari]'`` (Minari with its HDF5 and Arrow storages and
+  ``pip install -e ".[minari]"`` (Minari with its HDF5 and Arrow storages and
   Pillow, which both storages import). An episode that ends with neither a
   termination nor a truncation flag is read as cut (its last transition
   bootstraps) and the loader warns once per dataset, with their count and ids.
@@ -240,7 +240,7 @@ def _refuse_other_kwargs(recorded: dict, env_kwargs: dict, env_id: str | None, s
         )
 
 
-_MINARI_EXTRA = "pip install -e '.[minari]' (or pip install 'rlfunc[minari]')"
+_MINARI_EXTRA = 'pip install -e ".[minari]" (or pip install "rlfunc[minari]")'
 
 
 def _minari_id(text: str) -> bool:

@@ -220,6 +220,28 @@ def is_weights_only(path: str | Path) -> bool:
     return isinstance(meta, dict) and meta.get("weights_only") is True
 
 
+def check_resume_packages(run_dir: str | Path) -> None:
+    """The packages resuming the run in ``run_dir`` needs for its loggers (TensorBoard, tqdm, W&B:
+    :func:`~rlfunc.runtime.config.check_train_packages`), checked from its newest checkpoint's meta.json
+    read as JSON only, before any checkpoint's tensors are read or verified: one sentence naming the
+    install command; the resume of a single run and of a population call it before taking the run's lock.
+    Anything this cannot read (no checkpoints there, a damaged meta.json, a config that does not build) is
+    left to the resume itself, which says it in its own words."""
+    from rlfunc.runtime.checkpoint import _read_meta
+    from rlfunc.runtime.config import check_train_packages
+
+    try:
+        run_dir = Path(os.fsdecode(run_dir))
+        if not (run_dir / "checkpoints").is_dir():
+            return
+        raw = _read_meta(resolve_checkpoint(run_dir)).get("config")
+        config = build_config(raw, resolved=True) if isinstance(raw, dict) else None
+    except Exception:  # the resume reads the same files and names what is wrong with them
+        return
+    if config is not None:
+        check_train_packages(config.train, resuming=True)
+
+
 # -- evaluation -----------------------------------------------------------------------------
 
 
@@ -325,7 +347,7 @@ def evaluate(
     (:meth:`~rlfunc.runtime.policy.Policy.act`), or with ``stochastic=True``
     the algorithm's own exploration, seeded by ``seed``
     (:class:`~rlfunc.runtime.policy.Policy`). ``device``: where a loaded
-    policy runs. ``video_dir``: record every episode there as
+    policy runs (checked when given a Policy too, which keeps its own). ``video_dir``: record every episode there as
     ``<algo>-<env>-episode-<i>.mp4`` with gymnasium's ``RecordVideo`` (needs
     moviepy: ``pip install -e ".[video]"``; MuJoCo and DMC envs render
     headless through EGL); ``videos`` lists the files. A ``video_dir`` already holding a file
@@ -355,6 +377,7 @@ def evaluate(
     if not isinstance(stochastic, (bool, np.bool_)):
         raise ValueError(f"stochastic must be True or False, got {stochastic!r}.")
     stochastic = bool(stochastic)
+    check_device(device)  # also when given a Policy (which keeps its own device): "gpu" is a sentence, not ignored
     if env_id is not None and (not isinstance(env_id, str) or not env_id):
         raise ValueError(f"env_id must be a gymnasium environment id such as 'Pendulum-v1' (or None), got {env_id!r}.")
     if not isinstance(allow_import, str) and not (

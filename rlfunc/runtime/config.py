@@ -283,7 +283,7 @@ class TrainSection:
         except (RuntimeError, ValueError, TypeError):
             device_type = None
         if device_type not in ("cpu", "cuda", "mps"):
-            raise ConfigError(f"train.device must be 'cpu' or 'cuda[:N]', got {self.device!r}.")
+            raise ConfigError(f"train.device must be 'cpu' or 'cuda[:N]' (or 'mps'), got {self.device!r}.")
         if self.cuda_graph and not self.device.startswith("cuda"):
             raise ConfigError(
                 f"train.cuda_graph needs train.device: cuda, got device {self.device!r}; set train.cuda_graph=false."
@@ -444,12 +444,28 @@ def _yaml11_number(value: Any) -> Any:
     return value
 
 
+DEVICE_VALUES = "cpu, cuda, cuda:N (N a GPU index) or mps"
+"""What ``train.device`` accepts, as the messages name it (any ``torch.device`` of those types)."""
+
+_NULL_HINTS = {"train.device": f"{DEVICE_VALUES}, e.g. --set train.device=cpu"}
+"""What to set a key to when it is given empty (null), where its type alone says too little."""
+
+
+def _null_hint(where: str, tp: Any) -> str:
+    """The tail of the sentence for a non-optional key given empty (null): its valid values and how to set them."""
+    if where in _NULL_HINTS:
+        return _NULL_HINTS[where]
+    if "[" in where:  # an element of a list (train.hidden[0]): there is no --set for it alone
+        return f"a value of type {_type_name(tp)}"
+    return f"a value of type {_type_name(tp)}, e.g. --set {where}=VALUE"
+
+
 def _coerce(value: Any, tp: Any, where: str) -> Any:
     optional, inner = _is_optional(tp)
     if value is None:
         if optional:
             return None
-        raise ConfigError(f"{where} must not be empty (null).")
+        raise ConfigError(f"{where} must not be empty; set it to {_null_hint(where, inner)}.")
     tp = inner
     origin = typing.get_origin(tp)
     try:

@@ -294,7 +294,7 @@ def plot_curves(groups: dict[str, list[tuple[np.ndarray, np.ndarray]]], out: str
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise RuntimeError("Plotting needs matplotlib: pip install -e '.[plots]'.") from exc
+        raise RuntimeError('Plotting needs matplotlib: pip install -e ".[plots]".') from exc
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for i, (label, curves) in enumerate(groups.items()):
         style = _curve_style(i)

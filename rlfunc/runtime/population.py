@@ -1591,12 +1591,14 @@ def resume(run_dir: str | Path, total_steps: int | None = None) -> PopulationRes
     verifies (optionally to a new ``total_steps``); the config is the one stored in it. A run
     directory another live process trains in is refused with one sentence before anything is done."""
     from rlfunc.runtime import trainer
+    from rlfunc.runtime.api import check_resume_packages
     from rlfunc.runtime.checkpoint import CheckpointError, clean_leftovers, load_newest_good, lock_run_dir, unlock_run_dir
     from rlfunc.runtime.config import apply_overrides, build_config, check_train_packages
 
     run_dir = Path(run_dir)
     if not (run_dir / "checkpoints").is_dir() and not trainer.started_run(run_dir):
         raise ConfigError(f"{str(run_dir)!r} has no checkpoints/ to resume from; pass the population's run directory once it has saved one.")
+    check_resume_packages(run_dir)  # its loggers' packages, from meta.json alone: before any checkpoint is read
     lock_run_dir(run_dir)  # another process training here: refused before anything is touched
     try:
         for line in clean_leftovers(run_dir / "checkpoints"):  # as a single run's resume does

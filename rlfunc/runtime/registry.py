@@ -124,4 +124,4 @@ def get_algo(name: str) -> AlgoEntry:
     try:
         return ALGOS[name]
     except KeyError:
-        raise ValueError(f"Unknown algo {name!r}; choose one of {sorted(ALGOS)}.") from None
+        raise ValueError(f"Unknown algo {name!r}; choose one of {', '.join(sorted(ALGOS))}.") from None

@@ -1149,7 +1149,7 @@ def _refuse_part_of_a_larger_run(run_dir: Path) -> None:
 
 def _resume(run_dir: str | Path, total_steps: int | None, callbacks: list | None) -> TrainResult:
     from rlfunc.runtime import population
-    from rlfunc.runtime.api import as_path, is_weights_only
+    from rlfunc.runtime.api import as_path, check_resume_packages, is_weights_only
 
     run_dir = as_path(run_dir, "run_dir")  # a bytes path too; None, a number or "" is one sentence
     if not run_dir.is_dir():
@@ -1159,6 +1159,7 @@ def _resume(run_dir: str | Path, total_steps: int | None, callbacks: list | None
         if callbacks:
             raise ConfigError("callbacks are not available for populations yet; resume without callbacks.")
         return population.resume(run_dir, total_steps=total_steps)
+    check_resume_packages(run_dir)  # its loggers' packages, from meta.json alone: before any checkpoint is read
     if is_weights_only(run_dir):
         raise ConfigError(
             f"{str(run_dir)!r} holds a policy's weights only (an `rlfunc export` or a run's best/ policy), "
@@ -1181,7 +1182,7 @@ def _resume(run_dir: str | Path, total_steps: int | None, callbacks: list | None
         if total_steps is not None:
             raw = apply_overrides(raw, {"train.total_steps": resumed_total_steps(total_steps, meta)})
         run_config = build_config(raw, resolved=True)  # a config rlfunc wrote, possibly an older version's
-        check_train_packages(run_config.train, resuming=True)  # its loggers' packages, before anything is done
+        check_train_packages(run_config.train, resuming=True)  # as checked before reading it: the checkpoint's own config
         if run_config.distributed is not None:  # fresh Ray actors, the learner from the checkpoint
             from rlfunc.scale import distributed
 

@@ -269,11 +269,26 @@ def write_plan(plan: dict) -> Path:
     return sweep_dir / PLAN_FILE
 
 
+def _not_a_sweep(sweep_dir: Path) -> str:
+    """Why ``--resume sweep_dir`` has no plan to read, in one sentence naming what to pass instead: a path
+    that does not exist, a file, a run directory inside a sweep (its parent is the sweep), any other directory."""
+    shown = repr(str(sweep_dir))
+    what = "pass the directory an earlier `rlfunc sweep` wrote (its --sweep-dir, printed when it started)"
+    if not sweep_dir.exists():
+        return f"--resume {shown} does not exist; {what}."
+    if not sweep_dir.is_dir():
+        return f"--resume {shown} is a file, not a sweep directory; {what}."
+    if (sweep_dir.parent / PLAN_FILE).is_file():
+        return (f"--resume {shown} is a run inside a sweep, not the sweep directory; "
+                f"pass its parent, `rlfunc sweep --resume {sweep_dir.parent}`.")
+    return f"--resume {shown} is not a sweep directory (it holds no {PLAN_FILE}); {what}."
+
+
 def load_plan(sweep_dir: str | Path) -> dict:
     """The plan ``rlfunc sweep`` stored in ``SWEEP_DIR/sweep.json``."""
     path = Path(sweep_dir) / PLAN_FILE
     if not path.is_file():
-        raise ConfigError(f"{str(sweep_dir)!r} holds no {PLAN_FILE}; pass the directory an earlier `rlfunc sweep` wrote.")
+        raise ConfigError(_not_a_sweep(Path(sweep_dir)))
     try:
         plan = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
