@@ -573,7 +573,7 @@ def act(
     ``deterministic=True``: the policy mean (evaluation, the official
     ``dist.mean``). Otherwise ``clamp(mean + sigma(step) * noise)`` with
     *unclipped* noise (the official ``dist.sample(clip=None)``), ``noise``
-    standard normal ``[B, A]`` (drawn from the global generator if omitted).
+    standard normal ``[B, A]`` in the parameters' dtype (drawn from the global generator if omitted).
     """
     config = config or Config()
     if not isinstance(params, TensorDict) or "encoder" not in params.keys() or "actor" not in params.keys():
@@ -594,5 +594,6 @@ def act(
         if noise is None:
             noise = torch.randn_like(mean)
         else:  # noise drawn for another batch would broadcast silently (one env's draw for all)
-            _inputs.check_tensor("drqv2.act", "noise", noise, [tuple(mean.shape)], dtype="float", labels=["B", "A"])
+            # and noise of another dtype would promote the action (float64 noise, float64 actions)
+            _inputs.check_tensor("drqv2.act", "noise", noise, [tuple(mean.shape)], dtype=mean.dtype, labels=["B", "A"])
         return clipped_normal_sample(mean, stddev(config, step), noise, clip=None)

@@ -892,8 +892,8 @@ def act(
     """Action in ``[-1, 1]`` for ``obs [..., O]``.
 
     ``deterministic=True`` gives ``tanh(mean)`` (evaluation); otherwise a
-    sample from ``noise`` (standard normal ``[..., A]``; drawn from the global
-    generator if omitted).
+    sample from ``noise`` (standard normal ``[..., A]`` in the parameters' dtype, the
+    shape of the action; drawn from the global generator if omitted).
     """
     if not isinstance(params, TensorDict) or "actor" not in params.keys():
         raise ValueError("redq.act: params must be the state's parameters, state['params'] (with an 'actor' entry).")
@@ -912,6 +912,8 @@ def act(
         config = config or Config()
         if noise is None:
             noise = torch.randn_like(mean)
+        else:  # another dtype would promote the action (float64 noise, float64 actions); another shape broadcast
+            _inputs.check_tensor("redq.act", "noise", noise, [tuple(mean.shape)], dtype=mean.dtype, labels=["...", "A"])
         action, _ = tanh_gaussian(
             mean, log_std, noise, log_std_min=config.log_std_min, log_std_max=config.log_std_max
         )

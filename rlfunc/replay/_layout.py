@@ -9,9 +9,25 @@ inside tensor indexing. Host-side metadata only (keys, shapes, dtypes), no sync.
 
 from __future__ import annotations
 
+import numbers
+
+import torch
 from tensordict import TensorDict
 
-__all__ = ["check_rows"]
+__all__ = ["check_rows", "check_capacity"]
+
+
+def check_capacity(where: str, value, name: str = "capacity", minimum: int = 1, unit: str = "") -> int:
+    """``value`` as an ``int`` of at least ``minimum`` (a Python or numpy integer, or a 0-d integer tensor),
+    else one ``ValueError`` sentence naming ``where`` and the argument ``name``: a bool, a string or a float --
+    ``2.5`` would be truncated to 2, and a whole ``3.0`` is refused too, as the algorithms' configs and the
+    Python API's counts refuse floats (the run config already turns YAML's ``1e6`` into an int). The one
+    capacity check of every replay constructor."""
+    if isinstance(value, torch.Tensor) and value.dim() == 0 and not value.is_floating_point() and value.dtype != torch.bool:
+        value = int(value)
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or int(value) < minimum:
+        raise ValueError(f"{where}: {name} must be an integer of at least {minimum}{unit}, got {value!r}.")
+    return int(value)
 
 
 def check_rows(where: str, storage: TensorDict, rows: TensorDict, storage_dims: int, row_dims: int) -> None:

@@ -86,6 +86,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from rlfunc.replay._layout import check_capacity
 from rlfunc.replay.prioritized import PrioritizedSequenceReplay
 from rlfunc.replay.sequence import SequenceReplay, _as_td
 
@@ -162,7 +163,7 @@ class _FrameStore:
         if self.frame_stack < 1:
             raise ValueError(f"frame_stack must be at least 1, got {self.frame_stack}.")
         cap = default_frame_capacity(self.capacity, self.sequence_length, self.frame_envs, self.period, self.frame_stack)
-        self.frame_capacity = cap if frame_capacity is None else int(frame_capacity)
+        self.frame_capacity = cap if frame_capacity is None else check_capacity(type(self).__name__, frame_capacity, "frame_capacity")
         if self.frame_capacity < self.sequence_length + 1:
             raise ValueError(
                 f"frame_capacity must hold at least one window's sequence_length + 1 = {self.sequence_length + 1} "

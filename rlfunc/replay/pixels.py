@@ -42,6 +42,8 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from rlfunc.replay._layout import check_capacity
+
 __all__ = ["PixelReplay"]
 
 
@@ -65,8 +67,7 @@ class PixelReplay:
         gamma: float = 0.99,
         device: torch.device | str = "cpu",
     ) -> None:
-        if capacity < 2:
-            raise ValueError(f"PixelReplay capacity must be at least 2 frames, got {capacity}.")
+        capacity = check_capacity(type(self).__name__, capacity, minimum=2, unit=" frames")
         if nstep < 1 or frame_stack < 1:
             raise ValueError(f"nstep and frame_stack must be at least 1, got {nstep} and {frame_stack}.")
         obs_shape = tuple(int(s) for s in obs_shape)

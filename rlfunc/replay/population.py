@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from rlfunc.replay._layout import check_rows
+from rlfunc.replay._layout import check_capacity, check_rows
 
 __all__ = ["PopulationReplay", "gather_rows"]
 
@@ -49,10 +49,8 @@ class PopulationReplay:
     def __init__(self, members: int, capacity: int, device: torch.device | str = "cpu") -> None:
         if members < 1:
             raise ValueError(f"A population replay needs at least one member, got {members}.")
-        if capacity < 1:
-            raise ValueError(f"Replay capacity must be at least 1, got {capacity}.")
         self.members = int(members)
-        self.capacity = int(capacity)
+        self.capacity = check_capacity("PopulationReplay", capacity)
         self.device = torch.device(device)
         self._storage: TensorDict | None = None
         self.cursors = [0] * self.members

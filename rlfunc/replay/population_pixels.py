@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from rlfunc.replay._layout import check_capacity
 from rlfunc.replay.pixels import PixelReplay
 
 __all__ = ["PopulationPixelReplay"]
@@ -62,6 +63,7 @@ class PopulationPixelReplay:
     ) -> None:
         if members < 1:
             raise ValueError(f"A population replay needs at least one member, got {members}.")
+        capacity = check_capacity(type(self).__name__, capacity, minimum=2, unit=" frames")  # named as the population
         self.members = int(members)
         self._storage: dict | None = None
         kw = dict(capacity=capacity, obs_shape=obs_shape, action_dim=action_dim, frame_stack=frame_stack, nstep=nstep, gamma=gamma, device=device)

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from rlfunc.replay._layout import check_capacity
 from rlfunc.replay.population_sumtree import PopulationSumTree
 from rlfunc.replay.prioritized import (
     PrioritizedSequenceReplay,
@@ -89,6 +90,7 @@ class PopulationSequenceReplay:
     ) -> None:
         if members < 1:
             raise ValueError(f"A population replay needs at least one member, got {members}.")
+        capacity = check_capacity(type(self).__name__, capacity, unit=" window")  # named as the population
         self.members = int(members)
         self._members = [
             self._new_member(k, dict(capacity=capacity, sequence_length=sequence_length, num_envs=num_envs, period=period, device=device))

@@ -24,6 +24,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from rlfunc.replay._layout import check_capacity
 from rlfunc.replay.sumtree import _auto_fanout, find_in_blocks
 
 __all__ = ["PopulationSumTree", "SumTreeRow"]
@@ -52,8 +53,7 @@ class PopulationSumTree:
     ) -> None:
         if members < 1:
             raise ValueError(f"A population sum-tree needs at least one member, got {members}.")
-        if capacity < 1:
-            raise ValueError(f"SumTree capacity must be at least 1, got {capacity}.")
+        capacity = check_capacity("PopulationSumTree", capacity)
         fanout = _auto_fanout(int(capacity)) if fanout is None else int(fanout)
         if fanout < 1:
             raise ValueError(f"SumTree fanout must be at least 1, got {fanout}.")

@@ -43,7 +43,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from rlfunc.replay._layout import check_rows
+from rlfunc.replay._layout import check_capacity, check_rows
 
 __all__ = ["SequenceReplay"]
 
@@ -89,8 +89,7 @@ class SequenceReplay:
         period: int | None = None,
         device: torch.device | str = "cpu",
     ) -> None:
-        if capacity < 1:
-            raise ValueError(f"Sequence replay capacity must be at least 1 window, got {capacity}.")
+        capacity = check_capacity(type(self).__name__, capacity, unit=" window")
         if sequence_length < 1:
             raise ValueError(f"sequence_length must be at least 1, got {sequence_length}.")
         if num_envs < 1:

@@ -36,6 +36,8 @@ import math
 import numpy as np
 import torch
 
+from rlfunc.replay._layout import check_capacity
+
 __all__ = ["SumTree", "find_in_blocks"]
 
 
@@ -83,8 +85,7 @@ class SumTree:
         device: torch.device | str = "cpu",
         backend: str | None = None,
     ) -> None:
-        if capacity < 1:
-            raise ValueError(f"SumTree capacity must be at least 1, got {capacity}.")
+        capacity = check_capacity("SumTree", capacity)
         fanout = _auto_fanout(int(capacity)) if fanout is None else int(fanout)
         if fanout < 1:
             raise ValueError(f"SumTree fanout must be at least 1, got {fanout}.")

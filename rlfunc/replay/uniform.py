@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDict
 
-from rlfunc.replay._layout import check_rows
+from rlfunc.replay._layout import check_capacity, check_rows
 
 __all__ = ["UniformReplay"]
 
@@ -21,9 +21,7 @@ class UniformReplay:
     """
 
     def __init__(self, capacity: int, device: torch.device | str = "cpu") -> None:
-        if capacity < 1:
-            raise ValueError(f"Replay capacity must be at least 1, got {capacity}.")
-        self.capacity = int(capacity)
+        self.capacity = check_capacity("UniformReplay", capacity)
         self.device = torch.device(device)
         self._storage: TensorDict | None = None
         self._cursor = 0

@@ -165,6 +165,12 @@ class Policy:
                 f"Observation of dtype {obs.dtype} does not fit this {self.algo_name} policy; pass numbers "
                 "(a numpy array or tensor of floats or integers, as the env returns them)."
             )
+        finite = np.isfinite(obs) if obs.dtype.kind == "f" else None
+        if finite is not None and not finite.all():  # the network would answer NaN actions
+            raise ValueError(
+                f"Observation holds {int(finite.size - finite.sum())} NaN or infinite value(s), which this "
+                f"{self.algo_name} policy would turn into NaN actions; pass finite observations (check the env and its wrappers)."
+            )
         if obs.shape == self.obs_shape:
             return obs[None], True
         if obs.ndim == len(self.obs_shape) + 1 and obs.shape[1:] == self.obs_shape and obs.shape[0] > 0:
@@ -283,6 +289,7 @@ class Policy:
         template = self.entry.algo.initial_carry(self.config, n, device=self.device)
         if state is None:
             return template
+        fields = getattr(template, "_fields", ())  # R2D2's Carry names its previous actions
         if not isinstance(state, (tuple, list)) or len(state) != len(template):
             raise ValueError(
                 f"state must be the tuple of {len(template)} arrays this {self.algo_name} policy's predict() "
@@ -306,6 +313,20 @@ class Policy:
                     f"state[{i}] has shape {tuple(t.shape)}, but {n} observation(s) need {tuple(want.shape)}; "
                     "pass the state predict() returned for the same number of envs."
                 )
+            if given.dtype.kind == "f" and not np.isfinite(given).all():
+                raise ValueError(
+                    f"state[{i}] holds NaN or infinite values, which would give NaN actions; pass the state predict() "
+                    "returned (or None at an episode start)."
+                )
+            if fields and fields[i] == "prev_action":  # out of range (or 1.5) was a silent all-zero one-hot (or 1)
+                num_actions = self.entry.algo._num_actions(self.params)
+                whole = given == np.floor(given) if given.dtype.kind == "f" else True
+                bad = given[(given < 0) | (given >= num_actions) | ~np.asarray(whole)]
+                if bad.size:
+                    raise ValueError(
+                        f"state[{i}] holds the previous actions, which must be action indices from 0 to "
+                        f"{num_actions - 1}, got {bad.reshape(-1)[:5].tolist()}; pass the state predict() returned."
+                    )
             parts.append(t.to(want.dtype))
         return _rebuild(template, parts)
 
@@ -321,7 +342,7 @@ class Policy:
         """Stable-Baselines3's ``predict``: ``(action, state)`` for one observation or a batch.
 
         ``observation``: ``obs_shape`` or ``(n, *obs_shape)`` (another shape is a
-        ``ValueError`` naming the expected one). ``action``: in the env's own
+        ``ValueError`` naming the expected one; so is a NaN or infinite value). ``action``: in the env's own
         action space, ``(A,)`` / ``(n, A)`` floats or an int64 scalar / ``(n,)``.
 
         ``state``: ``None`` for feed-forward policies (always returned as
@@ -385,6 +406,8 @@ class Policy:
                 ) from None
             if r.shape != (n,):
                 raise ValueError(f"reward has {r.size} entries for {n} observation(s); pass one reward per env.")
+            if not np.isfinite(r).all():
+                raise ValueError(f"reward must be finite, got {reward!r}; pass the rewards the env returned.")
             if state is not None:  # state None: every episode starts, its previous reward is 0
                 carry = algo.prepare_carry(carry, prev_reward=torch.as_tensor(r, device=self.device))
         elif self.takes_reward and state is not None and not (start is not None and bool(start.all())):
