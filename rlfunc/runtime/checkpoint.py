@@ -30,7 +30,8 @@ the highest step: a resume that fell back past a damaged newer checkpoint
 leaves that one on disk (until it is overwritten or pruned) while the run goes
 on from the older one, and ``best/`` keeps the best evaluation, not the newest.
 A write killed between renaming its checkpoint into place and updating
-``latest`` leaves a complete checkpoint newer than the one ``latest`` names;
+``latest`` (or whose ``latest`` update failed, a full disk: that write is
+saved, with one warning) leaves a complete checkpoint newer than the one ``latest`` names;
 each checkpoint records the name ``latest`` held when it was written
 (``written_after`` in meta.json), so that one is recognised as the head while
 a leftover of an abandoned line is not (:func:`latest_checkpoint`).
@@ -261,6 +262,11 @@ def save_checkpoint(directory: str | Path, name: str, tensors: TensorDict, meta:
     not writable; the temporary directory is removed and the previous
     checkpoint and ``latest`` are untouched. meta.json records the name
     ``latest`` held before (``written_after``; see :func:`latest_checkpoint`).
+    A failure to update ``latest`` once the checkpoint is renamed into place
+    is not a failed write: the checkpoint is complete and returned, with one
+    warning on stderr saying what ``latest`` still names and whether a resume
+    finds the new checkpoint anyway (:func:`latest_checkpoint`: by its
+    ``written_after``, or by step where ``latest`` names none on disk).
     """
     directory = Path(directory)
     if not isinstance(name, str) or not _NAME_RE.match(name):
@@ -306,14 +312,6 @@ def save_checkpoint(directory: str | Path, name: str, tensors: TensorDict, meta:
         else:
             os.replace(tmp, final)
         _fsync_dir(directory)
-        latest_tmp.unlink(missing_ok=True)  # a leftover (or a planted link) is never written through
-        fd = os.open(latest_tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
-        with os.fdopen(fd, "w") as f:
-            f.write(name + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(latest_tmp, directory / "latest")
-        _fsync_dir(directory)
     except OSError as exc:
         _undo_write(tmp, old, final, latest_tmp)
         reason = "the disk is full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else (exc.strerror or str(exc))
@@ -324,7 +322,51 @@ def save_checkpoint(directory: str | Path, name: str, tensors: TensorDict, meta:
     except BaseException:  # a tensor that cannot be stored, Ctrl-C, SIGTERM: leave no temporary directory
         _undo_write(tmp, old, final, latest_tmp)
         raise
+    try:  # the checkpoint is complete and in place: a failure from here on is the pointer's only
+        _write_pointer(directory, latest_tmp, name)
+    except OSError as exc:
+        print(f"rlfunc: warning: {_pointer_not_updated(directory, final, exc)}", file=sys.stderr)
+    finally:  # a Ctrl-C or SIGTERM here leaves no temporary file either
+        try:
+            latest_tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
     return final
+
+
+def _write_pointer(directory: Path, latest_tmp: Path, name: str) -> None:
+    """Point ``directory/latest`` at ``name``, through ``latest_tmp`` (written, fsynced, renamed)."""
+    latest_tmp.unlink(missing_ok=True)  # a leftover (or a planted link) is never written through
+    fd = os.open(latest_tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    with os.fdopen(fd, "w") as f:
+        f.write(name + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(latest_tmp, directory / "latest")
+    _fsync_dir(directory)
+
+
+def _pointer_not_updated(directory: Path, final: Path, exc: OSError) -> str:
+    """The sentence for a checkpoint written in full whose ``latest`` update failed (:func:`save_checkpoint`
+    returns it as saved): what ``latest`` still names and whether a resume finds the new checkpoint anyway,
+    by its ``written_after`` or, with no valid ``latest``, by step (:func:`latest_checkpoint`)."""
+    reason = "the disk is full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else (exc.strerror or str(exc))
+    pointer = _read_pointer(directory)
+    head = latest_checkpoint(directory)
+    saved = f"checkpoint {final.name} is saved in full in {str(directory)!r}, but its `latest` pointer was not updated ({reason})"
+    if head is not None and head.name == final.name:
+        named = pointer is not None and any(c.name == pointer for c in list_checkpoints(directory))
+        if pointer == final.name:  # it replaced a checkpoint of the same name
+            found = f"`latest` already names {final.name}"
+        elif named:
+            found = (f"`latest` still names {pointer}, and `rlfunc resume` (and eval, load) uses {final.name} anyway: "
+                     f"it records that it was written after {pointer}")
+        else:
+            found = f"`rlfunc resume` (and eval, load) finds {final.name} anyway, by step among the step_* checkpoints"
+        return f"{saved}; {found}."
+    other = f"would start from {head.name}" if head is not None else "would not find it"
+    return (f"{saved}; `rlfunc resume` {other}: free space, then write {final.name} into "
+            f"{str(directory / 'latest')!r}.")
 
 
 def _undo_write(tmp: Path, old: Path, final: Path, latest_tmp: Path) -> None:

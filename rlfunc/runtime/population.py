@@ -131,6 +131,7 @@ its shapes), and callbacks.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import math
@@ -1398,21 +1399,29 @@ class PopulationTrainer:
                     evaluating.append(k)
             if evaluating:  # together (nothing updates between a member's row and here)
                 self._check_finite()
-                started = time.monotonic()
-                try:
+                with self._off_the_clock():  # with the best/ writes in it
                     for k, mean in zip(evaluating, self.evaluate_members(evaluating)):
                         last = mean if k == 0 else last
-                finally:  # not env stepping: left out of every member's steps_per_s window, as a single run's
-                    self._window_t = [t + time.monotonic() - started for t in self._window_t]
         self._learn_due()  # before the checkpoint and the next act
         # In the last round a final evaluation still follows for the members not evaluated at their step;
         # the end of the run saves after it (as a single run's loop, Trainer._count_rows).
         final_eval_follows = self.env_step >= cfg.total_steps and bool(self._unevaluated())
         if max(self.env_steps) // cfg.checkpoint_every > self._round_start // cfg.checkpoint_every and not final_eval_follows:
             self._check_finite()
-            self._save_or_continue()
+            with self._off_the_clock():
+                self._save_or_continue()
         progress.update(self.env_step, last)
         return last
+
+    @contextlib.contextmanager
+    def _off_the_clock(self):
+        """Time spent inside (evaluations with their ``best/`` writes, a checkpoint: not env stepping) is left
+        out of every member's ``steps_per_s`` window, as a single run's (``_LoopState.off_the_clock``)."""
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self._window_t = [t + time.monotonic() - started for t in self._window_t]
 
 
 def _restored_counters(checkpoint: Path, meta: dict[str, Any], p: int):

@@ -122,10 +122,18 @@ class _LoopState:
         if restart:
             self.window_t, self.window_steps = now, 0
 
+    def rate_so_far(self) -> float:
+        """The rate of the window so far, which goes on (a stop row at a step that is not a log step: its
+        partial window's); the last row's rate if no env step was counted since (a stop row at that row's step)."""
+        if self.window_steps:
+            self.measure(restart=False)
+        return self.steps_per_s
+
     @contextlib.contextmanager
     def off_the_clock(self):
-        """Time spent inside (an evaluation: it is not env stepping) is left out of the window, whichever
-        row's window it falls in; else the row after each evaluation showed a rate several times lower."""
+        """Time spent inside (an evaluation, a checkpoint or ``best/`` write: it is not env stepping) is left
+        out of the window, whichever row's window it falls in; else the row after each evaluation or
+        checkpoint showed a lower rate (several times lower after an evaluation)."""
         start = time.monotonic()
         try:
             yield
@@ -321,6 +329,7 @@ class Trainer:
         self._progress: Progress | None = None
         self._last_metrics = None  # the newest learner metrics (for the row that records a stop)
         self._logged_stop: int | None = None  # env step whose metrics row already records the stop
+        self._loop_state = None  # the loop's _LoopState (its steps_per_s window), kept for the stop row
         self._start_step = 0  # env step this process started training from
         self._t0 = time.monotonic()
 
@@ -604,7 +613,8 @@ class Trainer:
             self._interrupts.check()  # one held during the last step's updates: the resume evaluates
             self._check_finite()
             if not self.evals or self.evals[-1][0] != self.env_step:
-                last_eval = self.evaluate()
+                with self._off_the_clock():  # an on_eval stop's row (_finish_stopped) has the rate without it
+                    last_eval = self.evaluate()
         except _StopRun as stop:
             return str(stop), self._finish_stopped(str(stop), last_eval)
         return "total_steps", last_eval
@@ -636,6 +646,7 @@ class Trainer:
         uninterrupted run would have, before it steps the envs again."""
         # DrQ-v2's official order is act, update, env step (drqv2 train.py); the others update after storing the step.
         loop = _LoopState(last_eval, bool(getattr(self.learner, "learns_before_env_step", False)))
+        self._loop_state = loop
         if self._pending_rows:  # a resume inside a vector step: its stored rows first, without stepping the envs
             self._count_rows(loop)
             progress.update(self.env_step, loop.last_eval)
@@ -702,14 +713,22 @@ class Trainer:
             final_eval_follows = last and (not self.evals or self.evals[-1][0] != self.env_step)
             if self.env_step // cfg.checkpoint_every > prev // cfg.checkpoint_every and not final_eval_follows:
                 self._check_finite()
-                self._save_or_continue()
+                with loop.off_the_clock():  # writing a checkpoint is not env stepping either
+                    self._save_or_continue()
+
+    def _off_the_clock(self):
+        """:meth:`_LoopState.off_the_clock` of the loop's window (nothing outside a loop)."""
+        loop = self._loop_state
+        return loop.off_the_clock() if loop is not None else contextlib.nullcontext()
 
     def _finish_stopped(self, reason: str, last_eval: float | None) -> float | None:
         """A stopping rule ended the run: log the reason in metrics.csv (unless this step's row has
         it), and evaluate the final state unless this step was just evaluated (its row has it then)."""
         self._check_finite()
         if self._logged_stop != self.env_step and self.env_step != self._start_step:  # else rows of the run before
-            self._log(self._last_metrics, math.nan, [], reason)
+            # the rate of the row's partial window (the steps since the last row), as every row's
+            rate = self._loop_state.rate_so_far() if self._loop_state is not None else math.nan
+            self._log(self._last_metrics, rate, [], reason)
         if self.evals and self.evals[-1][0] == self.env_step:
             return self.evals[-1][1]
         return self.evaluate(stopped=reason)  # on_eval sees the final evaluation too, as a run that ends at total_steps

@@ -47,7 +47,8 @@ replay; one learner samples it, updates and publishes parameters. Here:
   the learner is slower, the ratio falls below the bound) unless ``distributed.min_replay_ratio``
   is set: then no actor starts a new chunk while the learner is below that ratio (Acme's rate
   limiter blocks inserts the same way). ``metrics.csv`` adds ``param_version`` (the update count
-  of the newest published parameters) and ``replay_ratio``.
+  of the newest published parameters) and ``replay_ratio``; its ``steps_per_s`` leaves the learner's
+  evaluations and checkpoint writes out, with the steps the actors collect during them (:class:`RateWindow`).
 * **counters**: ``env_step`` counts the transitions of the chunks inserted; a chunk is counted
   once, when it arrives. An actor is asked for env steps only once its process is up (it answered
   :meth:`ActorProcess.info`), so an actor Ray cannot place (another job holds its CPUs) reserves
@@ -72,6 +73,7 @@ nothing outside ``rlfunc.scale`` imports this module except the dispatch in
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import os
@@ -99,6 +101,7 @@ __all__ = [
     "spread_seed",
     "window_priorities",
     "chunk_bytes",
+    "RateWindow",
     "ActorProcess",
     "DistributedTrainer",
     "connect_for",
@@ -168,6 +171,63 @@ def chunk_bytes(chunk: dict[str, Any]) -> int:
         elif isinstance(value, torch.Tensor):
             total += value.numel() * value.element_size()
     return total
+
+
+class RateWindow:
+    """``steps_per_s`` of a distributed run's ``metrics.csv`` rows: env steps of training per second of
+    training wall time, as a single run's, with the learner's evaluations and checkpoint writes (its pauses)
+    left out of both. Unlike a single run's env, the actors do not stop during a pause: they finish the
+    calls queued to them (then idle), and those steps arrive after it. Leaving out only the pause's time
+    while counting them would give the row after a pause a rate above what the actors did (the longer the
+    pause, the higher); keeping the pause's time would give it a rate far below (the actors idle once their
+    queued calls are done). So the pauses' time is left out of the window's, and each chunk's env steps
+    count in proportion to the part of its collection (the actor's ``began``..``ended``) outside them.
+
+    Times are ``time.time()``: the clock the learner and the actors' processes share on one machine (on a
+    cluster, as well as the nodes' clocks agree). A chunk without times counts in full. Like
+    :class:`rlfunc.runtime.trainer._LoopState`, it is the trainer's ``_loop_state`` (the final evaluation
+    and a stop row use :meth:`off_the_clock` and :meth:`rate_so_far`)."""
+
+    KEPT_PAUSES = 16  # a chunk is collected over far fewer pauses than this
+
+    def __init__(self, clock=time.time) -> None:
+        self.clock = clock
+        self.window_t, self.window_steps = clock(), 0.0
+        self.steps_per_s = 0.0
+        self.pauses: list[tuple[float, float]] = []  # (start, end) of the newest pauses
+
+    def add(self, env_steps: int, began: float | None = None, ended: float | None = None) -> None:
+        """Count a chunk's ``env_steps``, collected from ``began`` to ``ended`` (its part outside the pauses)."""
+        if began is None or ended is None or not ended > began:
+            self.window_steps += env_steps
+            return
+        paused = sum(max(0.0, min(ended, end) - max(began, start)) for start, end in self.pauses)
+        self.window_steps += env_steps * max(0.0, 1.0 - paused / (ended - began))
+
+    def measure(self, restart: bool = True) -> None:
+        """``steps_per_s`` of the window so far; ``restart``: a new window from now."""
+        now = self.clock()
+        self.steps_per_s = self.window_steps / max(now - self.window_t, 1e-9)
+        if restart:
+            self.window_t, self.window_steps = now, 0.0
+
+    def rate_so_far(self) -> float:
+        """The window's rate so far (a stop row's), or the last row's if nothing was counted since."""
+        if self.window_steps:
+            self.measure(restart=False)
+        return self.steps_per_s
+
+    @contextlib.contextmanager
+    def off_the_clock(self):
+        """A pause of the learner (an evaluation, a checkpoint write): its time is left out of the window,
+        and the steps the actors collect during it are not counted when their chunks arrive."""
+        start = self.clock()
+        try:
+            yield
+        finally:
+            end = self.clock()
+            self.window_t += end - start
+            self.pauses = [*self.pauses, (start, end)][-self.KEPT_PAUSES:]
 
 
 def _actor_env(config: RunConfig, n: int):
@@ -243,7 +303,7 @@ class ActorProcess:
         the call, one chunk behind the newest for the second of two queued calls) until ``env_steps`` transitions were
         collected; return the windows finished meanwhile (:meth:`SequenceReplay.drain`) with their initial
         priorities, the transitions collected, the returns of the episodes that ended, and the version."""
-        cpu0, wall0 = time.process_time(), time.monotonic()
+        cpu0, wall0, began = time.process_time(), time.monotonic(), time.time()
         self.acting.state = TensorDict({"params": published["params"]}, batch_size=[])
         steps, returns = 0, []
         while steps < env_steps:
@@ -270,6 +330,8 @@ class ActorProcess:
             "priorities": priorities,
             "cpu_s": time.process_time() - cpu0,  # this process's CPU time for the chunk
             "wall_s": time.monotonic() - wall0,
+            "began": began,  # on the clock the learner shares (time.time): RateWindow leaves its pauses out
+            "ended": time.time(),
             "env_steps": steps,
             "returns": returns,
             "version": int(published["version"]),
@@ -390,8 +452,8 @@ class DistributedTrainer(Trainer):
         pids: dict[int, int] = {}  # actor -> pid of its process that answered last (None after a death seen)
         # the episode returns since the last log (and the 10 before), in self._recent_returns as the
         # single-run loop keeps them: a checkpoint saves them, so metrics.csv's episode_return continues
-        state = {"window_t": time.monotonic(), "window_steps": 0, "metrics": None, "last_eval": last_eval,
-                 "nobody_up_since": time.monotonic()}
+        state = {"metrics": None, "last_eval": last_eval, "nobody_up_since": time.monotonic()}
+        self._loop_state = RateWindow()  # steps_per_s (its docstring: what it counts during evaluations)
 
         held: list[int] = []  # actors waiting for the learner (distributed.min_replay_ratio)
         retry: dict[int, float] = {}  # actor not up -> when to ask it for info again
@@ -605,7 +667,7 @@ class DistributedTrainer(Trainer):
         self._replay_ready()
         self.collector.episodes += len(chunk["returns"])
         self._recent_returns.extend(chunk["returns"])
-        state["window_steps"] += int(chunk["env_steps"])
+        self._loop_state.add(int(chunk["env_steps"]), chunk.get("began"), chunk.get("ended"))
         pid = self._pids.get(chunk["actor"])
         if pid is not None and pid != chunk["pid"]:
             self.actor_restarts += 1
@@ -615,19 +677,19 @@ class DistributedTrainer(Trainer):
         reason = self._ask("on_step")
         if self.env_step // cfg.log_every > prev // cfg.log_every or reason:
             self._check_finite()
-            now = time.monotonic()
-            steps_per_s = state["window_steps"] / max(now - state["window_t"], 1e-9)
-            state["window_t"], state["window_steps"] = now, 0
-            self._log(state["metrics"], steps_per_s, self._recent_returns, reason or "")
+            self._loop_state.measure()
+            self._log(state["metrics"], self._loop_state.steps_per_s, self._recent_returns, reason or "")
             self._recent_returns = self._recent_returns[-10:]
         if reason:
             raise _StopRun(reason)
         if self.env_step // cfg.eval_every > prev // cfg.eval_every:
             self._check_finite()
-            state["last_eval"] = self.evaluate()
+            with self._loop_state.off_the_clock():  # and the steps the actors collect meanwhile (RateWindow)
+                state["last_eval"] = self.evaluate()
         if self.env_step // cfg.checkpoint_every > prev // cfg.checkpoint_every:
             self._check_finite()
-            self._save_or_continue()
+            with self._loop_state.off_the_clock():
+                self._save_or_continue()
         progress.update(self.env_step, state["last_eval"])
 
 
