@@ -30,6 +30,8 @@ from rlfunc.algos import drqv2, r2d2, redq, rlpd
 from rlfunc.replay.frame_sequence import FrameSequenceReplay
 from rlfunc.replay.pixels import PixelReplay
 from rlfunc.replay.population import PopulationReplay
+from rlfunc.replay.sequence import SequenceReplay
+from rlfunc.replay.sumtree import SumTree
 from rlfunc.replay.population_pixels import PopulationPixelReplay
 from rlfunc.replay.population_sequence import PopulationPrioritizedSequenceReplay, PopulationSequenceReplay
 from rlfunc.replay.population_sumtree import PopulationSumTree
@@ -196,3 +198,19 @@ def test_evaluate_refuses_a_bad_device_with_a_policy(device):
     with pytest.raises(ValueError) as exc:  # was: ignored (then "This policy does not know its env")
         rlfunc.evaluate(policy, episodes=1, env_id="Pendulum-v1", device=device)
     _one_sentence(exc, fragment)
+
+
+# -- the replays' other counts go through the same check ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("make, name", [
+    (lambda: SequenceReplay(8, "4"), "sequence_length"),
+    (lambda: SequenceReplay(8, 4, 2.5), "num_envs"),
+    (lambda: SequenceReplay(8, 4, period=True), "period"),
+    (lambda: SumTree(8, fanout=0), "fanout"),
+    (lambda: PopulationReplay("2", 8), "members"),
+    (lambda: PixelReplay(16, (3, 8, 8), 1, frame_stack=1, nstep=1.5), "nstep"),
+])
+def test_replay_counts_besides_capacity_are_one_sentence(make, name):
+    with pytest.raises(ValueError, match=rf"{name} must be an integer of at least 1, got "):
+        make()

@@ -156,12 +156,9 @@ class _FrameStore:
 
     def _init_frames(self, frame_capacity: int | None, frame_envs: int | None = None, frame_stack: int = 1) -> None:
         # Envs whose frames share the ring: num_envs, or every actor's envs for a distributed learner.
-        self.frame_envs = self.num_envs if frame_envs is None else int(frame_envs)
-        if self.frame_envs < 1:
-            raise ValueError(f"frame_envs must be at least 1, got {self.frame_envs}.")
-        self.frame_stack = int(frame_stack)
-        if self.frame_stack < 1:
-            raise ValueError(f"frame_stack must be at least 1, got {self.frame_stack}.")
+        where = type(self).__name__
+        self.frame_envs = self.num_envs if frame_envs is None else check_capacity(where, frame_envs, "frame_envs")
+        self.frame_stack = check_capacity(where, frame_stack, "frame_stack")
         cap = default_frame_capacity(self.capacity, self.sequence_length, self.frame_envs, self.period, self.frame_stack)
         self.frame_capacity = cap if frame_capacity is None else check_capacity(type(self).__name__, frame_capacity, "frame_capacity")
         if self.frame_capacity < self.sequence_length + 1:

@@ -68,8 +68,8 @@ class PixelReplay:
         device: torch.device | str = "cpu",
     ) -> None:
         capacity = check_capacity(type(self).__name__, capacity, minimum=2, unit=" frames")
-        if nstep < 1 or frame_stack < 1:
-            raise ValueError(f"nstep and frame_stack must be at least 1, got {nstep} and {frame_stack}.")
+        nstep = check_capacity(type(self).__name__, nstep, "nstep")
+        frame_stack = check_capacity(type(self).__name__, frame_stack, "frame_stack")
         obs_shape = tuple(int(s) for s in obs_shape)
         if len(obs_shape) != 3 or obs_shape[0] % frame_stack != 0:
             raise ValueError(

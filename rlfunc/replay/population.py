@@ -47,9 +47,7 @@ class PopulationReplay:
     FLUSH_ROWS = 4096
 
     def __init__(self, members: int, capacity: int, device: torch.device | str = "cpu") -> None:
-        if members < 1:
-            raise ValueError(f"A population replay needs at least one member, got {members}.")
-        self.members = int(members)
+        self.members = check_capacity("PopulationReplay", members, "members")
         self.capacity = check_capacity("PopulationReplay", capacity)
         self.device = torch.device(device)
         self._storage: TensorDict | None = None

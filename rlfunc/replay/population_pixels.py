@@ -61,10 +61,8 @@ class PopulationPixelReplay:
         gamma: float = 0.99,
         device: torch.device | str = "cpu",
     ) -> None:
-        if members < 1:
-            raise ValueError(f"A population replay needs at least one member, got {members}.")
+        self.members = check_capacity(type(self).__name__, members, "members")
         capacity = check_capacity(type(self).__name__, capacity, minimum=2, unit=" frames")  # named as the population
-        self.members = int(members)
         self._storage: dict | None = None
         kw = dict(capacity=capacity, obs_shape=obs_shape, action_dim=action_dim, frame_stack=frame_stack, nstep=nstep, gamma=gamma, device=device)
         self._members = [_Member(self, k, **kw) for k in range(self.members)]

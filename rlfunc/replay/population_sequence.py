@@ -88,10 +88,8 @@ class PopulationSequenceReplay:
         period: int | None = None,
         device: torch.device | str = "cpu",
     ) -> None:
-        if members < 1:
-            raise ValueError(f"A population replay needs at least one member, got {members}.")
+        self.members = check_capacity(type(self).__name__, members, "members")
         capacity = check_capacity(type(self).__name__, capacity, unit=" window")  # named as the population
-        self.members = int(members)
         self._members = [
             self._new_member(k, dict(capacity=capacity, sequence_length=sequence_length, num_envs=num_envs, period=period, device=device))
             for k in range(self.members)

@@ -51,12 +51,9 @@ class PopulationSumTree:
         device: torch.device | str = "cpu",
         backend: str | None = None,
     ) -> None:
-        if members < 1:
-            raise ValueError(f"A population sum-tree needs at least one member, got {members}.")
+        members = check_capacity("PopulationSumTree", members, "members")
         capacity = check_capacity("PopulationSumTree", capacity)
-        fanout = _auto_fanout(int(capacity)) if fanout is None else int(fanout)
-        if fanout < 1:
-            raise ValueError(f"SumTree fanout must be at least 1, got {fanout}.")
+        fanout = _auto_fanout(int(capacity)) if fanout is None else check_capacity("PopulationSumTree", fanout, "fanout")
         self.members = int(members)
         self.capacity = int(capacity)
         self.fanout = fanout

@@ -89,12 +89,11 @@ class SequenceReplay:
         period: int | None = None,
         device: torch.device | str = "cpu",
     ) -> None:
-        capacity = check_capacity(type(self).__name__, capacity, unit=" window")
-        if sequence_length < 1:
-            raise ValueError(f"sequence_length must be at least 1, got {sequence_length}.")
-        if num_envs < 1:
-            raise ValueError(f"num_envs must be at least 1, got {num_envs}.")
-        period = sequence_length if period is None else int(period)
+        where = type(self).__name__
+        capacity = check_capacity(where, capacity, unit=" window")
+        sequence_length = check_capacity(where, sequence_length, "sequence_length")
+        num_envs = check_capacity(where, num_envs, "num_envs")
+        period = sequence_length if period is None else check_capacity(where, period, "period")
         if not 1 <= period <= sequence_length:
             raise ValueError(
                 f"period must be between 1 and sequence_length ({sequence_length}), got {period}; "

@@ -86,9 +86,7 @@ class SumTree:
         backend: str | None = None,
     ) -> None:
         capacity = check_capacity("SumTree", capacity)
-        fanout = _auto_fanout(int(capacity)) if fanout is None else int(fanout)
-        if fanout < 1:
-            raise ValueError(f"SumTree fanout must be at least 1, got {fanout}.")
+        fanout = _auto_fanout(int(capacity)) if fanout is None else check_capacity("SumTree", fanout, "fanout")
         self.capacity = int(capacity)
         self.fanout = fanout
         self.num_blocks = -(-self.capacity // fanout)
