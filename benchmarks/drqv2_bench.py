@@ -100,7 +100,7 @@ def env_throughput(steps: int) -> dict:
                 2,
             ))
     except ImportError:
-        out["dmc"] = "skipped: dm-control not installed (pip install -e '.[dmc]')"
+        out["dmc"] = 'skipped: dm-control not installed (pip install -e ".[dmc]")'
     cases.append((
         "Pendulum-v1 pixels",
         lambda: make_env(

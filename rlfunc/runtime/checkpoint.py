@@ -286,7 +286,7 @@ def save_checkpoint(directory: str | Path, name: str, tensors: TensorDict, meta:
         manifest = []
         for i, (key, value) in enumerate(_leaves(tensors)):
             if value.dtype not in _DTYPE_NAMES:
-                raise TypeError(f"checkpoint entry {'/'.join(key)} has dtype {value.dtype}, not one of {sorted(DTYPES)}")
+                raise TypeError(f"checkpoint entry {'/'.join(key)} has dtype {value.dtype}, not one of {', '.join(sorted(DTYPES))}.")
             data = _tensor_bytes(value)
             digest = _write_bytes(tmp / "tensors" / f"{i:05d}.bin", data)
             manifest.append(
@@ -659,7 +659,7 @@ def _check_entry(ckpt: Path, i: int, entry: Any) -> tuple[tuple[str, ...], torch
     where = "/".join(key)
     where = where if len(where) <= 200 else where[:197] + "..."
     if not (isinstance(dtype, str) and dtype in DTYPES):
-        raise _damaged(ckpt, f"tensor {where} has dtype {_short(dtype)}, not one of {sorted(DTYPES)}")
+        raise _damaged(ckpt, f"tensor {where} has dtype {_short(dtype)}, not one of {', '.join(sorted(DTYPES))}")
     if not _is_shape(shape):
         raise _damaged(ckpt, f"tensor {where} has an invalid shape {_short(shape)}")
     itemsize = torch.empty((), dtype=DTYPES[dtype]).element_size()
