@@ -5,12 +5,10 @@ charged to the next row's window, so every row after an evaluation showed a rate
 
 from __future__ import annotations
 
-import csv
-import time as real_time
-import types
 from pathlib import Path
 
 import torch
+from helpers_logs import fake_clock, rows
 
 import rlfunc
 from rlfunc.runtime import population as pr
@@ -18,20 +16,6 @@ from rlfunc.runtime import population as pr
 torch.set_num_threads(1)
 
 SLOW_EVAL_S = 1000.0  # each evaluation takes this long on the fake clock: far longer than 50 env steps
-
-
-def rows(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def _fake_clock(monkeypatch, *modules) -> list[float]:
-    """``time.monotonic`` of ``modules`` on a clock that an evaluation moves on by ``SLOW_EVAL_S``."""
-    offset = [0.0]
-    clock = types.SimpleNamespace(monotonic=lambda: real_time.monotonic() + offset[0])
-    for module in modules:
-        monkeypatch.setattr(module, "time", clock)
-    return offset
 
 
 def _assert_rates_leave_the_evaluations_out(run_dir: Path) -> None:
@@ -46,7 +30,7 @@ def _assert_rates_leave_the_evaluations_out(run_dir: Path) -> None:
 def test_steps_per_s_of_a_single_run_leaves_the_evaluations_out(tmp_path, monkeypatch):
     from rlfunc.runtime import trainer as tr
 
-    offset = _fake_clock(monkeypatch, tr)
+    offset = fake_clock(monkeypatch, tr)
 
     def slow_episodes(policy, env, episodes, seed=None, **kwargs):
         offset[0] += SLOW_EVAL_S
@@ -69,7 +53,7 @@ def test_steps_per_s_of_a_single_run_leaves_the_evaluations_out(tmp_path, monkey
 def test_steps_per_s_of_population_members_leaves_the_evaluations_out(tmp_path, monkeypatch):
     from rlfunc.runtime import evaluate as ev
 
-    offset = _fake_clock(monkeypatch, pr)
+    offset = fake_clock(monkeypatch, pr)
 
     def slow_together(act_all, envs, episodes, seeds, **kwargs):
         offset[0] += SLOW_EVAL_S

@@ -16,16 +16,15 @@
 
 from __future__ import annotations
 
-import csv
 import errno
 import importlib.util
 import math
 import time as real_time
-import types
 from pathlib import Path
 
 import pytest
 import torch
+from helpers_logs import fake_clock, rows
 from tensordict import TensorDict
 
 import rlfunc
@@ -44,20 +43,6 @@ SINGLE = {
     "train.checkpoint_every": 100, "train.log_every": 50, "train.progress": False, "train.threads": 1,
     "train.tensorboard": False,
 }
-
-
-def rows(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def _fake_clock(monkeypatch, *modules) -> list[float]:
-    """``time.monotonic`` of ``modules`` on a clock that ``offset[0]`` moves on."""
-    offset = [0.0]
-    clock = types.SimpleNamespace(monotonic=lambda: real_time.monotonic() + offset[0])
-    for module in modules:
-        monkeypatch.setattr(module, "time", clock)
-    return offset
 
 
 def _slow(offset: list[float], fn):
@@ -83,7 +68,7 @@ def _assert_no_slow_row(path: Path, least: float = 0.5) -> list[dict[str, str]]:
 def test_steps_per_s_of_a_single_run_leaves_the_checkpoint_writes_out(tmp_path, monkeypatch):
     from rlfunc.runtime import trainer as tr
 
-    offset = _fake_clock(monkeypatch, tr)
+    offset = fake_clock(monkeypatch, tr)
     monkeypatch.setattr(tr, "save_checkpoint", _slow(offset, tr.save_checkpoint))
     rlfunc.train(None, overrides=SINGLE, run_dir=tmp_path / "r")
     assert len(list((tmp_path / "r" / "checkpoints").glob("step_*"))) >= 1  # keep_checkpoints prunes the rest
@@ -93,7 +78,7 @@ def test_steps_per_s_of_a_single_run_leaves_the_checkpoint_writes_out(tmp_path, 
 
 
 def test_steps_per_s_of_population_members_leaves_the_checkpoint_writes_out(tmp_path, monkeypatch):
-    offset = _fake_clock(monkeypatch, pr)
+    offset = fake_clock(monkeypatch, pr)
     monkeypatch.setattr(ck, "save_checkpoint", _slow(offset, ck.save_checkpoint))  # imported at each save
     config = {
         "algo": "redq",
@@ -119,7 +104,7 @@ def test_a_stop_row_has_its_windows_rate_without_the_final_evaluation(tmp_path, 
     evaluation's time left out as from every window."""
     from rlfunc.runtime import trainer as tr
 
-    offset = _fake_clock(monkeypatch, tr)
+    offset = fake_clock(monkeypatch, tr)
     monkeypatch.setattr(tr, "run_episodes", _slow(offset, lambda policy, env, episodes, seed=None, **kw: [-1.0] * episodes))
     overrides = {**SINGLE, "train.total_steps": total, "train.checkpoint_every": 1000, "train.stop_at_return": -1e9}
     result = rlfunc.train(None, overrides=overrides, run_dir=tmp_path / "r")
