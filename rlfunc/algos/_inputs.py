@@ -23,7 +23,10 @@ from typing import Iterable, Mapping, Sequence
 import torch
 from tensordict import TensorDict
 
-__all__ = ["NoiseUnderVmapError", "state_config", "check_tensor", "check_keys", "check_noise", "check_device", "check_seed", "under_vmap"]
+__all__ = [
+    "NoiseUnderVmapError", "state_config", "check_tensor", "check_keys", "check_noise", "check_device", "check_seed",
+    "check_finite_bounds", "under_vmap",
+]
 
 
 def state_config(state, config_type: type, where: str, made_by: str):
@@ -185,3 +188,16 @@ def under_vmap(tensor: torch.Tensor) -> bool:
         return bool(torch._C._functorch.is_batchedtensor(tensor))
     except (AttributeError, RuntimeError):  # pragma: no cover - older torch
         return False
+
+
+def check_finite_bounds(algos: str, act_space, verb: str = "squash") -> None:
+    """A Box action space with finite bounds, else one sentence: the policy squashes actions into
+    ``[-1, 1]`` and rescales them to ``[low, high]``, which an infinite bound turns into inf or NaN."""
+    import numpy as np
+
+    low, high = np.asarray(act_space.low, dtype=np.float64), np.asarray(act_space.high, dtype=np.float64)
+    if not (np.isfinite(low).all() and np.isfinite(high).all()):
+        raise ValueError(
+            f"{algos} {verb} actions into the action space's bounds, which must be finite, got low {low.tolist()} and "
+            f"high {high.tolist()}; wrap the env in gymnasium.wrappers.RescaleAction (or give it finite bounds)."
+        )

@@ -202,6 +202,7 @@ def _check_spaces(obs_space, act_space) -> tuple[tuple[int, int, int], int]:
 
     if not isinstance(act_space, gym.spaces.Box) or len(act_space.shape) != 1:
         raise ValueError(f"DrQ-v2 needs a continuous 1-D Box action space, got {act_space}.")
+    _inputs.check_finite_bounds("DrQ-v2", act_space, "squashes")
     if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 3:
         raise ValueError(
             f"DrQ-v2 needs image observations [C, H, W] (e.g. 9x84x84 stacked RGB frames), got {obs_space}; "

@@ -337,6 +337,7 @@ def _space_dims(obs_space, act_space) -> tuple[int, int]:
             f"REDQ, SAC and RLPD need a continuous 1-D Box action space, got {act_space}; "
             "use DRQN or R2D2 for discrete actions."
         )
+    _inputs.check_finite_bounds("REDQ, SAC and RLPD", act_space)
     if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
         raise ValueError(
             f"REDQ, SAC and RLPD need a flat 1-D Box observation space, got {obs_space}; "

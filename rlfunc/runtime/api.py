@@ -124,10 +124,12 @@ def _stored_spaces(ckpt: Path, meta: dict[str, Any]):
         raise bad("action bounds")
     if low is not None:
         try:
-            low, high = np.asarray(low, dtype=np.float32), np.asarray(high, dtype=np.float32)
+            with np.errstate(over="ignore"):  # beyond float32's range is inf, refused below
+                low, high = np.asarray(low, dtype=np.float32), np.asarray(high, dtype=np.float32)
         except (TypeError, ValueError):
             raise bad("action bounds") from None
-        if low.ndim != 1 or low.shape != high.shape or low.size == 0 or not np.all(low < high):
+        if (low.ndim != 1 or low.shape != high.shape or low.size == 0 or not np.all(low < high)
+                or not (np.isfinite(low).all() and np.isfinite(high).all())):  # training refuses infinite bounds too
             raise bad("action bounds")
     num_actions = meta.get("num_actions")
     if num_actions is not None and not (isinstance(num_actions, int) and num_actions > 0):

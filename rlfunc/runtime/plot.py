@@ -120,6 +120,11 @@ NOT_A_SETTING = frozenset(
 only in these are seeds of one setting."""
 
 
+RUN_CONFIG_VALUES = 10_000
+"""The most values (mapping entries and list items, counted through YAML aliases) ``plot`` reads from a run's
+config.yaml: one rlfunc writes holds a few hundred; a few hundred bytes of nested aliases expand past any limit."""
+
+
 def _flat(node, prefix: str = "") -> dict[str, str]:
     if isinstance(node, dict):
         out: dict[str, str] = {}
@@ -154,10 +159,15 @@ def _run_config(run_dir: str | Path) -> dict[str, Any]:
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         raise FileNotFoundError(f"{str(run_dir)!r} has no config.yaml; pass run directories made by `rlfunc train`.")
+    from rlfunc.runtime.config import _too_big, load_yaml
+
     try:
-        cfg = yaml.safe_load(path.read_text())
+        cfg = load_yaml(path.read_text())
     except (yaml.YAMLError, UnicodeDecodeError):
         cfg = None
+    if _too_big(cfg, RUN_CONFIG_VALUES):  # nested aliases: grouping would flatten and dump them for minutes
+        raise ValueError(f"{str(path)!r} holds more than {RUN_CONFIG_VALUES:,} values once its YAML aliases are expanded, "
+                         "so it is not a run config rlfunc wrote; restore it or leave that run out.")
     env = cfg.get("env") if isinstance(cfg, dict) else None
     if not (isinstance(cfg, dict) and isinstance(cfg.get("algo"), str) and isinstance(env, dict)
             and isinstance(env.get("id"), str)):
