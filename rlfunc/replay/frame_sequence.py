@@ -527,6 +527,7 @@ class _FrameStore:
 
             incoming.bound = windows.batch_size[0]
             self._write_frames(frames, prev, incoming)
+            self._forget_old_chunks()
         k = windows.batch_size[0]
         if k == 0:
             return torch.zeros(0, dtype=torch.int64, device=self.device)
@@ -556,6 +557,21 @@ class _FrameStore:
         if priorities is None:
             return self.add_windows(windows)
         return self.add_windows(windows, priorities)
+
+    def _forget_old_chunks(self) -> None:
+        """Drop the chunk map entries (:meth:`add_chunk`) whose frames are more than a ring's length past
+        overwritten, and sources left with none (a restarted actor's old outbox): else the map grows by
+        one entry per chunk for the whole run. A window of a chunk still to come reads frames of its
+        source's last few chunks; one reading a frame the ring has just overwritten still finds its entry
+        (refused in one sentence, as before), and the margin of one more ring keeps that so."""
+        horizon = self._frames_written - 2 * self.frame_capacity
+        for source, (src, dst, ends) in list(self._sources.items()):
+            if dst.size and dst[0] + (ends[0] - src[0]) <= horizon:  # entries are in the order written
+                live = dst + (ends - src) > horizon
+                if live.any():
+                    self._sources[source] = (src[live], dst[live], ends[live])
+                else:
+                    del self._sources[source]
 
     @staticmethod
     def _renumber(numbers: np.ndarray, src: np.ndarray, dst: np.ndarray, ends: np.ndarray):
