@@ -63,6 +63,9 @@ def add_sweep_parser(sub) -> argparse.ArgumentParser:
                         "not with stopping rules, train.wandb, data.pretrain_steps, train.checkpoint_replay=false "
                         "or a distributed config) instead of one run per seed")
     s.add_argument("--out", default=None, help="the JSON path (default SWEEP_DIR/results.json; the PNG goes beside it)")
+    from rlfunc.runtime.cli import _add_allow_import  # rlfunc resume's --allow-import, for the stored plan's configs
+
+    _add_allow_import(s)  # with --resume only: a new sweep's CONFIG is the user's own
     return s
 
 
@@ -77,7 +80,7 @@ def run_sweep_command(args: argparse.Namespace) -> None:
         config, args.seeds, args.grid, args.overrides, sweep_dir=args.sweep_dir,
         resume=args.resume, address=args.address, max_concurrent=args.max_concurrent,
         max_retries=args.max_retries, gpus=args.gpus, out=args.out,
-        echo=lambda line: print(line, flush=True), population=args.population,
+        echo=lambda line: print(line, flush=True), population=args.population, allow_import=args.allow_import,
     )
     for label, s in result["summary"].items():
         median = "n/a" if s["median_final_return"] is None else f"{s['median_final_return']:.1f}"

@@ -52,11 +52,14 @@ import shutil
 import signal
 import socket
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-from rlfunc.runtime.config import ConfigError, check_ray_amount
+from rlfunc.runtime.config import LOADED_WANDB_KEYS, ConfigError, check_ray_amount
+# the run directory's log files are opened this way (O_NOFOLLOW, a regular file only): so are the sweep's
+from rlfunc.runtime.run_log import _check_regular, _naming, _open
 from rlfunc.scale.results import collected_run, run_finished, summary
 from rlfunc.runtime.specs import describe_point, grid_points, parse_grid, parse_seeds
 
@@ -77,9 +80,18 @@ class SweepStopped(KeyboardInterrupt):
 
 
 def _write_json_atomic(path: Path, obj: Any) -> None:
+    """``obj`` as JSON in ``path``, written to a temporary file beside it and renamed over ``path``
+    (``os.replace`` replaces a symlink there, never writes through it). The temporary name is removed
+    first and created exclusively, never following a symlink (:func:`rlfunc.runtime.run_log._open`), so a
+    link planted there is not written through either."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=2) + "\n")
-    os.replace(tmp, path)
+    tmp.unlink(missing_ok=True)
+    try:
+        with _naming(tmp), _open(tmp, "x") as f:
+            f.write(json.dumps(obj, indent=2) + "\n")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _run_name(index: int, point: dict[str, Any], seed: int | None) -> str:
@@ -284,19 +296,168 @@ def _not_a_sweep(sweep_dir: Path) -> str:
     return f"--resume {shown} is not a sweep directory (it holds no {PLAN_FILE}); {what}."
 
 
+MAX_PLAN_BYTES = 256 * 2**20
+# files of the sweep directory itself, which no run directory may be named as
+_SWEEP_FILES = frozenset({PLAN_FILE, ATTEMPTS_FILE, "results.json", "results.png"})
+
+
+def plain_run_name(name: Any) -> bool:
+    """Whether ``name`` is one plain path component, as a run directory inside the sweep directory is named:
+    a non-empty string, not ``.``/``..``, without a path separator (``/``, ``\\``), NUL or other control
+    character (so neither absolute nor leading anywhere but into the sweep directory), and not one of the
+    sweep directory's own files."""
+    return (isinstance(name, str) and 0 < len(name.encode("utf-8", "surrogatepass")) <= 255
+            and name not in (".", "..") and name not in _SWEEP_FILES
+            and not any(c in "/\\" or ord(c) < 32 or ord(c) == 127 for c in name)
+            and not os.path.isabs(name) and Path(name).name == name)
+
+
+def _int(value: Any, low: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def check_plan(plan: Any, path: Path) -> None:
+    """Refuse, in one sentence naming ``path`` (a ``sweep.json``) and the entry, a plan ``rlfunc sweep
+    --resume`` must not act on: a run name that is not one plain path component (:func:`plain_run_name`: an
+    absolute name or one with ``..`` or a separator would put the run, and the clearing of a run left
+    without a checkpoint, in any directory), two runs of one name, and fields of the wrong kind (the
+    configs, overrides, thread counts, population sizes, seeds, grid and GPU amount the tasks are built
+    from, the config path the results name). Nothing is run or written before this passes."""
+    shown = repr(str(path))
+    fix = "it was damaged or not written by `rlfunc sweep`; start a new sweep"
+    if not isinstance(plan, dict) or plan.get("version") != PLAN_VERSION or not isinstance(plan.get("runs"), list):
+        raise ConfigError(f"{shown} is not a sweep plan of this rlfunc version; start a new sweep.")
+
+    def refuse(what: str) -> ConfigError:
+        return ConfigError(f"{shown} {what}; {fix}.")
+
+    if plan.get("config") is not None and not isinstance(plan["config"], str):
+        raise refuse(f"has config {plan['config']!r}, which is not a config file's path")
+    if not (isinstance(plan.get("seeds"), list) and all(_int(s) for s in plan["seeds"])):
+        raise refuse(f"has seeds {plan.get('seeds')!r}, which is not a list of seeds")
+    if not isinstance(plan.get("overrides"), dict):
+        raise refuse(f"has overrides {plan.get('overrides')!r}, which is not a mapping of settings")
+    grid = plan.get("grid")
+    if not (isinstance(grid, dict) and all(isinstance(v, list) for v in grid.values())):
+        raise refuse(f"has grid {grid!r}, which is not a mapping of settings to lists of values")
+    points = 1
+    for values in grid.values():
+        points *= len(values)
+    if points > max(1, len(plan["runs"])):
+        raise refuse(f"has a grid of {points} settings for {len(plan['runs'])} runs")
+    gpus = plan.get("gpus", 0.0)
+    if isinstance(gpus, bool) or not isinstance(gpus, (int, float)):
+        raise refuse(f"has gpus {gpus!r}, which is not a number of GPUs")
+    try:
+        check_ray_amount("gpus", float(gpus))
+    except ConfigError as exc:
+        raise refuse(f"has gpus {gpus!r}, which Ray cannot schedule ({str(exc).rstrip('.')})") from None
+    seen: set[str] = set()
+    for index, entry in enumerate(plan["runs"]):
+        if not isinstance(entry, dict):
+            raise refuse(f"has run entry {index} {entry!r}, which is not a mapping")
+        name = entry.get("name")
+        if not plain_run_name(name):
+            raise refuse(
+                f"has run entry {index} named {name!r}, which is not one plain directory name inside the sweep "
+                "directory (no '/', '\\' or control character, not '.', '..' or an absolute path, not one of the "
+                "sweep's own files); refused before anything was run or deleted"
+            )
+        if name in seen:
+            raise refuse(f"has two run entries named {name!r}, which would train in one directory")
+        seen.add(name)
+        raw = entry.get("raw_config", plan.get("raw_config"))
+        if not isinstance(raw, dict):
+            raise refuse(f"has run entry {name!r} without a config (raw_config {raw!r} is not a mapping)")
+        for key in ("overrides", "grid"):
+            if not isinstance(entry.get(key), dict):
+                raise refuse(f"has run entry {name!r} whose {key} {entry.get(key)!r} is not a mapping")
+        if not isinstance(entry.get("label"), str):
+            raise refuse(f"has run entry {name!r} whose label {entry.get('label')!r} is not a string")
+        if "config" in entry and entry["config"] is not None and not isinstance(entry["config"], str):
+            raise refuse(f"has run entry {name!r} whose config {entry['config']!r} is not a config file's path")
+        if not _int(entry.get("threads"), 1):
+            raise refuse(f"has run entry {name!r} whose threads {entry.get('threads')!r} is not a positive integer")
+        if entry.get("seed") is not None and not _int(entry["seed"]):
+            raise refuse(f"has run entry {name!r} whose seed {entry['seed']!r} is not a seed")
+        members = entry.get("members")
+        if members is not None:
+            seeds = entry.get("seeds")
+            if not (_int(members, 1) and isinstance(seeds, list) and all(_int(s) for s in seeds)
+                    and len(seeds) == members):
+                raise refuse(f"has run entry {name!r} whose members {members!r} is not the number of its seeds")
+
+
+def _check_sweep_files(plan: dict) -> None:
+    """What ``--resume`` would write through, refused in one sentence: a run directory (or a population
+    member's) that is a symbolic link (the run would train, and a run left without a checkpoint be cleared,
+    wherever it points), and an ``attempts.jsonl`` that is not a regular file (run_log's check)."""
+    sweep_dir = Path(plan["sweep_dir"])
+    for entry in plan["runs"]:
+        run_dir = sweep_dir / entry["name"]
+        links = [run_dir] + [run_dir / f"member-{k}" for k in range(entry.get("members") or 0)]
+        for link in links:
+            if link.is_symlink():
+                raise ConfigError(
+                    f"{str(link)!r} is a symbolic link, not a run directory `rlfunc sweep` wrote; it was refused before "
+                    "anything was run or deleted: remove the link (or move the run it points to there) and resume again."
+                )
+    _check_regular(sweep_dir / ATTEMPTS_FILE)
+
+
 def load_plan(sweep_dir: str | Path) -> dict:
-    """The plan ``rlfunc sweep`` stored in ``SWEEP_DIR/sweep.json``."""
+    """The plan ``rlfunc sweep`` stored in ``SWEEP_DIR/sweep.json``, refused in one sentence where it is
+    not one (:func:`check_plan`) or where resuming it would write through a symlink planted in the sweep
+    directory (:func:`_check_sweep_files`); before anything is run or written, and before Ray is imported."""
     path = Path(sweep_dir) / PLAN_FILE
     if not path.is_file():
         raise ConfigError(_not_a_sweep(Path(sweep_dir)))
     try:
+        if path.stat().st_size > MAX_PLAN_BYTES:
+            raise ValueError(f"larger than {MAX_PLAN_BYTES // 2**20} MiB")
         plan = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise ConfigError(f"{str(path)!r} cannot be read ({exc}); it was not written by `rlfunc sweep`.") from None
-    if not isinstance(plan, dict) or plan.get("version") != PLAN_VERSION or not isinstance(plan.get("runs"), list):
-        raise ConfigError(f"{str(path)!r} is not a sweep plan of this rlfunc version; start a new sweep.")
+    check_plan(plan, path)
     plan["sweep_dir"] = str(Path(sweep_dir).resolve())  # the directory may have moved (shared storage)
+    _check_sweep_files(plan)
     return plan
+
+
+def check_loaded_imports(plan: dict, allow_import: list[str] | tuple[str, ...] = ()) -> None:
+    """A stored plan (``rlfunc sweep --resume``) is a loaded file, as a checkpoint is: its configs' modules
+    (an ``env.id`` ``module:Env-v0``, ``module:ClassName`` wrappers) and gymnasium wrappers that may write
+    files are refused in one sentence, as ``rlfunc resume`` refuses them
+    (:func:`rlfunc.envs.factory.from_loaded_file`'s own checks), unless ``allow_import``
+    (``--allow-import MODULE``) names them. The configs are built without importing anything; a config that
+    does not build is refused too. Called before Ray is imported; nothing is imported here."""
+    from rlfunc.envs.factory import _check_loaded_import, _check_loaded_wrapper, from_loaded_file
+
+    for entry in plan["runs"]:
+        raw = entry.get("raw_config", plan.get("raw_config"))
+        where = f"{PLAN_FILE} run {entry['name']}"
+        try:
+            env = _stored_env(raw, entry)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: the stored config cannot be used ({str(exc).rstrip('.')}); start a new sweep.") from None
+        wandb = _stored_wandb(raw, entry)
+        others = [str(k) for k in wandb or {} if k not in LOADED_WANDB_KEYS]
+        if others:  # as rlfunc resume refuses them from a checkpoint (config.check_loaded_wandb), with no opt-in here
+            raise ConfigError(
+                f"{where}: its config sets {', '.join(f'train.wandb.{k}' for k in others)}, which can make W&B write files "
+                "elsewhere or send your data and W&B API key to another server, so `rlfunc sweep --resume` does not use it; "
+                "resume that run with `rlfunc resume RUN --trust-wandb-settings`, or start a new sweep from your own config."
+            )
+        try:
+            with from_loaded_file(allow_import):
+                for module, what, wrapper in _named_imports(env):
+                    if wrapper is not None:
+                        _check_loaded_wrapper(wrapper)
+                    if module is not None:
+                        _check_loaded_import(module, what)
+        except ValueError as exc:
+            text = str(exc)
+            raise ConfigError(f"{where}: {text[:1].lower()}{text[1:]}") from None
 
 
 # ----------------------------------------------------------------------------- the task
@@ -329,35 +490,64 @@ def _clear_run_dir(run_dir: Path) -> None:
             entry.unlink()
 
 
+def _stored_env(raw: Any, entry: dict):
+    """The env section of the entry's config, built without importing a module it names."""
+    from rlfunc.envs.factory import without_user_imports
+    from rlfunc.runtime.config import apply_overrides, build_config
+
+    with without_user_imports():
+        return build_config(apply_overrides(raw or {}, dict(entry["overrides"]))).env
+
+
+def _stored_wandb(raw: Any, entry: dict) -> dict | None:
+    """The ``train.wandb`` mapping of the entry's stored config (overrides applied), as written."""
+    from rlfunc.runtime.config import apply_overrides
+
+    wandb = (apply_overrides(raw or {}, dict(entry["overrides"])).get("train") or {}).get("wandb")
+    return wandb if isinstance(wandb, dict) else None
+
+
+def _named_imports(env) -> list[tuple[str | None, str, str | None]]:
+    """``(module, where it is named, wrapper entry)`` for what the env section ``env`` names to import or
+    apply: the module of a ``module:Env-v0`` ``env.id``, each wrapper entry (``module:ClassName`` with its
+    module, ``gymnasium.wrappers.ClassName``, rlfunc's own short names)."""
+    from rlfunc.envs import split_env_id
+
+    module = split_env_id(env.id)[0]
+    out: list[tuple[str | None, str, str | None]] = [(module, f"env.id {env.id!r}", None)] if module else []
+    for item in env.wrappers or []:
+        name = item if isinstance(item, str) else next(iter(item), None) if isinstance(item, dict) and len(item) == 1 else None
+        if isinstance(name, str):
+            module = name.partition(":")[0] if ":" in name and not name.startswith("gymnasium.wrappers.") else None
+            out.append((module, f"env.wrappers entry {name!r}", name))
+    return out
+
+
 def _config_imports(plan: dict, entry: dict) -> list[str]:
     """What the entry's own config (the user's, which the fresh attempt's :func:`rlfunc.train` imports
     anyway) names to import, as ``rlfunc.resume``'s ``allow_import``: the module of a ``module:Env-v0``
     ``env.id``, the module of each ``module:ClassName`` wrapper, and each ``gymnasium.wrappers.ClassName``
-    wrapper. A retry or ``rlfunc sweep --resume`` of the run in a fresh process may import them (and
-    nothing else the checkpoint's config might name)."""
-    from rlfunc.envs import split_env_id
-    from rlfunc.runtime.config import apply_overrides, build_config
-
+    wrapper. A retry of the run in a fresh process of a sweep started from the user's config may import
+    them (and nothing else the checkpoint's config might name); ``rlfunc sweep --resume`` allows only what
+    the user passes to ``--allow-import`` (:func:`check_loaded_imports`)."""
     try:
-        raw = entry.get("raw_config", plan.get("raw_config")) or {}
-        env = build_config(apply_overrides(raw, dict(entry["overrides"]))).env
-        names = [split_env_id(env.id)[0]]
+        env = _stored_env(entry.get("raw_config", plan.get("raw_config")), entry)
     except Exception:  # a config the task cannot build: rlfunc.resume says what is wrong, in its own words
         return []
-    for item in env.wrappers or []:
-        name = item if isinstance(item, str) else next(iter(item), None) if isinstance(item, dict) and len(item) == 1 else None
-        if not isinstance(name, str):
-            continue
-        if name.startswith("gymnasium.wrappers."):
-            names.append(name)
-        elif ":" in name:
-            names.append(name.partition(":")[0])
+    names = []
+    for module, _, wrapper in _named_imports(env):
+        if wrapper is not None and wrapper.startswith("gymnasium.wrappers."):
+            names.append(wrapper)
+        elif module:
+            names.append(module)
     return list(dict.fromkeys(n for n in names if n))
 
 
 def _log_attempt(sweep_dir: Path, **fields: Any) -> None:
     line = json.dumps({"time": round(time.time(), 3), "host": platform.node(), "pid": os.getpid(), **fields})
-    with open(sweep_dir / ATTEMPTS_FILE, "a") as f:  # one short O_APPEND write per line
+    path = sweep_dir / ATTEMPTS_FILE
+    # one short O_APPEND write per line; as a run's logs, never through a symlink (O_NOFOLLOW), a regular file only
+    with _naming(path), _open(path, "a") as f:
         f.write(line + "\n")
 
 
@@ -384,7 +574,7 @@ def entry_records(plan: dict, entry: dict) -> list[dict]:
     return records
 
 
-def train_or_continue(plan: dict, entry: dict) -> list[dict]:
+def train_or_continue(plan: dict, entry: dict, allow_import: list[str] | None = None) -> list[dict]:
     """Body of one sweep task (any process): bring the run ``entry`` to its end and return its learn
     records. A finished run is read back; a run with a usable checkpoint (as :func:`rlfunc.resume` finds
     it, :func:`_newest_checkpoint_step`) is resumed from it, allowed to import what the entry's own config
@@ -392,19 +582,36 @@ def train_or_continue(plan: dict, entry: dict) -> list[dict]:
     are cleared and the run trains from the start. An existing run directory is locked
     (:func:`~rlfunc.runtime.checkpoint.lock_run_dir`) before it is read for a checkpoint or cleared, and
     stays locked through the training: a run another live process trains (a second ``rlfunc sweep
-    --resume``, an earlier attempt still running) is refused in one sentence, with nothing deleted."""
+    --resume``, an earlier attempt still running) is refused in one sentence, with nothing deleted.
+
+    ``allow_import`` not ``None``: the plan was loaded from a ``sweep.json`` (``rlfunc sweep --resume``), a
+    file that may be someone else's, so the run trains under :func:`rlfunc.envs.factory.from_loaded_file`
+    and resumes allowed only these modules (``--allow-import``), as ``rlfunc resume`` does. A run name that
+    is not one plain path component, or a run directory that is a symlink, is refused before anything."""
+    import contextlib
+
     import rlfunc
+    from rlfunc.envs.factory import from_loaded_file
     from rlfunc.runtime.checkpoint import CheckpointError, clean_leftovers, lock_run_dir, unlock_run_dir
 
+    if not plain_run_name(entry.get("name")):
+        raise ConfigError(f"Run name {entry.get('name')!r} is not one plain directory name inside the sweep directory; "
+                          "refused before anything was run or deleted.")
     sweep_dir = Path(plan["sweep_dir"])
     run_dir = sweep_dir / entry["name"]
+    if run_dir.is_symlink():
+        raise ConfigError(f"{str(run_dir)!r} is a symbolic link, not a run directory `rlfunc sweep` wrote; refused "
+                          "before anything was run or deleted.")
     raw = entry.get("raw_config", plan["raw_config"])
+    loaded = allow_import is not None
+    guard = (lambda: from_loaded_file(allow_import)) if loaded else contextlib.nullcontext
     if entry_finished(plan, entry):
         _log_attempt(sweep_dir, run=entry["name"], start="finished")
         return entry_records(plan, entry)
     if not run_dir.is_dir():  # nothing to resume or clear: rlfunc.train locks the new directory itself
         _log_attempt(sweep_dir, run=entry["name"], start="fresh")
-        rlfunc.train(raw, overrides=dict(entry["overrides"]), run_dir=run_dir)
+        with guard():
+            rlfunc.train(raw, overrides=dict(entry["overrides"]), run_dir=run_dir)
         return entry_records(plan, entry)
     lock_run_dir(run_dir)  # another process training this run: refused here, before anything is read or deleted
     try:
@@ -418,7 +625,10 @@ def train_or_continue(plan: dict, entry: dict) -> list[dict]:
             _log_attempt(sweep_dir, run=entry["name"], start="resume", from_step=step)
             try:
                 # resume takes this process's lock as its own (no second lock) and releases it when it ends
-                rlfunc.resume(run_dir, allow_import=_config_imports(plan, entry))
+                # a new sweep's runs are the user's own config: W&B settings as given; a stored plan's, not
+                # (check_loaded_imports refused them in the plan; a run's own checkpoint may still set them)
+                rlfunc.resume(run_dir, allow_import=list(allow_import) if loaded else _config_imports(plan, entry),
+                              trust_wandb_settings=not loaded)
                 return entry_records(plan, entry)
             except CheckpointError as exc:  # every checkpoint damaged: start over
                 print(f"rlfunc sweep: {run_dir}: {exc}; training it from the start", file=sys.stderr)
@@ -426,7 +636,8 @@ def train_or_continue(plan: dict, entry: dict) -> list[dict]:
         _clear_run_dir(run_dir)  # an attempt that died before its first checkpoint; the lock file stays
         _log_attempt(sweep_dir, run=entry["name"], start="fresh")
         # rlfunc.train finds the lock held by this process and trains under it (it neither takes nor releases it)
-        rlfunc.train(raw, overrides=dict(entry["overrides"]), run_dir=run_dir)
+        with guard():
+            rlfunc.train(raw, overrides=dict(entry["overrides"]), run_dir=run_dir)
     finally:
         unlock_run_dir(run_dir)
     return entry_records(plan, entry)
@@ -700,6 +911,7 @@ def run_entries(
     max_retries: int = 3,
     echo: Callable[[str], None] = print,
     of: int | None = None,
+    allow_import: list[str] | None = None,
 ) -> tuple[dict[str, list[dict]], dict[str, str], dict[str, Any]]:
     """Train the plan entries ``todo`` as Ray tasks (:func:`train_or_continue`), at most
     ``max_concurrent`` in flight (default: as many as the cluster's CPUs allow). A task Ray could
@@ -707,7 +919,8 @@ def run_entries(
     placement group that also holds its actors' bundles (removed when the task ends). Returns the
     records of each finished entry by name, the entries that failed (name -> one line: an error,
     or a worker that died more than ``max_retries`` times) and the cluster's description. Ctrl-C
-    or SIGTERM raises :class:`SweepStopped`; Ray (when started here) is shut down either way."""
+    or SIGTERM raises :class:`SweepStopped`; Ray (when started here) is shut down either way.
+    ``allow_import``: each task's (:func:`train_or_continue`), not ``None`` for a plan loaded from a file."""
     sweep_dir = Path(plan["sweep_dir"])
     if max_concurrent is not None and max_concurrent < 1:
         raise ConfigError(f"--max-concurrent must be a positive integer, got {max_concurrent}.")
@@ -751,7 +964,7 @@ def run_entries(
                 ref = task.options(
                     num_cpus=bundles[0].get("CPU", 1.0), num_gpus=bundles[0].get("GPU", 0.0),
                     max_retries=max_retries, retry_exceptions=False, name=f"rlfunc-sweep:{entry['name']}", **options,
-                ).remote(plan, entry)
+                ).remote(plan, entry, allow_import)
                 pending[ref] = entry
                 if len(bundles) > 1:
                     groups[ref] = group
@@ -819,12 +1032,14 @@ def run_sweep(
     max_retries: int = 3,
     out: str | Path | None = None,
     echo: Callable[[str], None] = print,
+    allow_import: list[str] | None = None,
 ) -> dict:
     """Run (or continue) the plan's runs on Ray and write the learn JSON + PNG. Returns the result.
 
     Finished runs are read back from their directories, not trained again; the others are Ray
-    tasks (:func:`run_entries`). A run that fails with an error (not a dead worker) is listed
-    under ``failed``; the others go on.
+    tasks (:func:`run_entries`, with ``allow_import``). A run that fails with an error (not a dead
+    worker) is listed under ``failed``; the others go on. The JSON and the PNG are written to temporary
+    files beside them and renamed into place: a symlink at either is replaced, never written through.
     """
     sweep_dir = Path(plan["sweep_dir"])
     if max_concurrent is not None and max_concurrent < 1:
@@ -836,7 +1051,8 @@ def run_sweep(
     echo(f"sweep {sweep_dir}: {len(plan['runs'])} {kind} "
          f"({len(grid_points(plan['grid']))} settings x {len(plan['seeds'])} seeds), {len(done)} finished already, "
          f"{len(todo)} to train")
-    trained, failed, machine = run_entries(plan, todo, address, max_concurrent, max_retries, echo, of=len(plan["runs"]))
+    trained, failed, machine = run_entries(plan, todo, address, max_concurrent, max_retries, echo, of=len(plan["runs"]),
+                                           allow_import=allow_import)
     done.update(trained)
     runs = [r for e in plan["runs"] if e["name"] in done for r in done[e["name"]]]
     result = {
@@ -862,16 +1078,24 @@ def run_sweep(
     _write_json_atomic(out, result)
     result["json"] = str(out)
     if runs:
+        png = out.with_suffix(".png")
+        # rendered to a new file of a random name beside it (created exclusively, never through a link), then
+        # renamed over the PNG: os.replace replaces a symlink planted there instead of writing through it
+        fd, tmp = tempfile.mkstemp(prefix=f".{png.stem}.", suffix=".png", dir=png.parent)
+        os.close(fd)
         try:
             from rlfunc.runtime.plot import plot_runs
 
             # one curve per label, as the JSON's summary: grid points that differ only in keys plot
             # does not count as settings (train.total_steps, train.max_updates) are not merged
-            result["png"] = str(plot_runs([r["run_dir"] for r in runs], out.with_suffix(".png"),
-                                          title=f"sweep {sweep_dir.name} (mean, min-max over seeds)",
-                                          labels=[r["algo"] for r in runs]))
+            plot_runs([r["run_dir"] for r in runs], tmp, title=f"sweep {sweep_dir.name} (mean, min-max over seeds)",
+                      labels=[r["algo"] for r in runs])
+            os.replace(tmp, png)
+            result["png"] = str(png)
         except RuntimeError as exc:  # no matplotlib
             echo(f"no PNG: {exc}")
+        finally:
+            Path(tmp).unlink(missing_ok=True)
     return result
 
 
@@ -896,11 +1120,24 @@ def sweep(
     out: str | Path | None = None,
     echo: Callable[[str], None] = print,
     population: bool = False,
+    allow_import: str | list[str] | tuple[str, ...] | None = None,
 ) -> dict:
     """Plan (or, with ``resume``, reload) a sweep, write ``sweep.json``, run it; see :func:`run_sweep`.
     Everything that can be checked — the specs, every run's config, Ray's presence, the address, that
     the cluster can place each run (:func:`_check_fits`), where the JSON goes (:func:`results_path`) — is
-    checked before anything is written."""
+    checked before anything is written.
+
+    With ``resume`` the plan is a file that may be someone else's (:func:`load_plan` refuses a damaged or
+    hostile one), so its configs are treated as ``rlfunc resume`` treats a checkpoint's: a module they name
+    is imported only if ``allow_import`` (``--allow-import MODULE``) names it (:func:`check_loaded_imports`,
+    before Ray is imported), and what follows, here and in the tasks, runs under
+    :func:`rlfunc.envs.factory.from_loaded_file`. A new sweep's config is the user's own."""
+    from rlfunc.envs.factory import allow_import_list, from_loaded_file
+
+    try:
+        allowed = allow_import_list(allow_import)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     if resume is not None:
         if grid or overrides or config is not None or seeds is not None or sweep_dir is not None or population:
             raise ConfigError(
@@ -912,27 +1149,40 @@ def sweep(
                 f"--resume continues the stored plan, whose runs each ask for {float(plan.get('gpus') or 0.0):g} GPUs; "
                 "drop --gpus (a new amount needs a new sweep)."
             )
-    else:
-        plan = plan_sweep(config, "0" if seeds is None else seeds, grid, overrides, sweep_dir,
-                          0.0 if gpus is None else gpus, population)
-        if address is None:  # Ray's workers are this machine: its envs, spaces and device are theirs
-            check_runs_here(plan)
+        check_loaded_imports(plan, allowed)
+        with from_loaded_file(allowed):
+            return _run_planned(plan, True, address, max_concurrent, max_retries, out, echo, allowed)
+    if allowed:
+        raise ConfigError(
+            "--allow-import is for --resume, whose stored plan is a loaded file; a new sweep imports what its own "
+            "CONFIG names, so drop --allow-import."
+        )
+    plan = plan_sweep(config, "0" if seeds is None else seeds, grid, overrides, sweep_dir,
+                      0.0 if gpus is None else gpus, population)
+    if address is None:  # Ray's workers are this machine: its envs, spaces and device are theirs
+        check_runs_here(plan)
+    return _run_planned(plan, False, address, max_concurrent, max_retries, out, echo, None)
+
+
+def _run_planned(plan: dict, resumed: bool, address: str | None, max_concurrent: int | None, max_retries: int,
+                 out: str | Path | None, echo: Callable[[str], None], allow_import: list[str] | None) -> dict:
+    """:func:`sweep` once its plan is made (or loaded and checked): the last checks, Ray, :func:`run_sweep`."""
     # an --out that cannot be written, or would destroy a file: one sentence now, not after training
     results_path(plan["sweep_dir"], out, plan.get("config"))
     _prepare_join(address)
     _import_ray()  # before writing anything: Ray missing is one sentence
-    if resume is not None and not split_finished(plan)[1]:  # every run finished already: no Ray to start
+    if resumed and not split_finished(plan)[1]:  # every run finished already: no Ray to start
         return run_sweep(plan, address=address, max_concurrent=max_concurrent, max_retries=max_retries, out=out,
-                         echo=echo)
+                         echo=echo, allow_import=allow_import)
     # Start or join Ray before writing anything: an unreachable cluster, or a run asking for more than
     # the cluster has, is one sentence and leaves no sweep directory.
     ray, started = connect(address)
     try:
         _check_fits(ray, plan, plan["runs"])
-        if resume is None:
+        if not resumed:
             write_plan(plan)
         return run_sweep(plan, address=address, max_concurrent=max_concurrent, max_retries=max_retries, out=out,
-                         echo=echo)
+                         echo=echo, allow_import=allow_import)
     finally:
         if started:
             ray.shutdown()  # stops a local Ray; disconnects from a cluster, which goes on
