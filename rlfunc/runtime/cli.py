@@ -112,6 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--total-steps", type=_positive_int, default=None,
                    help="train to this many env steps (per member, for a population) instead of the stored "
                         "train.total_steps; not fewer than the run has")
+    r.add_argument("--address", default=None, metavar="ADDR",
+                   help="a distributed run: where its Ray runs, local (Ray on this machine), auto, host:port or "
+                        "ray://host:port; needed to resume a run trained on a cluster (the address stored in its "
+                        "checkpoint is never joined on its own)")
+    r.add_argument("--trust-wandb-settings", action="store_true",
+                   help="use the run's stored train.wandb keys that can redirect W&B (dir, settings, ...); without "
+                        "it only project, entity, name, group, tags, notes, job_type, mode, id and resume are used")
     _add_allow_import(r)
 
     x = sub.add_parser("export", help="write a run's policy as a small weights-only checkpoint to share")
@@ -278,7 +285,8 @@ def _run(args: argparse.Namespace) -> None:
     elif args.command == "resume":
         from rlfunc.runtime.trainer import resume
 
-        _report(resume(args.run_dir, total_steps=args.total_steps, allow_import=args.allow_import))
+        _report(resume(args.run_dir, total_steps=args.total_steps, allow_import=args.allow_import,
+                       address=args.address, trust_wandb_settings=args.trust_wandb_settings))
     elif args.command == "eval":
         from rlfunc.runtime.api import check_device, evaluate
 

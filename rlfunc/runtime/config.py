@@ -169,6 +169,30 @@ def _check_wandb_keys(settings: dict) -> None:
             raise ConfigError(f"train.wandb.{key} is not an argument of wandb.init" + _close(key, list(params)))
 
 
+LOADED_WANDB_KEYS = ("project", "entity", "name", "group", "tags", "notes", "job_type", "mode", "id", "resume")
+"""The ``train.wandb`` keys (``wandb.init`` arguments) a config read from a file (a checkpoint's, on
+``rlfunc resume``) sets without the user's consent: which W&B project, entity and run the rows go to,
+their labels, and ``mode`` (online, offline, disabled). Any other key (``dir``, ``settings`` with its
+``base_url``, ``sync_tensorboard``, ``save_code``, ...) can make wandb write files elsewhere or send data,
+the user's API key included, to another server: :func:`check_loaded_wandb` refuses it."""
+
+
+def check_loaded_wandb(settings: dict | None, trusted: bool = False) -> None:
+    """A stored ``train.wandb`` (``settings``, from a file rlfunc read) that sets keys other than
+    :data:`LOADED_WANDB_KEYS` is one sentence naming them and the opt-in, before anything is done;
+    ``trusted``: the user passed ``rlfunc resume --trust-wandb-settings`` (``trust_wandb_settings=True``)."""
+    if not settings or trusted:
+        return
+    others = [str(k) for k in settings if k not in LOADED_WANDB_KEYS]
+    if others:
+        named = ", ".join(f"train.wandb.{k}" for k in others)
+        raise ConfigError(
+            f"this run's checkpoint sets {named}, which can make W&B write files elsewhere or send your data and "
+            "W&B API key to another server, so a resume does not use it on its own; if you trust this run "
+            "directory pass --trust-wandb-settings (trust_wandb_settings=True in rlfunc.resume)."
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainSection:
     """The training loop. Steps are environment steps (transitions collected, summed over

@@ -1595,10 +1595,12 @@ def train(
     return pop.run()
 
 
-def resume(run_dir: str | Path, total_steps: int | None = None) -> PopulationResult:
+def resume(run_dir: str | Path, total_steps: int | None = None, trust_wandb_settings: bool = False) -> PopulationResult:
     """Continue every member of the population in ``run_dir`` from its newest checkpoint that
     verifies (optionally to a new ``total_steps``); the config is the one stored in it. A run
-    directory another live process trains in is refused with one sentence before anything is done."""
+    directory another live process trains in is refused with one sentence before anything is done,
+    and so is what the stored config may not do without the user's consent
+    (:func:`rlfunc.runtime.trainer.consent_to_loaded`)."""
     from rlfunc.runtime import trainer
     from rlfunc.runtime.api import check_resume_packages
     from rlfunc.runtime.checkpoint import CheckpointError, clean_leftovers, load_newest_good, lock_run_dir, unlock_run_dir
@@ -1607,7 +1609,8 @@ def resume(run_dir: str | Path, total_steps: int | None = None) -> PopulationRes
     run_dir = Path(run_dir)
     if not (run_dir / "checkpoints").is_dir() and not trainer.started_run(run_dir):
         raise ConfigError(f"{str(run_dir)!r} has no checkpoints/ to resume from; pass the population's run directory once it has saved one.")
-    check_resume_packages(run_dir)  # its loggers' packages, from meta.json alone: before any checkpoint is read
+    # its loggers' packages and what it may do without consent, from meta.json alone: before any checkpoint is read
+    check_resume_packages(run_dir, trust_wandb_settings=trust_wandb_settings)
     lock_run_dir(run_dir)  # another process training here: refused before anything is touched
     try:
         for line in clean_leftovers(run_dir / "checkpoints"):  # as a single run's resume does
@@ -1623,6 +1626,7 @@ def resume(run_dir: str | Path, total_steps: int | None = None) -> PopulationRes
             raw = apply_overrides(raw, {"train.total_steps": resumed_total_steps(total_steps, meta)})
         run_config = build_config(raw, resolved=True)
         check_train_packages(run_config.train, resuming=True)
+        run_config = trainer.consent_to_loaded(run_config, None, trust_wandb_settings)
         pop = PopulationTrainer(run_config, run_dir)
         pop.restore(checkpoint, tensors, meta)
         del tensors  # the replays copied it: not kept alive beside them for the whole resumed run

@@ -224,8 +224,10 @@ class WandbLog:
     grow: a resumed run logs again the steps after its checkpoint, which W&B would drop."""
 
     def __init__(self, settings: dict[str, Any], run_dir: Path, config: dict[str, Any],
-                 resume_id: str | None = None) -> None:
+                 resume_id: str | None = None, resumed: bool = False) -> None:
         import wandb
+
+        from rlfunc.runtime.config import ConfigError
 
         kwargs = {"dir": str(run_dir), "config": config, "name": run_dir.name, **settings}
         if resume_id and "id" not in settings:
@@ -236,8 +238,11 @@ class WandbLog:
             refused = _wandb_refusal(exc, settings)
             if refused is None:
                 raise
-            from rlfunc.runtime.config import ConfigError
-
+            raise ConfigError(refused) from None
+        except Exception as exc:  # wandb's own errors (no server, no API key): one sentence, nothing trained yet
+            refused = _wandb_failure(exc, resumed)
+            if refused is None:
+                raise
             raise ConfigError(refused) from None
         self.run.define_metric("env_step")
         for prefix in ("train", "eval"):
@@ -249,6 +254,32 @@ class WandbLog:
 
     def close(self) -> None:
         self.run.finish()
+
+
+def _wandb_failure(exc: Exception, resumed: bool) -> str | None:
+    """One sentence for ``wandb.init`` failing with one of wandb's own errors (``wandb.errors.Error``:
+    ``CommError`` when its server cannot be reached, ``UsageError`` / ``AuthenticationError`` without an
+    API key): wandb's message and how to go on without W&B; ``None`` for any other error. It fails when the
+    run starts, before any step is trained (and, resuming, before the checkpoint is trained on)."""
+    try:
+        from wandb.errors import Error as WandbError
+    except ImportError:  # another wandb layout: its errors are left as they are
+        return None
+    if not isinstance(exc, WandbError):
+        return None
+    reason = " ".join(str(exc).split()).rstrip(".") or type(exc).__name__
+    if len(reason) > 300:
+        reason = reason[:297] + "..."
+    instead = (
+        "or resume it logging only on this machine with WANDB_MODE=offline in the environment (used unless "
+        "train.wandb sets mode; `wandb sync` uploads it later)"
+        if resumed else
+        "or train without W&B (--set train.wandb=null) or offline (--set train.wandb.mode=offline)"
+    )
+    return (
+        f"W&B could not start its run ({type(exc).__name__}: {reason}), so nothing was trained; fix that and run "
+        f"the same command again, {instead}."
+    )
 
 
 def _wandb_refusal(exc: ValueError, settings: dict[str, Any]) -> str | None:

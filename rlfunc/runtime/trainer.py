@@ -63,6 +63,7 @@ from rlfunc.runtime.config import (
     RunConfig,
     apply_overrides,
     build_config,
+    check_loaded_wandb,
     check_train_packages,
     load_config,
     to_dict,
@@ -808,7 +809,8 @@ class Trainer:
                 resume_id = None
                 if purge_step is not None and id_file.is_file() and not id_file.is_symlink():
                     resume_id = id_file.read_text().strip() or None
-                log = WandbLog(settings, self.run_dir, to_dict(self.config), resume_id=resume_id)
+                log = WandbLog(settings, self.run_dir, to_dict(self.config), resume_id=resume_id,
+                               resumed=purge_step is not None)
                 loggers.append(log)
                 if "id" not in settings and getattr(log.run, "id", None):  # for a resume to continue this W&B run
                     write_atomic(id_file, f"{log.run.id}\n")
@@ -1107,6 +1109,8 @@ def resume(
     total_steps: int | None = None,
     callbacks: list | None = None,
     allow_import: str | list[str] | tuple[str, ...] = (),
+    address: str | None = None,
+    trust_wandb_settings: bool = False,
 ) -> TrainResult:
     """Continue the run in ``run_dir`` from its newest checkpoint that verifies (optionally to a new
     ``total_steps``). The config is the one stored in that checkpoint; the run's ``config.yaml`` is
@@ -1116,11 +1120,40 @@ def resume(
     The env is made from the checkpoint's config, a file that may be someone else's, so under
     :func:`rlfunc.envs.factory.from_loaded_file`: a module it names (``env.id`` ``module:Env-v0``, a
     ``module:ClassName`` wrapper) is imported only if it is already imported or named in
-    ``allow_import`` (``rlfunc resume --allow-import MODULE``)."""
+    ``allow_import`` (``rlfunc resume --allow-import MODULE``). For the same reason (:func:`consent_to_loaded`):
+    a distributed run's Ray cluster is joined only at an ``address`` the user gives (``rlfunc resume
+    --address``; ``"local"`` runs Ray on this machine), never at the checkpoint's ``distributed.address``
+    alone, and ``train.wandb`` keys other than W&B's project, entity, run and labels (``dir``, ``settings``,
+    ...) are used only with ``trust_wandb_settings=True`` (``--trust-wandb-settings``)."""
     from rlfunc.envs.factory import from_loaded_file
 
     with from_loaded_file(allow_import):
-        return _resume(run_dir, total_steps, callbacks)
+        return _resume(run_dir, total_steps, callbacks, address=address, trust_wandb_settings=trust_wandb_settings)
+
+
+def consent_to_loaded(run_config: RunConfig, address: str | None = None, trust_wandb_settings: bool = False) -> RunConfig:
+    """The config a resume runs with, from ``run_config`` read from a checkpoint (a file that may be someone
+    else's), or one sentence before anything is done: a stored ``distributed.address`` is joined only when the
+    user passes ``address`` (:func:`rlfunc.scale.distributed.resume_address`, which also spells
+    ``"local"``), which replaces it; ``address`` for a run without a ``distributed`` section is refused; a
+    stored ``train.wandb`` with keys beyond :data:`~rlfunc.runtime.config.LOADED_WANDB_KEYS` needs
+    ``trust_wandb_settings`` (:func:`~rlfunc.runtime.config.check_loaded_wandb`)."""
+    if not isinstance(trust_wandb_settings, bool):
+        raise ConfigError(f"trust_wandb_settings must be True or False, got {trust_wandb_settings!r}.")
+    d = run_config.distributed
+    if d is None and address is not None:
+        raise ConfigError(
+            f"--address {address!r} sets where a distributed run's Ray runs, and this {run_config.algo} run trains "
+            "in one process (no distributed section); resume it without --address."
+        )
+    if d is not None:
+        from rlfunc.scale.distributed import resume_address
+
+        chosen = resume_address(d.address, address)
+        if chosen != d.address:
+            run_config = dataclasses.replace(run_config, distributed=dataclasses.replace(d, address=chosen))
+    check_loaded_wandb(run_config.train.wandb, trust_wandb_settings)
+    return run_config
 
 
 def resumed_total_steps(total_steps: Any, meta: dict) -> int:
@@ -1166,7 +1199,8 @@ def _refuse_part_of_a_larger_run(run_dir: Path) -> None:
         )
 
 
-def _resume(run_dir: str | Path, total_steps: int | None, callbacks: list | None) -> TrainResult:
+def _resume(run_dir: str | Path, total_steps: int | None, callbacks: list | None, address: str | None = None,
+            trust_wandb_settings: bool = False) -> TrainResult:
     from rlfunc.runtime import population
     from rlfunc.runtime.api import as_path, check_resume_packages, is_weights_only
 
@@ -1177,8 +1211,14 @@ def _resume(run_dir: str | Path, total_steps: int | None, callbacks: list | None
     if population.is_population_run(run_dir):
         if callbacks:
             raise ConfigError("callbacks are not available for populations yet; resume without callbacks.")
-        return population.resume(run_dir, total_steps=total_steps)
-    check_resume_packages(run_dir)  # its loggers' packages, from meta.json alone: before any checkpoint is read
+        if address is not None:
+            raise ConfigError(
+                f"--address {address!r} sets where a distributed run's Ray runs, and {str(run_dir)!r} is a population, "
+                "which trains in one process; resume it without --address."
+            )
+        return population.resume(run_dir, total_steps=total_steps, trust_wandb_settings=trust_wandb_settings)
+    # its loggers' packages and what it may do without consent, from meta.json alone: before any checkpoint is read
+    check_resume_packages(run_dir, address=address, trust_wandb_settings=trust_wandb_settings)
     if is_weights_only(run_dir):
         raise ConfigError(
             f"{str(run_dir)!r} holds a policy's weights only (an `rlfunc export` or a run's best/ policy), "
@@ -1202,6 +1242,7 @@ def _resume(run_dir: str | Path, total_steps: int | None, callbacks: list | None
             raw = apply_overrides(raw, {"train.total_steps": resumed_total_steps(total_steps, meta)})
         run_config = build_config(raw, resolved=True)  # a config rlfunc wrote, possibly an older version's
         check_train_packages(run_config.train, resuming=True)  # as checked before reading it: the checkpoint's own config
+        run_config = consent_to_loaded(run_config, address, trust_wandb_settings)  # before Ray or W&B is reached
         if run_config.distributed is not None:  # fresh Ray actors, the learner from the checkpoint
             from rlfunc.scale import distributed
 

@@ -105,6 +105,7 @@ __all__ = [
     "ActorProcess",
     "DistributedTrainer",
     "connect_for",
+    "resume_address",
     "train",
     "resume",
 ]
@@ -694,6 +695,54 @@ class DistributedTrainer(Trainer):
 
 
 # ----------------------------------------------------------------------------- entry points
+
+
+LOCAL = "local"
+"""``rlfunc resume --address local`` (``address="local"``): the resumed learner starts its own Ray on this
+machine (``distributed.address`` null), whatever address the run was trained with."""
+
+
+def _ray_running_here() -> bool:
+    """Whether this process already has Ray initialized (a sweep's Ray task, a notebook that called
+    ``ray.init``): :func:`rlfunc.scale.sweep.connect` then joins nothing, whatever the address says.
+    Ray is not imported to ask."""
+    ray = sys.modules.get("ray")
+    try:
+        return ray is not None and bool(ray.is_initialized())
+    except Exception:  # a partly imported or stubbed ray
+        return False
+
+
+def resume_address(stored: str | None, given: str | None) -> str | None:
+    """The ``distributed.address`` a resume runs with: ``stored`` is the checkpoint's (a file that may be
+    someone else's), ``given`` the user's ``rlfunc resume --address`` (``address=`` of :func:`rlfunc.resume`).
+
+    A resume never connects, on its own, to an address read from the checkpoint: joining a Ray cluster
+    sends it this machine's Ray token (``RAY_AUTH_TOKEN``, ``~/.ray/auth_token``) and unpickles what it
+    sends back. So with no ``given`` address a stored non-null one is refused in one sentence naming it
+    and the flag. ``auto`` is refused the same way as ``host:port`` and ``ray://host:port``: Ray resolves
+    it from ``RAY_ADDRESS`` or the address file of the newest ``ray start``, which on a node that joined a
+    cluster names that cluster's head on another host. Only a stored null (a Ray of the resume's own on
+    this machine, loopback) needs no flag, and so does a process where Ray is already initialized (a
+    sweep's task resuming its own run inside the cluster), where no address is joined at all.
+
+    ``given``: ``"local"`` (:data:`LOCAL`) starts Ray on this machine (``distributed.address`` null);
+    anything else (``auto``, ``host:port``, ``ray://host:port``) is joined as ``rlfunc train`` joins its
+    ``distributed.address``, after the same reachability check."""
+    if given is not None:
+        if not isinstance(given, str) or not given.strip():
+            raise ConfigError(
+                f"--address must be local, auto, host:port or ray://host:port, got {given!r}; pass e.g. --address local."
+            )
+        given = given.strip()
+        return None if given == LOCAL else given
+    if stored is None or _ray_running_here():
+        return stored
+    raise ConfigError(
+        f"this run was trained on the Ray cluster at {stored!r} (distributed.address in its checkpoint), which a "
+        f"resume does not join on its own; to resume it there pass --address {stored!r} (address= in rlfunc.resume), "
+        f"or --address {LOCAL} to run Ray on this machine."
+    )
 
 
 def connect_for(config: RunConfig):
