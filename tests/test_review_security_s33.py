@@ -98,3 +98,16 @@ def test_infinite_action_bounds_are_one_sentence_from_the_runtime_and_from_the_p
     pixels = gym.spaces.Box(0, 255, (3, 84, 84), np.uint8)
     with pytest.raises(ValueError, match=r"DrQ-v2 squashes actions .* must be finite"):
         drqv2.init(drqv2.Config(frame_stack=1), pixels, gym.spaces.Box(-1.0, np.inf, (1,), np.float32))
+
+
+def test_a_sweeps_results_read_a_runs_config_yaml_bounded(trained, tmp_path):
+    """``collected_run`` (the sweep's results, ``benchmarks/learn_bench.py collect``) reads a run's config.yaml as
+    ``plot`` does: nested aliases are one sentence, not an expansion dumped into the results JSON."""
+    from rlfunc.scale.results import collected_run
+
+    assert collected_run(trained)["env"] == "Pendulum-v1"
+    bomb = tmp_path / "bomb"
+    shutil.copytree(trained, bomb)
+    (bomb / "config.yaml").write_text(BOMB)
+    with pytest.raises(ValueError, match="holds more than 10,000 values once its YAML aliases are expanded"):
+        collected_run(bomb)

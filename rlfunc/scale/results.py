@@ -22,10 +22,10 @@ def collected_run(run_dir: str | Path, label: str | None = None) -> dict:
     evaluation's, e.g. ``"max_wall_s: ..."``; ``None`` when no rule stopped it), which is when
     :func:`run_finished` (``rlfunc sweep``) stops training it; ``wall_s`` is the last evaluation's
     ``time_s`` (training time, resumed parts included)."""
-    import yaml
+    from rlfunc.runtime.plot import _run_config  # bounded: a config.yaml of nested aliases is one sentence
 
     run_dir = Path(run_dir)
-    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    cfg = _run_config(run_dir)
     with open(run_dir / "eval.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     evals = [[int(r["step"]), float(r["mean_return"])] for r in rows]
