@@ -93,7 +93,7 @@ def test_infinite_action_bounds_are_one_sentence_from_the_runtime_and_from_the_p
             rlfunc.train(None, overrides={**TINY, "env.id": "RlfuncUnboundedActions-v0"}, run_dir=tmp_path / "r")
     finally:
         gym.registry.pop("RlfuncUnboundedActions-v0", None)
-    with pytest.raises(ValueError, match=r"must be finite, got low \[-inf\] and high \[inf\]; wrap the env"):
+    with pytest.raises(ValueError, match=r"must be finite, got low \[-inf\] and high \[inf\]; give the env.s action space finite bounds"):
         redq.init(redq.Config(), _UnboundedActions.observation_space, _UnboundedActions.action_space)
     pixels = gym.spaces.Box(0, 255, (3, 84, 84), np.uint8)
     with pytest.raises(ValueError, match=r"DrQ-v2 squashes actions .* must be finite"):

@@ -271,7 +271,30 @@ def test_stored_wandb_settings_that_redirect_wandb_are_refused_on_resume(tmp_pat
     with pytest.raises(ConfigError) as refused:
         sweep(resume=sweep_dir, echo=lambda line: None)
     text = one_sentence(refused.value)
-    assert "its config sets train.wandb.settings" in text and "rlfunc resume RUN --trust-wandb-settings" in text, text
+    assert "its config sets train.wandb.settings" in text and "pass --trust-wandb-settings" in text, text
+    with pytest.raises(AssertionError, match="Ray was started"):  # trusted: the sweep goes on to start Ray
+        sweep(resume=sweep_dir, echo=lambda line: None, trust_wandb_settings=True)
+    args = build_parser().parse_args(["sweep", "--resume", str(sweep_dir), "--trust-wandb-settings"])
+    assert args.trust_wandb_settings is True
     edit_plan(sweep_dir, lambda p: p["raw_config"]["train"].update(wandb={"project": "p", "mode": "offline"}))
     with pytest.raises(AssertionError, match="Ray was started"):  # harmless keys: the sweep goes on to start Ray
         sweep(resume=sweep_dir, echo=lambda line: None)
+    with pytest.raises(ConfigError, match="--trust-wandb-settings is for --resume"):
+        sweep(TINY, echo=lambda line: None, trust_wandb_settings=True)
+
+
+def test_a_plan_with_torchs_default_threads_resumes(tmp_path):
+    """``train.threads: 0`` (torch's default; the MuJoCo configs leave it so) is what the plan holds for them."""
+    plan, sweep_dir = planned(tmp_path, {**TINY, "train": {**TINY.get("train", {}), "threads": 0}})
+    assert {e["threads"] for e in plan["runs"]} == {0}
+    assert load_plan(sweep_dir)["runs"][0]["threads"] == 0
+
+
+def test_the_results_png_is_readable_by_others_as_plot_writes_it(finished_sweep, tmp_path):
+    old = os.umask(0o022)
+    try:
+        result = sweep(resume=finished_sweep, echo=lambda line: None)
+    finally:
+        os.umask(old)
+    assert result.get("png"), result
+    assert Path(result["png"]).stat().st_mode & 0o777 == 0o644

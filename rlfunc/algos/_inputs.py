@@ -199,5 +199,5 @@ def check_finite_bounds(algos: str, act_space, verb: str = "squash") -> None:
     if not (np.isfinite(low).all() and np.isfinite(high).all()):
         raise ValueError(
             f"{algos} {verb} actions into the action space's bounds, which must be finite, got low {low.tolist()} and "
-            f"high {high.tolist()}; wrap the env in gymnasium.wrappers.RescaleAction (or give it finite bounds)."
+            f"high {high.tolist()}; give the env's action space finite bounds (the range of actions that make sense)."
         )

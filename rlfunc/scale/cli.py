@@ -66,6 +66,9 @@ def add_sweep_parser(sub) -> argparse.ArgumentParser:
     from rlfunc.runtime.cli import _add_allow_import  # rlfunc resume's --allow-import, for the stored plan's configs
 
     _add_allow_import(s)  # with --resume only: a new sweep's CONFIG is the user's own
+    s.add_argument("--trust-wandb-settings", action="store_true",
+                   help="with --resume: use the stored configs' train.wandb keys that redirect W&B (dir, settings, ...), "
+                        "which a loaded plan does not use on its own (as rlfunc resume --trust-wandb-settings)")
     return s
 
 
@@ -81,6 +84,7 @@ def run_sweep_command(args: argparse.Namespace) -> None:
         resume=args.resume, address=args.address, max_concurrent=args.max_concurrent,
         max_retries=args.max_retries, gpus=args.gpus, out=args.out,
         echo=lambda line: print(line, flush=True), population=args.population, allow_import=args.allow_import,
+        trust_wandb_settings=args.trust_wandb_settings,
     )
     for label, s in result["summary"].items():
         median = "n/a" if s["median_final_return"] is None else f"{s['median_final_return']:.1f}"

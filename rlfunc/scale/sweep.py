@@ -376,8 +376,8 @@ def check_plan(plan: Any, path: Path) -> None:
             raise refuse(f"has run entry {name!r} whose label {entry.get('label')!r} is not a string")
         if "config" in entry and entry["config"] is not None and not isinstance(entry["config"], str):
             raise refuse(f"has run entry {name!r} whose config {entry['config']!r} is not a config file's path")
-        if not _int(entry.get("threads"), 1):
-            raise refuse(f"has run entry {name!r} whose threads {entry.get('threads')!r} is not a positive integer")
+        if not _int(entry.get("threads")):  # 0: torch's default (train.threads)
+            raise refuse(f"has run entry {name!r} whose threads {entry.get('threads')!r} is not a thread count")
         if entry.get("seed") is not None and not _int(entry["seed"]):
             raise refuse(f"has run entry {name!r} whose seed {entry['seed']!r} is not a seed")
         members = entry.get("members")
@@ -424,13 +424,16 @@ def load_plan(sweep_dir: str | Path) -> dict:
     return plan
 
 
-def check_loaded_imports(plan: dict, allow_import: list[str] | tuple[str, ...] = ()) -> None:
+def check_loaded_imports(plan: dict, allow_import: list[str] | tuple[str, ...] = (), trust_wandb_settings: bool = False) -> None:
     """A stored plan (``rlfunc sweep --resume``) is a loaded file, as a checkpoint is: its configs' modules
     (an ``env.id`` ``module:Env-v0``, ``module:ClassName`` wrappers) and gymnasium wrappers that may write
     files are refused in one sentence, as ``rlfunc resume`` refuses them
     (:func:`rlfunc.envs.factory.from_loaded_file`'s own checks), unless ``allow_import``
     (``--allow-import MODULE``) names them. The configs are built without importing anything; a config that
-    does not build is refused too. Called before Ray is imported; nothing is imported here."""
+    does not build is refused too. So are ``train.wandb`` keys that redirect W&B (beyond
+    :data:`~rlfunc.runtime.config.LOADED_WANDB_KEYS`), unless ``trust_wandb_settings``
+    (``--trust-wandb-settings``), as ``rlfunc resume`` refuses them. Called before Ray is imported; nothing
+    is imported here."""
     from rlfunc.envs.factory import _check_loaded_import, _check_loaded_wrapper, from_loaded_file
 
     for entry in plan["runs"]:
@@ -442,11 +445,11 @@ def check_loaded_imports(plan: dict, allow_import: list[str] | tuple[str, ...] =
             raise ConfigError(f"{where}: the stored config cannot be used ({str(exc).rstrip('.')}); start a new sweep.") from None
         wandb = _stored_wandb(raw, entry)
         others = [str(k) for k in wandb or {} if k not in LOADED_WANDB_KEYS]
-        if others:  # as rlfunc resume refuses them from a checkpoint (config.check_loaded_wandb), with no opt-in here
+        if others and not trust_wandb_settings:  # as rlfunc resume refuses them from a checkpoint (config.check_loaded_wandb)
             raise ConfigError(
                 f"{where}: its config sets {', '.join(f'train.wandb.{k}' for k in others)}, which can make W&B write files "
-                "elsewhere or send your data and W&B API key to another server, so `rlfunc sweep --resume` does not use it; "
-                "resume that run with `rlfunc resume RUN --trust-wandb-settings`, or start a new sweep from your own config."
+                "elsewhere or send your data and W&B API key to another server, so `rlfunc sweep --resume` does not use it "
+                "on its own; if you trust this sweep directory pass --trust-wandb-settings."
             )
         try:
             with from_loaded_file(allow_import):
@@ -574,7 +577,8 @@ def entry_records(plan: dict, entry: dict) -> list[dict]:
     return records
 
 
-def train_or_continue(plan: dict, entry: dict, allow_import: list[str] | None = None) -> list[dict]:
+def train_or_continue(plan: dict, entry: dict, allow_import: list[str] | None = None,
+                      trust_wandb_settings: bool = False) -> list[dict]:
     """Body of one sweep task (any process): bring the run ``entry`` to its end and return its learn
     records. A finished run is read back; a run with a usable checkpoint (as :func:`rlfunc.resume` finds
     it, :func:`_newest_checkpoint_step`) is resumed from it, allowed to import what the entry's own config
@@ -628,7 +632,7 @@ def train_or_continue(plan: dict, entry: dict, allow_import: list[str] | None = 
                 # a new sweep's runs are the user's own config: W&B settings as given; a stored plan's, not
                 # (check_loaded_imports refused them in the plan; a run's own checkpoint may still set them)
                 rlfunc.resume(run_dir, allow_import=list(allow_import) if loaded else _config_imports(plan, entry),
-                              trust_wandb_settings=not loaded)
+                              trust_wandb_settings=trust_wandb_settings or not loaded)
                 return entry_records(plan, entry)
             except CheckpointError as exc:  # every checkpoint damaged: start over
                 print(f"rlfunc sweep: {run_dir}: {exc}; training it from the start", file=sys.stderr)
@@ -912,6 +916,7 @@ def run_entries(
     echo: Callable[[str], None] = print,
     of: int | None = None,
     allow_import: list[str] | None = None,
+    trust_wandb_settings: bool = False,
 ) -> tuple[dict[str, list[dict]], dict[str, str], dict[str, Any]]:
     """Train the plan entries ``todo`` as Ray tasks (:func:`train_or_continue`), at most
     ``max_concurrent`` in flight (default: as many as the cluster's CPUs allow). A task Ray could
@@ -920,7 +925,8 @@ def run_entries(
     records of each finished entry by name, the entries that failed (name -> one line: an error,
     or a worker that died more than ``max_retries`` times) and the cluster's description. Ctrl-C
     or SIGTERM raises :class:`SweepStopped`; Ray (when started here) is shut down either way.
-    ``allow_import``: each task's (:func:`train_or_continue`), not ``None`` for a plan loaded from a file."""
+    ``allow_import``, ``trust_wandb_settings``: each task's (:func:`train_or_continue`); ``allow_import`` is not
+    ``None`` for a plan loaded from a file."""
     sweep_dir = Path(plan["sweep_dir"])
     if max_concurrent is not None and max_concurrent < 1:
         raise ConfigError(f"--max-concurrent must be a positive integer, got {max_concurrent}.")
@@ -964,7 +970,7 @@ def run_entries(
                 ref = task.options(
                     num_cpus=bundles[0].get("CPU", 1.0), num_gpus=bundles[0].get("GPU", 0.0),
                     max_retries=max_retries, retry_exceptions=False, name=f"rlfunc-sweep:{entry['name']}", **options,
-                ).remote(plan, entry, allow_import)
+                ).remote(plan, entry, allow_import, trust_wandb_settings)
                 pending[ref] = entry
                 if len(bundles) > 1:
                     groups[ref] = group
@@ -1033,11 +1039,12 @@ def run_sweep(
     out: str | Path | None = None,
     echo: Callable[[str], None] = print,
     allow_import: list[str] | None = None,
+    trust_wandb_settings: bool = False,
 ) -> dict:
     """Run (or continue) the plan's runs on Ray and write the learn JSON + PNG. Returns the result.
 
     Finished runs are read back from their directories, not trained again; the others are Ray
-    tasks (:func:`run_entries`, with ``allow_import``). A run that fails with an error (not a dead
+    tasks (:func:`run_entries`, with ``allow_import`` and ``trust_wandb_settings``). A run that fails with an error (not a dead
     worker) is listed under ``failed``; the others go on. The JSON and the PNG are written to temporary
     files beside them and renamed into place: a symlink at either is replaced, never written through.
     """
@@ -1052,7 +1059,7 @@ def run_sweep(
          f"({len(grid_points(plan['grid']))} settings x {len(plan['seeds'])} seeds), {len(done)} finished already, "
          f"{len(todo)} to train")
     trained, failed, machine = run_entries(plan, todo, address, max_concurrent, max_retries, echo, of=len(plan["runs"]),
-                                           allow_import=allow_import)
+                                           allow_import=allow_import, trust_wandb_settings=trust_wandb_settings)
     done.update(trained)
     runs = [r for e in plan["runs"] if e["name"] in done for r in done[e["name"]]]
     result = {
@@ -1090,6 +1097,9 @@ def run_sweep(
             # does not count as settings (train.total_steps, train.max_updates) are not merged
             plot_runs([r["run_dir"] for r in runs], tmp, title=f"sweep {sweep_dir.name} (mean, min-max over seeds)",
                       labels=[r["algo"] for r in runs])
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide the figure from the others on shared storage
             os.replace(tmp, png)
             result["png"] = str(png)
         except RuntimeError as exc:  # no matplotlib
@@ -1121,6 +1131,7 @@ def sweep(
     echo: Callable[[str], None] = print,
     population: bool = False,
     allow_import: str | list[str] | tuple[str, ...] | None = None,
+    trust_wandb_settings: bool = False,
 ) -> dict:
     """Plan (or, with ``resume``, reload) a sweep, write ``sweep.json``, run it; see :func:`run_sweep`.
     Everything that can be checked — the specs, every run's config, Ray's presence, the address, that
@@ -1131,7 +1142,8 @@ def sweep(
     hostile one), so its configs are treated as ``rlfunc resume`` treats a checkpoint's: a module they name
     is imported only if ``allow_import`` (``--allow-import MODULE``) names it (:func:`check_loaded_imports`,
     before Ray is imported), and what follows, here and in the tasks, runs under
-    :func:`rlfunc.envs.factory.from_loaded_file`. A new sweep's config is the user's own."""
+    :func:`rlfunc.envs.factory.from_loaded_file`; its ``train.wandb`` keys that redirect W&B are used only
+    with ``trust_wandb_settings`` (``--trust-wandb-settings``). A new sweep's config is the user's own."""
     from rlfunc.envs.factory import allow_import_list, from_loaded_file
 
     try:
@@ -1149,13 +1161,16 @@ def sweep(
                 f"--resume continues the stored plan, whose runs each ask for {float(plan.get('gpus') or 0.0):g} GPUs; "
                 "drop --gpus (a new amount needs a new sweep)."
             )
-        check_loaded_imports(plan, allowed)
+        if not isinstance(trust_wandb_settings, bool):
+            raise ConfigError(f"trust_wandb_settings must be True or False, got {trust_wandb_settings!r}.")
+        check_loaded_imports(plan, allowed, trust_wandb_settings)
         with from_loaded_file(allowed):
-            return _run_planned(plan, True, address, max_concurrent, max_retries, out, echo, allowed)
-    if allowed:
+            return _run_planned(plan, True, address, max_concurrent, max_retries, out, echo, allowed, trust_wandb_settings)
+    if allowed or trust_wandb_settings:
+        flag = "--allow-import" if allowed else "--trust-wandb-settings"
         raise ConfigError(
-            "--allow-import is for --resume, whose stored plan is a loaded file; a new sweep imports what its own "
-            "CONFIG names, so drop --allow-import."
+            f"{flag} is for --resume, whose stored plan is a loaded file; a new sweep uses what its own "
+            f"CONFIG names, so drop {flag}."
         )
     plan = plan_sweep(config, "0" if seeds is None else seeds, grid, overrides, sweep_dir,
                       0.0 if gpus is None else gpus, population)
@@ -1165,7 +1180,8 @@ def sweep(
 
 
 def _run_planned(plan: dict, resumed: bool, address: str | None, max_concurrent: int | None, max_retries: int,
-                 out: str | Path | None, echo: Callable[[str], None], allow_import: list[str] | None) -> dict:
+                 out: str | Path | None, echo: Callable[[str], None], allow_import: list[str] | None,
+                 trust_wandb_settings: bool = False) -> dict:
     """:func:`sweep` once its plan is made (or loaded and checked): the last checks, Ray, :func:`run_sweep`."""
     # an --out that cannot be written, or would destroy a file: one sentence now, not after training
     results_path(plan["sweep_dir"], out, plan.get("config"))
@@ -1173,7 +1189,7 @@ def _run_planned(plan: dict, resumed: bool, address: str | None, max_concurrent:
     _import_ray()  # before writing anything: Ray missing is one sentence
     if resumed and not split_finished(plan)[1]:  # every run finished already: no Ray to start
         return run_sweep(plan, address=address, max_concurrent=max_concurrent, max_retries=max_retries, out=out,
-                         echo=echo, allow_import=allow_import)
+                         echo=echo, allow_import=allow_import, trust_wandb_settings=trust_wandb_settings)
     # Start or join Ray before writing anything: an unreachable cluster, or a run asking for more than
     # the cluster has, is one sentence and leaves no sweep directory.
     ray, started = connect(address)
@@ -1182,7 +1198,7 @@ def _run_planned(plan: dict, resumed: bool, address: str | None, max_concurrent:
         if not resumed:
             write_plan(plan)
         return run_sweep(plan, address=address, max_concurrent=max_concurrent, max_retries=max_retries, out=out,
-                         echo=echo, allow_import=allow_import)
+                         echo=echo, allow_import=allow_import, trust_wandb_settings=trust_wandb_settings)
     finally:
         if started:
             ray.shutdown()  # stops a local Ray; disconnects from a cluster, which goes on
