@@ -28,6 +28,7 @@ import gymnasium as gym
 import pytest
 import torch
 import yaml
+from helpers_ray import InstantRay
 from tensordict import TensorDict
 
 from rlfunc.core.exploration import actor_epsilons
@@ -283,59 +284,6 @@ def test_the_epsilon_ladder_is_split_over_the_actors():
     assert slices[0][0] == pytest.approx(0.4) and slices[-1][-1] == pytest.approx(0.4**8)
 
 
-class _InstantRay:
-    """In-process stand-in for the few Ray calls the learner loop makes: each actor is an
-    :class:`ActorProcess` here, a call runs at once, and every finished call is returned by one
-    ``wait``, as when all queued chunks reach a busy driver together."""
-
-    class exceptions:
-        class ActorUnavailableError(Exception):
-            pass
-
-        class RayActorError(Exception):
-            pass
-
-        class ObjectLostError(Exception):
-            pass
-
-    class Ref:
-        def __init__(self, value):
-            self.value = value
-
-    def remote(self, cls):
-        class Handle:
-            def __init__(self, actor):
-                class Method:
-                    def __init__(self, fn):
-                        self.fn = fn
-
-                    def remote(self, *args):
-                        return _InstantRay.Ref(self.fn(*args))
-
-                self.collect, self.info = Method(actor.collect), Method(actor.info)
-
-        class Factory:
-            def options(self, **_):
-                return self
-
-            def remote(self, *args):
-                return Handle(cls(*args))
-
-        return Factory()
-
-    def put(self, value):
-        return value
-
-    def get(self, ref):
-        return ref.value
-
-    def wait(self, calls, num_returns=1, timeout=None):
-        return list(calls), []
-
-    def kill(self, actor, no_restart=True):
-        pass
-
-
 def test_chunks_arriving_together_are_held_by_min_replay_ratio_so_a_short_run_still_learns(tmp_path):
     """Every queued chunk is returned by one wait: the replay ratio's start is set when the replay first
     holds learning_starts windows (while inserting), so min_replay_ratio holds the actors asked again
@@ -343,7 +291,7 @@ def test_chunks_arriving_together_are_held_by_min_replay_ratio_so_a_short_run_st
     short run be collected first: the run ended with no update, a flaky CI failure.)"""
     raw = _tiny(**{"train.total_steps": 400, "train.learning_starts": 8, "distributed.param_sync_steps": 50,
                    "distributed.max_replay_ratio": 0.05, "distributed.min_replay_ratio": 0.04})
-    trainer = distributed.DistributedTrainer(build_config(raw), tmp_path / "run", None, _InstantRay())
+    trainer = distributed.DistributedTrainer(build_config(raw), tmp_path / "run", None, InstantRay())
     trainer.run()
     assert trainer.env_step >= 400 and trainer.ratio_from is not None
     steps = trainer.env_step - trainer.ratio_from

@@ -16,6 +16,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers_ray import InstantRay
 
 import rlfunc
 from rlfunc.runtime.checkpoint import meta_checksum
@@ -153,63 +154,6 @@ DIST = {
 STORED = "ray://203.0.113.9:10001"  # TEST-NET-3: nothing answers there
 
 
-class _InstantRay:
-    """Ray in this process: each remote call runs at once (as tests/test_distributed_r2d2.py's)."""
-
-    class exceptions:
-        class RayActorError(Exception):
-            pass
-
-        class ObjectLostError(Exception):
-            pass
-
-    class Ref:
-        def __init__(self, value):
-            self.value = value
-
-    def remote(self, cls):
-        class Handle:
-            def __init__(self, actor):
-                class Method:
-                    def __init__(self, fn):
-                        self.fn = fn
-
-                    def remote(self, *args):
-                        return _InstantRay.Ref(self.fn(*args))
-
-                self.collect, self.info = Method(actor.collect), Method(actor.info)
-
-        class Factory:
-            def options(self, **_):
-                return self
-
-            def remote(self, *args):
-                return Handle(cls(*args))
-
-        return Factory()
-
-    def put(self, value):
-        return value
-
-    def get(self, ref):
-        return ref.value
-
-    def wait(self, calls, num_returns=1, timeout=None):
-        return list(calls), []
-
-    def kill(self, actor, no_restart=True):
-        pass
-
-    def cluster_resources(self):
-        return {"CPU": 8.0}
-
-    def available_resources(self):
-        return {"CPU": 8.0}
-
-    def shutdown(self):
-        pass
-
-
 @pytest.fixture(scope="module")
 def distributed_run(tmp_path_factory):
     """A tiny distributed R2D2 run trained on an in-process Ray, its checkpoint's config naming a cluster."""
@@ -217,7 +161,7 @@ def distributed_run(tmp_path_factory):
     from rlfunc.scale import distributed
 
     run = tmp_path_factory.mktemp("s33d") / "run"
-    distributed.DistributedTrainer(build_config(DIST), run, None, _InstantRay()).run()
+    distributed.DistributedTrainer(build_config(DIST), run, None, InstantRay()).run()
     src = run.parent / "src"
     run.rename(src)
     return _forge(src, run, lambda c: c["distributed"].update(address=STORED))
@@ -302,7 +246,7 @@ def test_a_process_already_in_ray_resumes_its_own_run(distributed_run, tmp_path,
 
 def test_address_local_resumes_on_a_ray_of_its_own(distributed_run, tmp_path, no_network, capsys):
     calls, state = no_network
-    state["answer"] = _InstantRay()
+    state["answer"] = InstantRay()
     run = _forge(distributed_run, tmp_path / "local", lambda c: None)
     assert main(["resume", str(run), "--address", "local", "--total-steps", "600"]) == 0, capsys.readouterr().err
     assert ("connect", None) in calls and STORED not in [a for _, a in calls], calls
