@@ -590,8 +590,10 @@ def train_or_continue(plan: dict, entry: dict, allow_import: list[str] | None = 
 
     ``allow_import`` not ``None``: the plan was loaded from a ``sweep.json`` (``rlfunc sweep --resume``), a
     file that may be someone else's, so the run trains under :func:`rlfunc.envs.factory.from_loaded_file`
-    and resumes allowed only these modules (``--allow-import``), as ``rlfunc resume`` does. A run name that
-    is not one plain path component, or a run directory that is a symlink, is refused before anything."""
+    and resumes allowed only these modules (``--allow-import``), as ``rlfunc resume`` does, and with the
+    run's stored W&B keys that redirect W&B only if ``trust_wandb_settings`` (``--trust-wandb-settings``).
+    A run name that is not one plain path component, or a run directory that is a symlink, is refused
+    before anything."""
     import contextlib
 
     import rlfunc
