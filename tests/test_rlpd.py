@@ -198,6 +198,20 @@ def test_act_and_bad_spaces():
         rlpd.Config(num_critics=2, subset_size=3)
 
 
+
+def test_act_input_errors_name_rlpd_act():
+    """rlpd.act shares redq's code; its errors still name the function the user called."""
+    cfg = _tiny()
+    params = rlpd.init(cfg, *_spaces())["params"]
+    with pytest.raises(ValueError, match=r"^rlpd\.act: obs must be \[\.\.\., 3\]"):
+        rlpd.act(params, torch.zeros(5, OBS + 1), config=cfg)
+    with pytest.raises(ValueError, match=r"^rlpd\.act: noise"):
+        rlpd.act(params, torch.zeros(5, OBS), torch.zeros(5, ACT, dtype=torch.float64), config=cfg)
+    with pytest.raises(ValueError, match=r"^rlpd\.act: params"):
+        rlpd.act(TensorDict({}), torch.zeros(5, OBS), config=cfg)
+    with pytest.raises(ValueError, match=r"^redq\.act: obs"):
+        redq.act(params, torch.zeros(5, OBS + 1))
+
 @pytest.mark.compile
 def test_update_compiles_fullgraph_and_matches_eager():
     cfg = _tiny(updates_per_step=2, num_critics=3)

@@ -896,25 +896,29 @@ def act(
     sample from ``noise`` (standard normal ``[..., A]`` in the parameters' dtype, the
     shape of the action; drawn from the global generator if omitted).
     """
+    return _act("redq.act", params, obs, noise, deterministic, config or Config())
+
+
+def _act(name: str, params: TensorDict, obs: torch.Tensor, noise, deterministic: bool, config: Config) -> torch.Tensor:
+    """:func:`act`, its input errors naming ``name`` (the caller's public function: ``rlpd.act`` shares it)."""
     if not isinstance(params, TensorDict) or "actor" not in params.keys():
-        raise ValueError("redq.act: params must be the state's parameters, state['params'] (with an 'actor' entry).")
+        raise ValueError(f"{name}: params must be the state's parameters, state['params'] (with an 'actor' entry).")
     trunk = params["actor", "trunk", "0", "weight"]
     if torch.compiler.is_compiling():  # shapes checked eagerly only, as rlfunc.algos._inputs
         pass
     elif not isinstance(obs, torch.Tensor) or obs.dim() < 1 or obs.shape[-1] != trunk.shape[-1] or obs.dtype != trunk.dtype:
         got = f"{type(obs).__name__}" if not isinstance(obs, torch.Tensor) else f"shape {list(obs.shape)} and dtype {obs.dtype}"
         raise ValueError(
-            f"redq.act: obs must be [..., {trunk.shape[-1]}] with dtype {trunk.dtype} (the parameters'), got {got}."
+            f"{name}: obs must be [..., {trunk.shape[-1]}] with dtype {trunk.dtype} (the parameters'), got {got}."
         )
     with torch.no_grad():
         mean, log_std = actor_apply(params["actor"], obs)
         if deterministic:
             return tanh_gaussian_mode(mean)
-        config = config or Config()
         if noise is None:
             noise = torch.randn_like(mean)
         else:  # another dtype would promote the action (float64 noise, float64 actions); another shape broadcast
-            _inputs.check_tensor("redq.act", "noise", noise, [tuple(mean.shape)], dtype=mean.dtype, labels=["...", "A"])
+            _inputs.check_tensor(name, "noise", noise, [tuple(mean.shape)], dtype=mean.dtype, labels=["...", "A"])
         action, _ = tanh_gaussian(
             mean, log_std, noise, log_std_min=config.log_std_min, log_std_max=config.log_std_max
         )

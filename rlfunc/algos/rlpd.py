@@ -246,7 +246,7 @@ def act(
     ``deterministic=True``: ``tanh(mean)`` (evaluation); otherwise a policy
     sample from standard-normal ``noise [..., A]``.
     """
-    return redq.act(params, obs, noise, deterministic=deterministic, config=_as_redq(config or Config()))
+    return redq._act("rlpd.act", params, obs, noise, deterministic, _as_redq(config or Config()))
 
 
 actor_apply = redq.actor_apply
