@@ -406,6 +406,11 @@ def test_malformed_overrides_are_one_sentence(item, match):
     assert one_sentence(str(info.value)), str(info.value)
 
 
+
+def test_a_key_set_twice_takes_the_last_value():
+    """As argparse options and the --set help say: a wrapper script's defaults can be overridden by appending."""
+    assert parse_overrides(["train.seed=1", "agent.lr=1e-3", "train.seed=3"]) == {"train.seed": 3, "agent.lr": 1e-3}
+
 def test_overrides_into_a_value_or_of_bad_shape():
     with pytest.raises(ConfigError, match=r"^Cannot set 'algo\.x': 'algo' is not a section"):
         apply_overrides(base("redq"), {"algo.x": 1})

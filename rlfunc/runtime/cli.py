@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a YAML file, or the name of a packaged config as `rlfunc configs` lists it "
                         "(e.g. redq/hopper); default: the embedded REDQ/Pendulum config")
     t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config value, e.g. --set train.seed=3 (repeatable)")
+                   help="override a config value, e.g. --set train.seed=3 (repeatable; a key set twice takes the last value)")
     t.add_argument("--run-dir", default=None,
                    help="run directory (default: runs/<algo>-<env>-s<seed>-<time>; a population's "
                         "runs/<algo>-<env>-pop<N>-<time>)")

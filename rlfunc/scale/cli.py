@@ -44,7 +44,7 @@ def add_sweep_parser(sub) -> argparse.ArgumentParser:
     s.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
                    help="values to sweep, e.g. --grid agent.critic_lr=1e-3,3e-4 (repeatable: the product)")
     s.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override for every run, e.g. --set train.total_steps=20000 (repeatable)")
+                   help="override for every run, e.g. --set train.total_steps=20000 (repeatable; a key set twice takes the last value)")
     s.add_argument("--address", default=None,
                    help="join a Ray cluster: auto, host:port or ray://host:port (default: a local Ray on this machine)")
     s.add_argument("--max-concurrent", type=_positive, default=None,
