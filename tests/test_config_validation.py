@@ -409,7 +409,7 @@ def test_malformed_overrides_are_one_sentence(item, match):
 
 def test_a_key_set_twice_takes_the_last_value():
     """As argparse options and the --set help say: a wrapper script's defaults can be overridden by appending."""
-    assert parse_overrides(["train.seed=1", "agent.lr=1e-3", "train.seed=3"]) == {"train.seed": 3, "agent.lr": 1e-3}
+    assert parse_overrides(["train.seed=1", "agent.lr=0.001", "train.seed=3"]) == {"train.seed": 3, "agent.lr": 0.001}
 
 def test_overrides_into_a_value_or_of_bad_shape():
     with pytest.raises(ConfigError, match=r"^Cannot set 'algo\.x': 'algo' is not a section"):
