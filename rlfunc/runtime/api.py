@@ -347,6 +347,7 @@ def evaluate(
     device: str = "cpu",
     video_dir: str | Path | None = None,
     allow_import: Sequence[str] = (),
+    max_episode_steps: int | None = None,
 ) -> dict[str, Any]:
     """Run ``episodes`` episodes; returns ``{"mean", "std", "returns", "videos"}``.
 
@@ -361,6 +362,9 @@ def evaluate(
     headless through EGL); ``videos`` lists the files. A ``video_dir`` already holding a file
     of that name for one of these episodes (an earlier evaluation's video) is refused with a
     ``ValueError`` sentence before the env is made, never written over; other files are fine.
+    ``max_episode_steps``: end (truncate) each episode after at most this many steps, with
+    gymnasium's ``TimeLimit`` around the env; by default an episode lasts as long as the env lets it
+    (its own time limit, or until it terminates for an env without one).
 
     The env and wrappers of a loaded policy's stored config are made under
     :func:`rlfunc.envs.factory.from_loaded_file`, since the file may be someone else's: a module
@@ -382,6 +386,8 @@ def evaluate(
 
     episodes = _check_int(episodes, "episodes", 1)  # True is not one episode, 2.0 not two
     seed = _check_int(seed, "seed", 0)
+    if max_episode_steps is not None:
+        max_episode_steps = _check_int(max_episode_steps, "max_episode_steps", 1)
     if not isinstance(stochastic, (bool, np.bool_)):
         raise ValueError(f"stochastic must be True or False, got {stochastic!r}.")
     stochastic = bool(stochastic)
@@ -423,6 +429,8 @@ def evaluate(
             kwargs = _video_env_kwargs(the_id, kwargs)
         env = make_env(the_id, kwargs=kwargs, wrappers=wrappers)
     _refuse_other_env(policy, env, the_id, env_cfg)
+    if max_episode_steps is not None:
+        env = gym.wrappers.TimeLimit(env, max_episode_steps)
     if video_dir is not None:
         if "rgb_array" not in (env.metadata.get("render_modes") or []):
             env.close()

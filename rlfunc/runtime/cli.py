@@ -105,6 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--video", default=None, metavar="DIR",
                    help="record every episode to DIR as mp4 (gymnasium's RecordVideo; needs "
                         'pip install -e ".[video]")')
+    e.add_argument("--max-episode-steps", type=_positive_int, default=None, metavar="N",
+                   help="end each episode after at most N steps (default: the env's own time limit; "
+                        "an env without one runs each episode until it terminates)")
     _add_allow_import(e)
 
     r = sub.add_parser("resume", help="continue an interrupted run from its newest checkpoint that verifies")
@@ -293,7 +296,7 @@ def _run(args: argparse.Namespace) -> None:
         check_device(args.device)
         out = evaluate(
             args.path, episodes=args.episodes, seed=args.seed, stochastic=args.stochastic, device=args.device,
-            video_dir=args.video, allow_import=args.allow_import,
+            video_dir=args.video, allow_import=args.allow_import, max_episode_steps=args.max_episode_steps,
         )
         how = " (stochastic)" if args.stochastic else ""
         print(f"mean return {out['mean']:.2f} +- {out['std']:.2f} over {len(out['returns'])} episodes{how}")
