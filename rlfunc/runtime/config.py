@@ -222,7 +222,7 @@ class TrainSection:
     eval_every: int = 1000
     eval_episodes: int = 10
     checkpoint_every: int = 1000
-    log_every: int = 250
+    log_every: int = 250  # a metrics.csv row every this many env steps, and one at the last step
     seed: int = 0
     device: str = "cpu"
     compile: bool = False

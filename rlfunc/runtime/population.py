@@ -1386,7 +1386,8 @@ class PopulationTrainer:
                         self.learn(ready)
             evaluating = []
             for k in stepped:
-                logs = self.env_steps[k] // cfg.log_every > prev[k] // cfg.log_every
+                logs = (self.env_steps[k] // cfg.log_every > prev[k] // cfg.log_every  # and at the member's last step
+                        or self.env_steps[k] == cfg.total_steps > prev[k])
                 if logs or self.env_steps[k] // cfg.eval_every > prev[k] // cfg.eval_every:
                     self._learn_due()  # a log or evaluation sees every update up to its step
                 if logs:

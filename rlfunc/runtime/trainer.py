@@ -4,7 +4,7 @@
 
     runs/<algo>-<env>-s<seed>-<time>/
         config.yaml       the resolved config (every default written out)
-        metrics.csv       training metrics every ``train.log_every`` env steps
+        metrics.csv       training metrics every ``train.log_every`` env steps and at the last step
         eval.csv          deterministic evaluation every ``train.eval_every`` steps
                           (``step`` counts agent steps; with an action-repeated env
                           both files also log ``frames`` = steps x action repeat)
@@ -686,7 +686,8 @@ class Trainer:
                 if not loop.learn_first and self._ready():
                     loop.metrics = self._learn()
             reason = self._ask("on_step")
-            log_due = self.env_step // cfg.log_every > prev // cfg.log_every
+            # every log_every steps, and at the last step (a run of 1000 steps logging every 300 ends with a row)
+            log_due = self.env_step // cfg.log_every > prev // cfg.log_every or self.env_step == cfg.total_steps
             if log_due or reason:
                 self._check_finite()
                 loop.measure()  # before an evaluation at this step: it is not env stepping

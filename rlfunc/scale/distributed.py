@@ -676,7 +676,8 @@ class DistributedTrainer(Trainer):
         self.chunks.append((chunk["actor"], chunk["version"], int(chunk["env_steps"]), int(rows.numel()),
                             chunk["pid"], float(chunk["cpu_s"]), float(chunk["wall_s"]), chunk_bytes(chunk)))
         reason = self._ask("on_step")
-        if self.env_step // cfg.log_every > prev // cfg.log_every or reason:
+        last = prev < cfg.total_steps <= self.env_step  # the chunk that ends the run logs too
+        if self.env_step // cfg.log_every > prev // cfg.log_every or last or reason:
             self._check_finite()
             self._loop_state.measure()
             self._log(state["metrics"], self._loop_state.steps_per_s, self._recent_returns, reason or "")
