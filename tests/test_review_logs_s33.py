@@ -142,6 +142,21 @@ def test_a_distributed_rate_window_leaves_out_the_pauses_and_the_steps_collected
     assert window.rate_so_far() == pytest.approx(50.0)
 
 
+
+def test_a_distributed_first_window_starts_when_the_actors_began_collecting():
+    """The actors' start-up (5 s here: processes, imports, envs) was in the first row's rate (200 / 7 s)."""
+    now = [0.0]
+    window = RateWindow(clock=lambda: now[0])
+    window.add(100, began=5.5, ended=6.5)  # the first chunk to arrive
+    window.add(100, began=5.0, ended=6.0)  # another actor's, begun earlier
+    now[0] = 7.0
+    window.measure()
+    assert window.steps_per_s == pytest.approx(100.0)  # 200 steps from 5.0 to 7.0
+    window.add(300, began=6.5, ended=10.0)  # later windows start at the previous row, as before
+    now[0] = 10.0
+    window.measure()
+    assert window.steps_per_s == pytest.approx(100.0)
+
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray is not installed (pip install -e '.[ray]')")
 def test_distributed_steps_per_s_leaves_the_evaluations_out(tmp_path, monkeypatch):
     """On Ray (loopback): each of the two evaluations before the final one takes 2 s of real time while the

@@ -184,6 +184,9 @@ class RateWindow:
     queued calls are done). So the pauses' time is left out of the window's, and each chunk's env steps
     count in proportion to the part of its collection (the actor's ``began``..``ended``) outside them.
 
+    The run's first window starts when the actors began collecting (the earliest ``began`` of its chunks), not
+    when the learner did: the actors' start-up (their processes, imports and envs) is not env stepping.
+
     Times are ``time.time()``: the clock the learner and the actors' processes share on one machine (on a
     cluster, as well as the nodes' clocks agree). A chunk without times counts in full. Like
     :class:`rlfunc.runtime.trainer._LoopState`, it is the trainer's ``_loop_state`` (the final evaluation
@@ -196,9 +199,13 @@ class RateWindow:
         self.window_t, self.window_steps = clock(), 0.0
         self.steps_per_s = 0.0
         self.pauses: list[tuple[float, float]] = []  # (start, end) of the newest pauses
+        self.first_window = True
+        self.first_began: float | None = None  # the earliest collection start of the first window's chunks
 
     def add(self, env_steps: int, began: float | None = None, ended: float | None = None) -> None:
         """Count a chunk's ``env_steps``, collected from ``began`` to ``ended`` (its part outside the pauses)."""
+        if self.first_window and began is not None:
+            self.first_began = began if self.first_began is None else min(self.first_began, began)
         if began is None or ended is None or not ended > began:
             self.window_steps += env_steps
             return
@@ -208,9 +215,13 @@ class RateWindow:
     def measure(self, restart: bool = True) -> None:
         """``steps_per_s`` of the window so far; ``restart``: a new window from now."""
         now = self.clock()
-        self.steps_per_s = self.window_steps / max(now - self.window_t, 1e-9)
+        start = self.window_t
+        if self.first_window and self.first_began is not None:
+            start = min(max(start, self.first_began), now)
+        self.steps_per_s = self.window_steps / max(now - start, 1e-9)
         if restart:
             self.window_t, self.window_steps = now, 0.0
+            self.first_window = False
 
     def rate_so_far(self) -> float:
         """The window's rate so far (a stop row's), or the last row's if nothing was counted since."""
