@@ -2,6 +2,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers_configs import missing_env_module
+
 from rlfunc.runtime.config import ConfigError, apply_overrides, build_config, load_config, parse_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,6 +33,10 @@ def test_every_shipped_config_builds():
         raw = load_config(str(path))
         if raw["algo"] == "rlpd":
             raw = apply_overrides(raw, {"data.path": "prior.npz"})
+        if missing_env_module(raw):  # e.g. an Atari config without the atari extra: one sentence naming it
+            with pytest.raises(ConfigError, match=r'is not installed; install it with pip install -e "\.\[\w+\]"'):
+                build_config(raw)
+            continue
         cfg = build_config(raw)
         assert cfg.algo == raw["algo"] and cfg.train.total_steps > 0, path
 

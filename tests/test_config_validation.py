@@ -19,6 +19,8 @@ import gymnasium as gym
 import pytest
 import torch
 
+from helpers_configs import missing_env_module
+
 from rlfunc.runtime.config import (
     ConfigError,
     apply_overrides,
@@ -211,6 +213,8 @@ def test_defaults_and_shipped_configs_are_unchanged_and_valid():
         if raw["algo"] == "rlpd":
             raw = apply_overrides(raw, {"data.path": "prior.npz"})
         assert "id" in raw["env"], path
+        if missing_env_module(raw):  # an Atari config without the atari extra (test_config.py checks its sentence)
+            continue
         build_config(raw)
 
 

@@ -7,7 +7,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tomllib
 from importlib.metadata import version
 from pathlib import Path
 
@@ -35,6 +34,7 @@ def _sets(items: list[str]) -> list[str]:
 def test_pyproject_ships_every_package_and_every_config_folder():
     """The package list in pyproject.toml is explicit (configs/ maps to rlfunc.configs): it must name every
     code package and every configs/ folder, or the wheel silently lacks them."""
+    tomllib = pytest.importorskip("tomllib", reason="tomllib is in the standard library from Python 3.11")
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     listed = set(setuptools["packages"])
     code = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "rlfunc").rglob("__init__.py")}
@@ -166,6 +166,11 @@ def test_a_built_wheel_installed_outside_the_tree_lists_and_trains_packaged_conf
     venv = tmp_path / "venv"
     run(sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv))
     python, rlfunc_cmd = venv / "bin" / "python", venv / "bin" / "rlfunc"
+    if sys.prefix != sys.base_prefix:  # run from a venv: the "system site" above is its base Python's, not this one's
+        import site
+
+        purelib = run(str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout.strip()
+        (Path(purelib) / "parent_site.pth").write_text("".join(f"{d}\n" for d in site.getsitepackages()))
     # pip itself comes from the system site; --ignore-installed: this checkout's editable install is visible there
     run(str(python), "-m", "pip", "install", "--no-deps", "--no-index", "--ignore-installed", str(wheel))
     shutil.rmtree(src)  # nothing may come from the source tree any more

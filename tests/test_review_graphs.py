@@ -92,7 +92,7 @@ def test_an_argument_that_is_not_a_tensor_is_refused_on_every_path(graph_branch,
     assert int(fixed.state["step"]) == 2
 
 
-def test_a_compiled_run_lets_its_process_compile_many_configs(monkeypatch):
+def test_a_compiled_run_lets_its_process_compile_many_configs():
     """torch's default recompile_limit (8) is a hard error under fullgraph=True: the ninth config of
     another structure compiled in one process (benchmarks/run.py learn --jobs 1, a reused Ray worker)
     crashed. A compiled learner or population update raises the process's limit; never lowers one."""
@@ -104,16 +104,17 @@ def test_a_compiled_run_lets_its_process_compile_many_configs(monkeypatch):
     from rlfunc.runtime.perf import RECOMPILE_LIMIT
     from rlfunc.runtime.population import population_update
 
+    # torch's own patch() restores the limits after: pytest >= 9.2's monkeypatch deletes an attribute that was
+    # not in the module's __dict__ on undo, which hides a torch config entry for the rest of the process
     for make in (lambda cfg: compiled_update(redq, cfg), lambda cfg: population_update(redq, cfg)):
-        monkeypatch.setattr(dynamo_config, "recompile_limit", 8)
-        monkeypatch.setattr(dynamo_config, "accumulated_recompile_limit", 256)
-        make(TrainSection(compile=False))
-        assert dynamo_config.recompile_limit == 8  # eager: untouched
-        make(TrainSection(compile=True))  # compiles lazily, at the first call: nothing runs here
-        assert dynamo_config.recompile_limit == RECOMPILE_LIMIT and dynamo_config.accumulated_recompile_limit >= 256
-        monkeypatch.setattr(dynamo_config, "recompile_limit", 500)
-        make(TrainSection(compile=True))
-        assert dynamo_config.recompile_limit == 500
+        with dynamo_config.patch(recompile_limit=8, accumulated_recompile_limit=256):
+            make(TrainSection(compile=False))
+            assert dynamo_config.recompile_limit == 8  # eager: untouched
+            make(TrainSection(compile=True))  # compiles lazily, at the first call: nothing runs here
+            assert dynamo_config.recompile_limit == RECOMPILE_LIMIT and dynamo_config.accumulated_recompile_limit >= 256
+            dynamo_config.recompile_limit = 500
+            make(TrainSection(compile=True))
+            assert dynamo_config.recompile_limit == 500
 
 
 def test_a_capture_the_update_invalidates_restores_the_stream_and_names_the_update_error(monkeypatch):

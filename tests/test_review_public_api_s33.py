@@ -189,9 +189,13 @@ def test_r2d2_predict_refuses_a_non_finite_state_or_reward():
 def test_evaluate_refuses_a_bad_device_with_a_policy(device):
     config = redq.Config(hidden_sizes=(8,), num_critics=2)
     policy = Policy("redq", redq.init(config, VEC, BOX, seed=0)["params"], config, BOX.low, BOX.high, (3,))
-    if device == "cuda:99" and not torch.cuda.is_available():
+    try:  # an int is an index on the build's accelerator (a CUDA build of torch: cuda:3), else no device
+        cuda_index = device != "gpu" and torch.device(device).type == "cuda"
+    except (RuntimeError, TypeError, ValueError):
+        cuda_index = False
+    if cuda_index and not torch.cuda.is_available():
         fragment = "CUDA is not available"
-    elif device == "cuda:99":
+    elif cuda_index:
         fragment = "does not exist"
     else:
         fragment = "device must be a torch device"
