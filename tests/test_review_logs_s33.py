@@ -142,7 +142,6 @@ def test_a_distributed_rate_window_leaves_out_the_pauses_and_the_steps_collected
     assert window.rate_so_far() == pytest.approx(50.0)
 
 
-
 def test_a_distributed_first_window_starts_when_the_actors_began_collecting():
     """The actors' start-up (5 s here: processes, imports, envs) was in the first row's rate (200 / 7 s)."""
     now = [0.0]
