@@ -76,5 +76,5 @@ def test_overrides_parse_yaml_values():
 
 
 def test_missing_config_file():
-    with pytest.raises(ConfigError, match="does not exist"):
+    with pytest.raises(ConfigError, match="No config file 'configs/nope.yaml' and no packaged config of that name"):
         load_config("configs/nope.yaml")

@@ -100,6 +100,22 @@ def test_train_by_name_and_unknown_names(tmp_path, monkeypatch, capsys):
     assert len(err) == 1 and "did you mean 'num_critics'" in err[0], "a packaged config's errors are one line too"
 
 
+def test_python_train_takes_a_packaged_name_as_the_cli_does(tmp_path, monkeypatch):
+    """``rlfunc.train("sac/pendulum")`` from a directory without configs/ (docs/running.md: "the same from
+    Python"): it read only paths before, and its error suggested configs/..., which failed there too."""
+    import rlfunc
+
+    monkeypatch.chdir(tmp_path)
+    tiny = [s for s in TINY_REDQ if not s.startswith("train.total_steps")] + ["train.total_steps=150"]
+    for i, name in enumerate(("sac/pendulum", "sac/pendulum.yaml", "configs/sac/pendulum.yaml")):
+        res = rlfunc.train(name, overrides=tiny, run_dir=tmp_path / f"run{i}")
+        assert res.env_steps == 150
+        assert yaml.safe_load((tmp_path / f"run{i}" / "config.yaml").read_text())["algo"] == "sac"
+    with pytest.raises(rlfunc.runtime.config.ConfigError, match=r"no packaged config of that name \(closest: sac/pendulum\)"):
+        rlfunc.train("sac/pendulun", run_dir=tmp_path / "bad")
+    assert not (tmp_path / "bad").exists()
+
+
 def test_algos_lists_the_registry_and_each_default_config(capsys):
     assert main(["algos"]) == 0
     out = capsys.readouterr().out

@@ -111,3 +111,19 @@ def test_stacking_members_of_different_observation_spaces_names_at_most_three_le
                                          r"shapes or dtypes: [^,]+, [^,]+, [^,]+ and \d+ more\)\.$") as err:
         population.stack([a, b])
     assert len(str(err.value)) < 300
+
+
+def test_states_stacked_with_torch_stack_name_population_stack():
+    """README: "torch.vmap(redq.update) over stacked states". ``torch.stack`` of states keeps one config per
+    member (a list); the update said "made with a tensordict.utils.LinkedList, not a redq.Config", which did not
+    say what to do. Now it names rlfunc.core.population.stack, with which the same call trains."""
+    g = torch.Generator().manual_seed(0)
+    states = [redq.init(CONFIG, OBS, ACT, seed=i) for i in range(2)]
+    batch = torch.stack([_batch(g) for _ in range(2)])
+    noise = torch.stack([_noise(CONFIG, g) for _ in range(2)])
+    for update in (redq.update, torch.vmap(redq.update)):
+        with pytest.raises(ValueError, match=r"holds 2 configs \(states stacked with torch.stack\); stack the members' "
+                                             r"states with rlfunc.core.population.stack\(states\)"):
+            update(torch.stack(states), batch, noise)
+    new, _ = torch.vmap(redq.update)(population.stack(states), batch, noise)
+    assert new.batch_size == torch.Size([2])

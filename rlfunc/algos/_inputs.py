@@ -43,6 +43,11 @@ def state_config(state, config_type: type, where: str, made_by: str):
             f"{made_by}, or put the config back with state.set_non_tensor('config', config)."
         )
     config = state.get_non_tensor("config")
+    if isinstance(config, list) and config and all(isinstance(c, config_type) for c in config):
+        raise ValueError(  # torch.stack keeps each member's config, a list, where the update needs one
+            f"{where}: the state holds {len(config)} configs (states stacked with torch.stack); stack the members' "
+            "states with rlfunc.core.population.stack(states), which keeps one config and the settings as data."
+        )
     if not isinstance(config, config_type):
         raise ValueError(
             f"{where}: the state was made with a {type(config).__module__}.{type(config).__name__}, not a "

@@ -602,7 +602,8 @@ def load_yaml(text: str) -> Any:
 
 
 def load_config(path: str | Path | None) -> dict[str, Any]:
-    """Raw config mapping from a YAML file (``None``: the embedded default)."""
+    """Raw config mapping from a YAML file (``None``: the embedded default) or a packaged config's name
+    (``redq/hopper``, as ``rlfunc train NAME``: :func:`~rlfunc.runtime.packaged.resolve_config`)."""
     if path is None:
         return yaml.safe_load(yaml.safe_dump(DEFAULT_CONFIG))
     if isinstance(path, (bytes, os.PathLike)):
@@ -611,9 +612,9 @@ def load_config(path: str | Path | None) -> dict[str, Any]:
         raise TypeError(
             f"config must be a YAML file's path (a str or pathlib.Path), a mapping, a RunConfig or None, got {path!r}."
         )
-    path = Path(path)
-    if not path.exists():
-        raise ConfigError(f"Config file {str(path)!r} does not exist; pass a path such as configs/redq/pendulum.yaml.")
+    from rlfunc.runtime.packaged import resolve_config
+
+    path = resolve_config(path)  # a path that exists as it is; else a packaged name, from any directory
     if path.is_dir():
         raise ConfigError(f"Config file {str(path)!r} is a directory; pass a YAML file such as configs/redq/pendulum.yaml.")
     try:

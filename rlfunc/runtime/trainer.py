@@ -1065,7 +1065,8 @@ def train(
     run_dir: str | Path | None = None,
     callbacks: list | None = None,
 ) -> TrainResult:
-    """Train from a YAML path, a raw mapping, a :class:`RunConfig` or the default.
+    """Train from a YAML path, a packaged config's name (``"redq/hopper"``, as ``rlfunc train``), a raw
+    mapping, a :class:`RunConfig` or the default.
 
     ``overrides``: ``{"train.seed": 3}`` or ``["train.seed=3"]``. ``callbacks``:
     objects with hooks the loop calls (:mod:`rlfunc.runtime.callbacks`; a hook
