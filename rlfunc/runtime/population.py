@@ -1532,6 +1532,48 @@ def _refuse_given_twice(overrides: dict | None, **flags: Any) -> None:
             )
 
 
+def _refuse_dropped_grid_keys(config_grid: Any, new_grid: Any) -> None:
+    """``grid`` (``--grid``) replaces the config's ``train.population.grid``: a key of the config's grid
+    that ``--grid`` does not give was dropped silently (fewer members than the user asked for); refused.
+    A key both give takes ``--grid``'s values, as ``--set`` wins over the config file."""
+    if not isinstance(config_grid, Mapping) or not isinstance(new_grid, Mapping):
+        return
+    dropped = [key for key in config_grid if key not in new_grid]
+    if dropped:
+        values = config_grid[dropped[0]]
+        shown = ",".join(str(v) for v in values) if isinstance(values, list) else str(values)
+        raise ConfigError(
+            f"--grid replaces the config's train.population.grid, so its {dropped[0]} would be dropped; give it with "
+            f"--grid too (--grid {dropped[0]}={shown}), or remove it from the config file."
+        )
+
+
+def _refuse_set_and_grid(overrides: dict | None, spec: Any, from_flag: bool) -> None:
+    """An override (``--set``) of a setting the population's grid also gives was dropped silently (each
+    member takes its grid value): refused as ``rlfunc sweep`` refuses it. ``from_flag``: the grid is
+    ``--grid``'s (else the config's ``train.population.grid``)."""
+    from rlfunc.runtime.config import apply_overrides
+
+    grid = spec.get("grid") if isinstance(spec, Mapping) else None
+    if not isinstance(overrides, dict) or not overrides or not isinstance(grid, Mapping):
+        return
+    try:
+        given = apply_overrides({}, {k: v for k, v in overrides.items() if k != "train.population"
+                                     and not str(k).startswith("train.population.")})
+    except ConfigError:
+        return  # build_config says what is wrong with the overrides
+    for key in grid:
+        node: Any = given
+        for part in str(key).split("."):
+            node = node.get(part, _MISSING) if isinstance(node, dict) else _MISSING
+        if node is not _MISSING:
+            where = "--grid" if from_flag else "train.population.grid"
+            raise ConfigError(f"{key} is in both --set and {where}; give it in one of them.")
+
+
+_MISSING = object()
+
+
 def train(
     config=None,
     overrides: dict[str, Any] | list[str] | None = None,
@@ -1576,9 +1618,12 @@ def train(
                 spec["seeds"] = parse_seeds(seeds) if isinstance(seeds, str) else (
                     list(seeds) if isinstance(seeds, Iterable) else seeds)
             if grid is not None:  # neither a list nor a mapping: train.population.grid's own sentence
-                spec["grid"] = parse_grid(grid) if isinstance(grid, list) else (
+                new_grid = parse_grid(grid) if isinstance(grid, list) else (
                     dict(grid) if isinstance(grid, Mapping) else grid)
+                _refuse_dropped_grid_keys(spec.get("grid"), new_grid)
+                spec["grid"] = new_grid
             raw = {**raw, "train": {**train_raw, "population": spec}}
+        _refuse_set_and_grid(overrides, (raw.get("train") or {}).get("population"), grid is not None)
         run_config = build_config(raw)
     check_train_packages(run_config.train)  # also for a RunConfig built from a stored config (rlfunc.load)
     if run_config.train.population is None:

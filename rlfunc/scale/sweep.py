@@ -101,13 +101,28 @@ def _run_name(index: int, point: dict[str, Any], seed: int | None) -> str:
     return f"g{index}" + (f"-{desc}" if desc else "") + ("-pop" if seed is None else f"-s{seed}")
 
 
-def results_path(sweep_dir: str | Path, out: str | Path | None, config: str | Path | None = None) -> Path:
+def results_path(sweep_dir: str | Path, out: str | Path | None, config: str | Path | None = None,
+                 flag: str = "--sweep-dir") -> Path:
     """Where the learn JSON goes (``--out``, else ``SWEEP_DIR/results.json``), refused in one sentence
     where it cannot be written: a directory, the path of the PNG written beside it, or a place this
     process may not write; and where writing it would destroy something: the sweep's own plan
     (``--resume`` reads it), the ``config`` file the sweep reads, or any existing file that is not an
-    earlier sweep's results JSON (a run's eval.csv, a user's file)."""
+    earlier sweep's results JSON (a run's eval.csv, a user's file). Without ``out`` the sentences name
+    ``flag``, the option that gave the sweep directory (``--sweep-dir``, or ``--resume``), not an ``--out``
+    the user never passed (:func:`check_sweep_dir` has refused a new sweep's directory that is a file)."""
     path = Path(out) if out is not None else Path(sweep_dir) / "results.json"
+    if out is None:  # SWEEP_DIR/results.json: what the user chose is the sweep directory, not --out
+        shown = repr(str(sweep_dir))
+        other = "pass --out" if flag == "--resume" else "pick another --sweep-dir, or pass --out"
+        if path.is_dir():
+            raise ConfigError(f"{flag} {shown} holds a directory results.json where the sweep writes its results "
+                              f"JSON; {other}.")
+        if config is not None and path.resolve() == Path(config).resolve():
+            raise ConfigError(f"{flag} {shown} holds the config file the sweep reads as results.json, where the "
+                              f"sweep writes its results JSON; {other}.")
+        if path.is_file() and not _is_results_json(path):
+            raise ConfigError(f"{flag} {shown} holds a results.json that is not the results JSON of an earlier "
+                              f"`rlfunc sweep`; {other}.")
     if path.is_dir():
         raise ConfigError(f"--out {str(path)!r} is a directory; give the JSON's file name, e.g. {str(path / 'results.json')!r}.")
     if path.suffix.lower() == ".png":
@@ -129,6 +144,9 @@ def results_path(sweep_dir: str | Path, out: str | Path | None, config: str | Pa
 
     parent = unwritable_parent(path)
     if parent is not None:
+        if out is None:
+            raise ConfigError(f"{flag} {str(sweep_dir)!r} cannot be written ({str(parent)!r} is not a writable "
+                              f"directory); {'fix its permissions' if flag == '--resume' else 'pick another --sweep-dir'}.")
         raise ConfigError(f"--out {str(path)!r} cannot be written ({str(parent)!r} is not a writable directory); pick another --out.")
     return path
 
@@ -265,14 +283,46 @@ def check_runs_here(plan: dict) -> None:
             raise ConfigError(f"run {name}: {exc}" if name else str(exc)) from None
 
 
-def write_plan(plan: dict) -> Path:
-    """Create the sweep directory (refusing one that holds another sweep) and write ``sweep.json``."""
-    sweep_dir = Path(plan["sweep_dir"])
+def check_sweep_dir(sweep_dir: str | Path, flag: str = "--sweep-dir") -> None:
+    """Refuse, in one sentence, a directory a new sweep cannot be written to: a file (or a path under one),
+    a directory that holds another sweep (``--resume`` continues that), and a training run's directory or
+    one inside it (``config.yaml`` and the like, as ``rlfunc train`` tells a run directory: each of the
+    sweep's runs would be refused inside it, and the sweep's files mixed with the run's). Reads only: called
+    before Ray starts and before anything is written. ``flag`` names the directory in the sentences (the
+    default one, under ``train.run_dir``, was not given as ``--sweep-dir``)."""
+    from rlfunc.runtime.trainer import RUN_FILES, _enclosing_run
+
+    sweep_dir = Path(sweep_dir)
+    shown = repr(str(sweep_dir))
+    if sweep_dir.exists() and not sweep_dir.is_dir():
+        raise ConfigError(f"{flag} {shown} is a file; pass a directory.")
+    for parent in Path(os.path.abspath(sweep_dir)).parents:
+        if parent.exists() and not parent.is_dir():
+            raise ConfigError(f"{flag} {shown} is under {str(parent)!r}, which is a file; pass a directory.")
     if (sweep_dir / PLAN_FILE).exists():
         raise ConfigError(
             f"{str(sweep_dir)!r} already holds a sweep; continue it with `rlfunc sweep --resume {sweep_dir}` "
             "or pick another --sweep-dir."
         )
+    held = [name for name in RUN_FILES if os.path.lexists(sweep_dir / name)] if sweep_dir.is_dir() else []
+    if held:
+        raise ConfigError(
+            f"{flag} {shown} holds a training run ({', '.join(held)}), which the sweep's runs and files would "
+            "mix with; pick another --sweep-dir."
+        )
+    outer = _enclosing_run(sweep_dir / "run")  # the nearest run directory at or above sweep_dir
+    if outer is not None:
+        raise ConfigError(
+            f"{flag} {shown} is inside the run directory {str(outer)!r}, whose own files and commands (resume, "
+            "eval, checkpoint clean-up) the sweep's runs would mix with; pick a --sweep-dir outside it."
+        )
+
+
+def write_plan(plan: dict) -> Path:
+    """Create the sweep directory (refusing what :func:`check_sweep_dir` refuses: a file, a directory that
+    holds another sweep or a training run) and write ``sweep.json``."""
+    sweep_dir = Path(plan["sweep_dir"])
+    check_sweep_dir(sweep_dir)  # again: another sweep or run may have started there since
     try:
         sweep_dir.mkdir(parents=True, exist_ok=True)
         _write_json_atomic(sweep_dir / PLAN_FILE, plan)
@@ -1176,17 +1226,21 @@ def sweep(
         )
     plan = plan_sweep(config, "0" if seeds is None else seeds, grid, overrides, sweep_dir,
                       0.0 if gpus is None else gpus, population)
+    # a file, a sweep's or a run's directory: one sentence before Ray starts (and before anything is written)
+    dir_flag = "--sweep-dir" if sweep_dir is not None else "The sweep directory"  # the default one: not a flag given
+    check_sweep_dir(plan["sweep_dir"], dir_flag)
     if address is None:  # Ray's workers are this machine: its envs, spaces and device are theirs
         check_runs_here(plan)
-    return _run_planned(plan, False, address, max_concurrent, max_retries, out, echo, None)
+    return _run_planned(plan, False, address, max_concurrent, max_retries, out, echo, None, dir_flag=dir_flag)
 
 
 def _run_planned(plan: dict, resumed: bool, address: str | None, max_concurrent: int | None, max_retries: int,
                  out: str | Path | None, echo: Callable[[str], None], allow_import: list[str] | None,
-                 trust_wandb_settings: bool = False) -> dict:
-    """:func:`sweep` once its plan is made (or loaded and checked): the last checks, Ray, :func:`run_sweep`."""
+                 trust_wandb_settings: bool = False, dir_flag: str = "--sweep-dir") -> dict:
+    """:func:`sweep` once its plan is made (or loaded and checked): the last checks, Ray, :func:`run_sweep`.
+    ``dir_flag``: how a new sweep's directory is named in a sentence about it (``--resume`` for a resumed one)."""
     # an --out that cannot be written, or would destroy a file: one sentence now, not after training
-    results_path(plan["sweep_dir"], out, plan.get("config"))
+    results_path(plan["sweep_dir"], out, plan.get("config"), "--resume" if resumed else dir_flag)
     _prepare_join(address)
     _import_ray()  # before writing anything: Ray missing is one sentence
     if resumed and not split_finished(plan)[1]:  # every run finished already: no Ray to start
