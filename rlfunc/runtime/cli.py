@@ -174,8 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         _run(args)
-    except KeyboardInterrupt as exc:
-        print(f"rlfunc: {exc or 'interrupted'}", file=sys.stderr)
+    except KeyboardInterrupt as exc:  # a run's own says what was saved; a plain Ctrl-C has no message
+        print(f"rlfunc: {str(exc) or _interrupted(args)}", file=sys.stderr)
         return 130
     except Exception as exc:
         message = user_error_message(exc)
@@ -189,6 +189,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rlfunc: error: {message}", file=sys.stderr)
         return 2
     return 0
+
+
+def _interrupted(args: argparse.Namespace) -> str:
+    """The line of a Ctrl-C that no run answered with its own (an evaluation, a data collection)."""
+    if args.command == "dataset":
+        return f"interrupted; nothing written ({args.out} holds the transitions only once collected)."
+    if args.command == "eval":
+        return "interrupted; no result (the episodes run so far are not reported)."
+    return "interrupted."
 
 
 def user_error_message(exc: BaseException) -> str | None:

@@ -893,6 +893,9 @@ def _build_config(raw: dict[str, Any], *, resolved: bool = False) -> RunConfig:
     agent_values.update(sections["agent"])
     agent = _build_dataclass(entry.config_cls, agent_values, "agent")
     data = _build_dataclass(DataSection, data_raw if uses_data else {}, "data")
+    if not resolved and data.path and not os.path.isabs(data.path) and os.path.exists(data.path):
+        # stored absolute, so a resume (which has no --set) or a Ray task started elsewhere reads the same file
+        data = dataclasses.replace(data, path=os.path.abspath(data.path))
     if uses_data and not data.path and data.offline_ratio > 0:
         raise ConfigError(
             f"algo {algo_name!r} needs prior data: set data.path=FILE.npz (make one with `rlfunc dataset collect`), "

@@ -1133,6 +1133,59 @@ def resume(
         return _resume(run_dir, total_steps, callbacks, address=address, trust_wandb_settings=trust_wandb_settings)
 
 
+def refuse_relative_data_elsewhere(run_config: RunConfig) -> None:
+    """One sentence when a run stored a relative ``data.path`` (as rlfunc 0.1.0 did; runs now store it
+    absolute) that is not found from here: it is relative to the directory the run was started in, and a
+    resume cannot set it."""
+    path = run_config.data.path
+    if path and not os.path.isabs(path) and not os.path.exists(path):
+        raise ConfigError(
+            f"This run was trained with data.path {path!r}, relative to the directory it was started in, and "
+            f"there is no {path!r} here ({os.getcwd()}); run `rlfunc resume` from that directory."
+        )
+
+
+RESUME_WRITES = ("train.total_steps", "distributed.address", "train.wandb")
+"""Keys of ``config.yaml`` a resume itself may write before a checkpoint holds them (``--total-steps``,
+``--address``, the W&B settings used only with consent): :func:`refuse_edited_config_copy` leaves them out."""
+
+
+def refuse_edited_config_copy(run_dir: Path, stored: dict, total_steps: int | None) -> None:
+    """One sentence when the run's ``config.yaml`` (a copy for people) differs from the config of the
+    checkpoint a resume continues (``stored``), as after an edit: the resume trains with the checkpoint's and
+    writes it over the copy, so the edit would be ignored and lost without a word. Both are compared
+    through the config builder (a file an older rlfunc wrote compares equal), leaving out
+    :data:`RESUME_WRITES`; an edited ``train.total_steps`` without ``total_steps`` is a line saying the
+    resume does not read it. A ``config.yaml`` that is missing or holds no valid config (damaged) is the
+    checkpoint's to rewrite, as before."""
+    from rlfunc.runtime.plot import _flat, _run_config
+
+    path = run_dir / "config.yaml"
+    try:
+        copy = _flat(to_dict(build_config(_run_config(run_dir), resolved=True)))
+    except (ConfigError, ValueError, TypeError, KeyError, OSError):
+        if path.is_file():
+            print(f"rlfunc: {path} holds no valid config; the resume writes the checkpoint's there.", file=sys.stderr)
+        return
+    ours = _flat(to_dict(build_config(stored, resolved=True)))
+    changed = sorted(k for k in set(copy) | set(ours) if copy.get(k) != ours.get(k)
+                     and not any(k == w or k.startswith(w + ".") for w in RESUME_WRITES))
+    if changed:
+        shown = "; ".join(f"{k}: {copy.get(k, '(none)')} there, {ours.get(k, '(none)')} in the checkpoint"
+                          for k in changed[:3])
+        more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+        raise ConfigError(
+            f"{str(path)!r} differs from the checkpoint's config ({shown}{more}), which a resume trains with and "
+            f"writes there: to train config.yaml's settings start a new run (rlfunc train {path} --run-dir "
+            "NEW_DIR), or delete config.yaml to continue with the checkpoint's."
+        )
+    edited_total = copy.get("train.total_steps")
+    if total_steps is None and edited_total is not None and edited_total != ours.get("train.total_steps"):
+        print(f"rlfunc: config.yaml's train.total_steps {edited_total} is not read by a resume, which continues to "
+              f"the checkpoint's {ours.get('train.total_steps')}; pass --total-steps {edited_total} to train longer.",
+              file=sys.stderr)
+
+
 def consent_to_loaded(run_config: RunConfig, address: str | None = None, trust_wandb_settings: bool = False) -> RunConfig:
     """The config a resume runs with, from ``run_config`` read from a checkpoint (a file that may be someone
     else's), or one sentence before anything is done: a stored ``distributed.address`` is joined only when the
@@ -1240,19 +1293,24 @@ def _resume(run_dir: str | Path, total_steps: int | None, callbacks: list | None
         raw = meta.get("config")
         if not isinstance(raw, dict):
             raise CheckpointError(f"Checkpoint {str(checkpoint)!r} holds no run config; it was not written by `rlfunc train`.")
+        stored = raw
         if total_steps is not None:
             raw = apply_overrides(raw, {"train.total_steps": resumed_total_steps(total_steps, meta)})
         run_config = build_config(raw, resolved=True)  # a config rlfunc wrote, possibly an older version's
+        refuse_relative_data_elsewhere(run_config)
         check_train_packages(run_config.train, resuming=True)  # as checked before reading it: the checkpoint's own config
         run_config = consent_to_loaded(run_config, address, trust_wandb_settings)  # before Ray or W&B is reached
         if run_config.distributed is not None:  # fresh Ray actors, the learner from the checkpoint
             from rlfunc.scale import distributed
 
+            refuse_edited_config_copy(run_dir, stored, total_steps)  # an edit there would be ignored, then written over
             loaded = [tensors]  # handed over in a box the resume empties, so no frame here keeps the loaded replay
             del tensors
             return distributed.resume(run_config, run_dir, checkpoint, loaded, meta, callbacks)
         trainer = Trainer(run_config, run_dir, callbacks)
         trainer.restore(checkpoint, tensors, meta)
+        # after the checks of the checkpoint itself (its algorithm, the modules it names), before config.yaml is written
+        refuse_edited_config_copy(run_dir, stored, total_steps)
         # The learner copied the replay out of the loaded checkpoint (its buffers are allocated at
         # capacity): the loaded copy must not stay alive for the whole resumed run, one more replay in memory.
         del tensors
