@@ -24,8 +24,8 @@ import torch
 from tensordict import TensorDict
 
 __all__ = [
-    "NoiseUnderVmapError", "state_config", "check_tensor", "check_keys", "check_noise", "check_device", "check_seed",
-    "check_finite_bounds", "under_vmap",
+    "NoiseUnderVmapError", "MissingKeyError", "state_config", "check_tensor", "check_keys", "check_noise",
+    "check_device", "check_seed", "check_per_env", "check_epsilon", "check_finite_bounds", "under_vmap", "MAX_SEED",
 ]
 
 
@@ -84,37 +84,61 @@ def check_tensor(
         if labels is not None:
             shown = f"{' or '.join(_dims(l) for l in labels)} = {shown}" if isinstance(labels[0], (list, tuple)) else f"{_dims(labels)} = {shown}"
         raise ValueError(f"{where}: {name} must have shape {shown}, got {_dims(value.shape)}.")
-    if dtype is None:
-        return
-    ok = (
-        value.dtype == dtype
-        if isinstance(dtype, torch.dtype)
-        else value.is_floating_point()
-        if dtype == "float"
-        else (not value.is_floating_point() and not value.is_complex() and value.dtype != torch.bool)
-        if dtype == "integer"
-        else not value.is_complex()
-    )
-    if not ok:
-        want = {"float": "floating point", "integer": "integer (action indices)", "real": "real (not complex)"}
-        wanted = want.get(dtype, str(dtype)) if isinstance(dtype, str) else f"{dtype} (the parameters' dtype)"
-        raise ValueError(f"{where}: {name} must have dtype {wanted}, got {value.dtype}; convert it before the call.")
+    if dtype is not None and not _dtype_ok(value, dtype):
+        raise ValueError(
+            f"{where}: {name} must have dtype {_dtype_wanted(dtype)}, got {value.dtype}; convert it before the call."
+        )
 
 
-def check_keys(where: str, td, required: Iterable[str], hint: str) -> None:
-    """``td`` is a TensorDict holding every key of ``required``."""
+def _dtype_ok(value: torch.Tensor, dtype: torch.dtype | str) -> bool:
+    """Whether ``value`` has ``dtype`` (a ``torch.dtype`` exactly, or ``"float"``, ``"integer"``, ``"real"``)."""
+    if isinstance(dtype, torch.dtype):
+        return value.dtype == dtype
+    if dtype == "float":
+        return value.is_floating_point()
+    if dtype == "integer":
+        return not value.is_floating_point() and not value.is_complex() and value.dtype != torch.bool
+    return not value.is_complex()
+
+
+def _dtype_wanted(dtype: torch.dtype | str, integer: str = "integer (action indices)") -> str:
+    """The dtype :func:`_dtype_ok` wants, in words."""
+    if isinstance(dtype, torch.dtype):
+        return f"{dtype} (the parameters' dtype)"
+    return {"float": "floating point", "integer": integer, "real": "real (not complex)"}[dtype]
+
+
+class MissingKeyError(ValueError, KeyError):
+    """A TensorDict argument without an entry the function reads. A ``ValueError`` (bad input, one
+    sentence) that is also the ``KeyError`` DRQN and R2D2 raised for it before :func:`check_keys`
+    did, so code that caught that keeps working; shown as its sentence (``KeyError`` would quote it)."""
+
+    __str__ = ValueError.__str__
+
+
+def check_keys(where: str, td, required: Iterable[str], hint: str, *, name: str = "the batch") -> None:
+    """``td`` is a TensorDict holding every key of ``required`` (``name``: what the message calls it)."""
     if torch.compiler.is_compiling():  # see the module docstring: checked eagerly only
         return
     if not isinstance(td, TensorDict):
-        raise ValueError(f"{where}: expected a TensorDict, got a {type(td).__name__}; {hint}")
+        said = "expected a TensorDict" if name == "the batch" else f"{name} must be a TensorDict"
+        raise ValueError(f"{where}: {said}, got a {type(td).__name__}; {hint}")
     missing = [k for k in required if k not in td.keys()]
     if missing:
-        raise ValueError(f"{where}: the batch is missing {', '.join(repr(k) for k in missing)}; {hint}")
+        raise MissingKeyError(f"{where}: {name} is missing {', '.join(repr(k) for k in missing)}; {hint}")
 
 
-def check_noise(where: str, noise, expected: Mapping[str, tuple], drawn_by: str) -> None:
+def check_noise(
+    where: str,
+    noise,
+    expected: Mapping[str, tuple],
+    drawn_by: str,
+    dtypes: Mapping[str, torch.dtype | str] | None = None,
+) -> None:
     """``noise`` holds each key of ``expected`` with exactly that shape (noise drawn for another
-    batch size, ensemble or action width would otherwise be sliced or broadcast silently)."""
+    batch size, ensemble or action width would otherwise be sliced or broadcast silently) and,
+    for each key of ``dtypes``, that dtype (as :func:`check_tensor`'s ``dtype``: float64 noise
+    for float32 parameters failed deep inside a matrix product)."""
     if torch.compiler.is_compiling():  # see the module docstring: checked eagerly only
         return
     if not isinstance(noise, TensorDict):
@@ -128,6 +152,44 @@ def check_noise(where: str, noise, expected: Mapping[str, tuple], drawn_by: str)
                 f"{where}: noise[{key!r}] has shape {_dims(got)} but this batch needs {_dims(shape)}; draw the noise "
                 f"for this batch and config with {drawn_by}."
             )
+        want = (dtypes or {}).get(key)
+        if want is not None and not _dtype_ok(noise[key], want):
+            raise ValueError(
+                f"{where}: noise[{key!r}] must have dtype {_dtype_wanted(want, 'integer')}, got {noise[key].dtype}; "
+                f"draw it with {drawn_by} or convert it before the call."
+            )
+
+
+def check_per_env(where: str, name: str, value, num_envs: int, dtype: str, device: torch.device) -> torch.Tensor:
+    """``value`` (a tensor, array or list: one entry per env, ``[B]`` or ``[B, 1]``; a 0-d one for one env)
+    as a tensor on ``device``, else one sentence naming ``name`` (``dtype``: as :func:`check_tensor`'s).
+    Another number of entries failed inside ``reshape``/``where`` or broadcast silently."""
+    if not isinstance(value, torch.Tensor):
+        try:
+            value = torch.as_tensor(value, device=device)
+        except (TypeError, ValueError, RuntimeError):
+            raise ValueError(f"{where}: {name} must be a tensor [B] = [{num_envs}], got {value!r}.") from None
+    if value.dim() == 0 and num_envs == 1:
+        value = value.reshape(1)
+    check_tensor(where, name, value, [(num_envs,), (num_envs, 1)], dtype=dtype, labels=[["B"], ["B", 1]])
+    return value.to(device)
+
+
+def check_epsilon(where: str, epsilon, num_envs: int) -> None:
+    """An exploration rate: a number from 0 to 1, or a tensor ``[]`` or ``[B]`` (one per env; a
+    ``[2]`` for 3 envs failed inside the comparison with the noise, a ``[B, B]`` broadcast the
+    actions to ``[B, B]``). A tensor's values are not read (no host sync)."""
+    if torch.compiler.is_compiling():  # see the module docstring: checked eagerly only
+        return
+    if isinstance(epsilon, numbers.Real) and not isinstance(epsilon, bool):
+        if not 0.0 <= float(epsilon) <= 1.0:
+            raise ValueError(f"{where}: epsilon must be a number from 0 to 1, got {epsilon!r}.")
+        return
+    if not isinstance(epsilon, torch.Tensor):
+        raise ValueError(
+            f"{where}: epsilon must be a number from 0 to 1 or a tensor [B] = [{num_envs}] of them, got {epsilon!r}."
+        )
+    check_tensor(where, "epsilon", epsilon, [(), (num_envs,)], dtype="real", labels=[[], ["B"]])
 
 
 def check_device(where: str, like: torch.Tensor, tds: Mapping[str, object]) -> None:
@@ -170,12 +232,19 @@ def check_device_arg(device, where: str | None = None, *, allow_meta: bool = Tru
     return dev
 
 
+MAX_SEED = 2**63 - 1
+"""The largest seed ``init`` takes (a non-negative int64)."""
+
+
 def check_seed(seed, where: str) -> int:
-    """An integer seed (a bool, a float such as ``1.5`` or a string is refused: it would be truncated or fail later)."""
+    """An integer seed from 0 to :data:`MAX_SEED` (a bool, a float such as ``1.5`` or a string is refused:
+    it would be truncated or fail later; a negative seed was silently another one, a larger one overflowed)."""
     if isinstance(seed, torch.Tensor) and seed.dim() == 0 and not seed.is_floating_point() and seed.dtype != torch.bool:
-        return int(seed)
+        seed = int(seed)
     if not isinstance(seed, numbers.Integral) or isinstance(seed, bool):
         raise ValueError(f"{where}: seed must be an integer, got {seed!r}.")
+    if not 0 <= int(seed) <= MAX_SEED:
+        raise ValueError(f"{where}: seed must be an integer from 0 to 2**63 - 1, got {int(seed)}.")
     return int(seed)
 
 

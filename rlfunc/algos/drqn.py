@@ -429,11 +429,7 @@ def q_step(
 
 
 def _start_carry(config: Config, batch: TensorDict, batch_size: int, like: torch.Tensor):
-    if config.initial_state == "stored":
-        if "init_carry" not in batch.keys():
-            raise KeyError(
-                "initial_state='stored' needs batch['init_carry'] (pass the actor carry to SequenceReplay.add)."
-            )
+    if config.initial_state == "stored":  # batch["init_carry"]: check_window_keys
         ic = batch["init_carry"]
         return ic["h"][0], ic["c"][0]
     return nets.lstm_zero_carry(batch_size, config.lstm_size, device=like.device, dtype=like.dtype)
@@ -459,10 +455,34 @@ def obs_like(params: TensorDict) -> torch.Tensor:
     return next(iter(params["lstm" if "lstm" in params.keys() else "fc"].values()))
 
 
-def check_window_inputs(params: TensorDict, config, batch: TensorDict, where: str) -> None:
+_BATCH_KEYS = ("obs", "action", "reward", "next_obs", "terminated", "mask")
+
+
+def check_window_keys(config, batch: TensorDict, where: str, sample_from: str, carry_keys=("h", "c"), carry_hint: str = "") -> None:
+    """One sentence (:class:`rlfunc.algos._inputs.MissingKeyError`) for a ``[T, B]`` window batch without
+    an entry the loss reads: a per-step key, or with ``initial_state="stored"`` ``init_carry`` or one of
+    its ``carry_keys``. Keys only, skipped under ``torch.compile`` (:mod:`rlfunc.algos._inputs`); shared with R2D2."""
+    if torch.compiler.is_compiling():
+        return
+    _inputs.check_keys(
+        where, batch, _BATCH_KEYS,
+        f"sample it from {sample_from} (obs, action, reward, next_obs, terminated and mask, each [T, B]).",
+    )
+    if config.initial_state == "stored":
+        hint = (
+            "initial_state='stored' starts each window from the carry before its first step "
+            f"({', '.join(carry_keys)}){carry_hint}."
+        )
+        _inputs.check_keys(where, batch, ("init_carry",), hint)
+        _inputs.check_keys(where, batch["init_carry"], carry_keys, hint, name="batch['init_carry']")
+
+
+def check_window_inputs(params: TensorDict, config, batch: TensorDict, where: str, carry_keys=("h", "c")) -> None:
     """One sentence for a ``[T, B]`` window batch the networks cannot read: empty, observations of
-    another width or dtype, per-step entries of another shape, float action indices. Shapes, dtypes
-    and devices only, skipped under ``torch.compile`` (:mod:`rlfunc.algos._inputs`); shared with R2D2."""
+    another width or dtype, per-step entries of another shape, float action indices, a stored carry
+    (``carry_keys``) of another shape or dtype. Shapes, dtypes and devices only -- not values (an
+    action index out of range is the replay's to refuse), skipped under ``torch.compile``
+    (:mod:`rlfunc.algos._inputs`); shared with R2D2."""
     if torch.compiler.is_compiling():
         return
     steps, rows = batch.batch_size
@@ -492,19 +512,25 @@ def check_window_inputs(params: TensorDict, config, batch: TensorDict, where: st
                 where, f"batch['init_carry', {key!r}]", batch["init_carry", key], [(steps, rows, config.lstm_size)],
                 dtype=like.dtype, labels=["T", "B", "lstm_size"],
             )
+        # R2D2's previous action and reward (a float action index was truncated). An index out of range (an
+        # all-zero one-hot) is not refused here: reading the values is a host sync in the update; r2d2.act checks it.
+        for key, dtype in (("prev_action", "integer"), ("prev_reward", "real")):
+            if key in carry_keys:
+                _inputs.check_tensor(
+                    where, f"batch['init_carry', {key!r}]", batch["init_carry", key], both, dtype=dtype,
+                    labels=[["T", "B"], ["T", "B", 1]],
+                )
     _inputs.check_device(where, like, {"batch": batch})
 
 
-def _check_batch(batch: TensorDict) -> tuple[int, int]:
+def _check_batch(config: Config, batch: TensorDict, where: str) -> tuple[int, int]:
     if not isinstance(batch, TensorDict):
         raise ValueError(f"DRQN batches are TensorDicts of time-major windows [T, B], got a {type(batch).__name__}.")
     if batch.batch_dims != 2:
         raise ValueError(
             f"DRQN batches are time-major windows with batch_size [T, B], got {list(batch.batch_size)}."
         )
-    missing = [k for k in ("obs", "action", "reward", "next_obs", "terminated", "mask") if k not in batch.keys()]
-    if missing:
-        raise KeyError(f"DRQN batch is missing keys {missing}; sample it from SequenceReplay.")
+    check_window_keys(config, batch, where, "SequenceReplay", carry_hint=": pass the actor carry to SequenceReplay.add")
     return batch.batch_size[0], batch.batch_size[1]
 
 
@@ -531,7 +557,7 @@ def loss(
     the per-step ``td_error [T, B]`` (zero on padding; R2D2 priorities).
     ``gamma`` (e.g. ``state["hparams", "gamma"]``) replaces ``config.gamma``.
     """
-    steps, batch_size = _check_batch(batch)
+    steps, batch_size = _check_batch(config, batch, "drqn.loss")
     check_window_inputs(params, config, batch, "drqn.loss")
     obs, next_obs = batch["obs"], batch["next_obs"]
     fdt = obs.dtype if obs.is_floating_point() else torch.float32  # pixel batches hold uint8 frames
@@ -594,7 +620,7 @@ def update(
     field and is carried to the new state.
     """
     config: Config = _inputs.state_config(state, Config, "drqn.update", "drqn.init")
-    _check_batch(batch)
+    _check_batch(config, batch, "drqn.update")
     params, target = state["params"], state["target"]
     hparams = _hparams.of(state)
     kwargs = {} if _hparams.entry(hparams, "gamma") is None else {"gamma": hparams["gamma"]}
@@ -664,6 +690,10 @@ def act(
     all actions, greedy one included, as rlax ``epsilon_greedy``). The carry
     advances whether or not the env explores.
     """
+    if isinstance(obs, torch.Tensor) and obs.dim() > 0:  # another obs: q_step's sentence
+        _inputs.check_epsilon("drqn.act", epsilon, obs.shape[0])
+        if reset is not None:
+            reset = _inputs.check_per_env("drqn.act", "reset", reset, obs.shape[0], "real", obs.device)
     with torch.no_grad():
         if reset is not None:
             start = reset.bool().reshape(-1, 1)

@@ -424,7 +424,8 @@ def _check_update_inputs(config: Config, state: TensorDict, batch: TensorDict, n
     for key in ("obs", "next_obs"):
         _check_images(config, params, batch[key], where, f"batch[{key!r}]", 1)
     policy = params["actor", "policy"]
-    act_dim = policy[str(nets.num_linear_layers(policy) - 1), "weight"].shape[0]
+    policy_w = policy[str(nets.num_linear_layers(policy) - 1), "weight"]
+    act_dim = policy_w.shape[0]
     _inputs.check_tensor(where, "batch['action']", batch["action"], [(b, act_dim)], dtype="float", labels=["B", "A"])
     for key in ("reward", "discount"):
         _inputs.check_tensor(where, f"batch[{key!r}]", batch[key], [(b,)], dtype="real", labels=["B"])
@@ -433,6 +434,7 @@ def _check_update_inputs(config: Config, state: TensorDict, batch: TensorDict, n
             where, noise,
             {"shift_obs": (b, 2), "shift_next_obs": (b, 2), "next_action": (b, act_dim), "action": (b, act_dim)},
             "drqv2.draw_noise(config, B, A)",
+            dtypes={"shift_obs": "integer", "shift_next_obs": "integer", "next_action": policy_w.dtype, "action": policy_w.dtype},
         )
     _inputs.check_device(where, params["encoder", "0", "weight"], {"batch": batch, "noise": noise})
 

@@ -400,10 +400,23 @@ def q_unroll(
     return _head(params, hs), lstm_carry
 
 
+def _check_params(where: str, params) -> None:
+    if not isinstance(params, TensorDict) or "lstm" not in params.keys():
+        raise ValueError(f"{where}: params must be the state's parameters, state['params'] (with an 'lstm' entry).")
+
+
+def _check_carry(where: str, carry) -> None:
+    """A :class:`Carry` (``drqn``'s ``(h, c)`` or a stored TensorDict failed at unpacking)."""
+    if not isinstance(carry, tuple) or len(carry) != 4 or not isinstance(carry[0], torch.Tensor) or carry[0].dim() < 1:
+        raise ValueError(
+            f"{where}: carry must be an r2d2.Carry (h, c, prev_action, prev_reward) as r2d2.initial_carry or "
+            f"r2d2.carry_from_td gives it, got a {type(carry).__name__}."
+        )
+
+
 def q_step(params: TensorDict, obs: torch.Tensor, carry: Carry) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
     """One step: ``obs [B, O]`` and the carry before it -> ``(q [B, A], new (h, c))``."""
-    if not isinstance(params, TensorDict) or "lstm" not in params.keys():
-        raise ValueError("q_step: params must be the state's parameters, state['params'] (with an 'lstm' entry).")
+    _check_params("q_step", params)
     if obs.dim() != 2 and "torso" not in params.keys():
         raise ValueError(f"q_step expects obs [B, O], got shape {tuple(obs.shape)}.")
     width = drqn.obs_width(params)
@@ -465,15 +478,34 @@ def prepare_carry(
     then everything zeroed for envs whose episode starts now (``reset [B]``).
 
     This is the recurrent state :func:`act` uses and the one the replay stores
-    with a window's first step (``carry_to_td(prepare_carry(...))``).
+    with a window's first step (``carry_to_td(prepare_carry(...))``). Each of
+    ``prev_action`` (integer), ``prev_reward`` and ``reset`` holds one entry per
+    env (``[B]``); another number of entries or a float action index is one
+    ``ValueError`` sentence (:func:`act` also checks the indices' range).
     """
+    return _prepare_carry("r2d2.prepare_carry", carry, prev_action, prev_reward, reset)
+
+
+def _prepare_carry(where: str, carry: Carry, prev_action, prev_reward, reset, num_actions: int | None = None) -> Carry:
+    """:func:`prepare_carry`, its input errors naming ``where``; with ``num_actions``, ``prev_action``'s
+    range is checked too (a host read, eager and outside ``torch.vmap`` only: :func:`act` does it, the
+    update does not -- a stored carry's indices are the replay's)."""
+    _check_carry(where, carry)
     h, c, a, r = carry
+    n = h.shape[0]
     if prev_action is not None:
-        a = torch.as_tensor(prev_action, device=h.device).reshape(a.shape).to(a.dtype)
+        prev_action = _inputs.check_per_env(where, "prev_action", prev_action, n, "integer", h.device)
+        if num_actions is not None and not torch.compiler.is_compiling() and not _inputs.under_vmap(prev_action):
+            bad = prev_action[(prev_action < 0) | (prev_action >= num_actions)]
+            if bad.numel():  # an index out of range was an all-zero one-hot input
+                raise ValueError(
+                    f"{where}: prev_action must hold action indices from 0 to {num_actions - 1}, got {bad[0].item()}."
+                )
+        a = prev_action.reshape(a.shape).to(a.dtype)
     if prev_reward is not None:
-        r = torch.as_tensor(prev_reward, device=h.device).reshape(r.shape).to(r.dtype)
+        r = _inputs.check_per_env(where, "prev_reward", prev_reward, n, "real", h.device).reshape(r.shape).to(r.dtype)
     if reset is not None:
-        start = torch.as_tensor(reset, device=h.device).bool().reshape(-1)
+        start = _inputs.check_per_env(where, "reset", reset, n, "real", h.device).bool().reshape(-1)
         h = torch.where(start.unsqueeze(-1), 0.0, h)
         c = torch.where(start.unsqueeze(-1), 0.0, c)
         a = torch.where(start, torch.zeros_like(a), a)
@@ -492,29 +524,25 @@ def carry_from_td(td: TensorDict) -> Carry:
 
 
 # -------------------------------------------------------------------- loss
-_BATCH_KEYS = ("obs", "action", "reward", "next_obs", "terminated", "mask")
+_CARRY_KEYS = ("h", "c", "prev_action", "prev_reward")
 
 
-def _check_batch(config: Config, batch: TensorDict) -> tuple[int, int]:
+def _check_batch(config: Config, batch: TensorDict, where: str) -> tuple[int, int]:
     if not isinstance(batch, TensorDict):
         raise ValueError(f"R2D2 batches are TensorDicts of time-major sequences [T, B], got a {type(batch).__name__}.")
     if batch.batch_dims != 2:
         raise ValueError(
             f"R2D2 batches are time-major sequences with batch_size [T, B], got {list(batch.batch_size)}."
         )
-    missing = [k for k in _BATCH_KEYS if k not in batch.keys()]
-    if missing:
-        raise KeyError(f"R2D2 batch is missing keys {missing}; sample it from PrioritizedSequenceReplay.")
+    drqn.check_window_keys(
+        config, batch, where, "PrioritizedSequenceReplay", _CARRY_KEYS,
+        ": add r2d2.carry_to_td(r2d2.prepare_carry(...)) to the replay with each step",
+    )
     steps = batch.batch_size[0]
     if steps != config.burn_in + config.sequence_length:
         raise ValueError(
             f"R2D2 batch has {steps} steps but burn_in + sequence_length = {config.burn_in} + "
             f"{config.sequence_length}; build the replay with sequence_length={config.burn_in + config.sequence_length}."
-        )
-    if config.initial_state == "stored" and "init_carry" not in batch.keys():
-        raise KeyError(
-            "R2D2 with initial_state='stored' needs batch['init_carry'] "
-            "(add carry_to_td(prepare_carry(...)) to the replay with each step)."
         )
     return steps, batch.batch_size[1]
 
@@ -549,8 +577,8 @@ def loss(
     ``q``, ``td_abs``, ``valid_fraction``, ``weight_mean``. ``gamma`` (e.g.
     ``state["hparams", "gamma"]``) replaces ``config.gamma``.
     """
-    steps, batch_size = _check_batch(config, batch)
-    drqn.check_window_inputs(params, config, batch, "r2d2.loss")
+    steps, batch_size = _check_batch(config, batch, "r2d2.loss")
+    drqn.check_window_inputs(params, config, batch, "r2d2.loss", _CARRY_KEYS)
     if "weight" in batch.keys():
         _inputs.check_tensor("r2d2.loss", "batch['weight']", batch["weight"], [(steps, batch_size)], dtype="float", labels=["T", "B"])
     burn = config.burn_in
@@ -634,7 +662,7 @@ def update(
     the new state.
     """
     config: Config = _inputs.state_config(state, Config, "r2d2.update", "r2d2.init")
-    _check_batch(config, batch)
+    _check_batch(config, batch, "r2d2.update")
     params, target = state["params"], state["target"]
     hparams = _hparams.of(state)
     kwargs = {} if _hparams.entry(hparams, "gamma") is None else {"gamma": hparams["gamma"]}
@@ -699,8 +727,11 @@ def act(
     ``prev_action = action``; its ``prev_reward`` is still this step's input
     (pass the new reward at the next call).
     """
+    _check_params("r2d2.act", params)
+    _check_carry("r2d2.act", carry)
+    _inputs.check_epsilon("r2d2.act", epsilon, carry[0].shape[0])
     with torch.no_grad():
-        carry = prepare_carry(carry, prev_action, prev_reward, reset)
+        carry = _prepare_carry("r2d2.act", carry, prev_action, prev_reward, reset, _num_actions(params))
         q, (h, c) = q_step(params, obs, carry)
         batch, num_actions = q.shape
         if noise is None:

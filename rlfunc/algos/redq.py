@@ -682,6 +682,7 @@ def _check_update_inputs(
                 "action": (*lead, rows, act_dim),
             },
             "redq.draw_noise(config, G, B, A)",
+            dtypes={"next_action": trunk.dtype, "subset": "float", "action": trunk.dtype},  # subset: only ranked
         )
     _inputs.check_device(where, trunk, {"batch": batch, "noise": noise})
 

@@ -105,7 +105,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from rlfunc.algos import _checks, redq
+from rlfunc.algos import _checks, _inputs, redq
 from rlfunc.core.optim import LRSchedule
 
 __all__ = [
@@ -199,6 +199,9 @@ def init(config: Config, obs_space, act_space, seed: int = 0, device: torch.devi
     ``state["target_entropy"]`` is ``-|A|/2`` unless ``config.target_entropy``
     is set; ``state["config"]`` is the REDQ config that :func:`update` runs.
     """
+    if not isinstance(config, Config):  # a redq.Config has no redq_config (an AttributeError before)
+        raise ValueError(f"rlpd.init: config must be an rlpd.Config (redq.init takes a redq.Config), got a {type(config).__name__}.")
+    seed = _inputs.check_seed(seed, "rlpd.init")  # named rlpd.init, not the redq.init it calls
     return redq.init(config.redq_config(_act_dim(act_space)), obs_space, act_space, seed=seed, device=device)
 
 
