@@ -126,3 +126,16 @@ def test_an_edited_total_steps_is_a_line_saying_to_pass_total_steps(tmp_path, ca
             "pass --total-steps 90 to train longer.") in captured.err
     assert cli.main(["resume", str(run), "--total-steps", "90"]) == 0, "the resume it advises"
     assert "env steps: 90" in capsys.readouterr().out
+
+
+def test_a_population_s_edited_config_yaml_is_refused_too(tmp_path, capsys):
+    run = tmp_path / "pop"
+    assert cli.main(["train", "redq/pendulum", *_sets(REDQ_TINY), "--seeds", "0-1", "--run-dir", str(run)]) == 0
+    path = run / "config.yaml"
+    path.write_text(path.read_text().replace("batch_size: 16", "batch_size: 32"))
+    capsys.readouterr()
+    assert cli.main(["resume", str(run), "--total-steps", "90"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "differs from the checkpoint's config (agent.batch_size: 32 there, 16 in" in err[0]
+    path.unlink()
+    assert cli.main(["resume", str(run), "--total-steps", "90"]) == 0

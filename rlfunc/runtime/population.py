@@ -1666,15 +1666,18 @@ def resume(run_dir: str | Path, total_steps: int | None = None, trust_wandb_sett
         raw = meta.get("config")
         if not isinstance(raw, dict) or "population" not in meta:
             raise CheckpointError(f"Checkpoint {str(checkpoint)!r} is not a population's; resume it with `rlfunc resume` of its own run.")
+        stored = raw
         if total_steps is not None:
             from rlfunc.runtime.trainer import resumed_total_steps
 
             raw = apply_overrides(raw, {"train.total_steps": resumed_total_steps(total_steps, meta)})
         run_config = build_config(raw, resolved=True)
+        trainer.refuse_relative_data_elsewhere(run_config)
         check_train_packages(run_config.train, resuming=True)
         run_config = trainer.consent_to_loaded(run_config, None, trust_wandb_settings)
         pop = PopulationTrainer(run_config, run_dir)
         pop.restore(checkpoint, tensors, meta)
+        trainer.refuse_edited_config_copy(run_dir, stored, total_steps)  # as a single run's resume (its config.yaml)
         del tensors  # the replays copied it: not kept alive beside them for the whole resumed run
         return pop.run(resumed=True)
     finally:
