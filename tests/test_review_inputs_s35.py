@@ -139,3 +139,12 @@ def test_a_population_s_edited_config_yaml_is_refused_too(tmp_path, capsys):
     assert len(err) == 1 and "differs from the checkpoint's config (agent.batch_size: 32 there, 16 in" in err[0]
     path.unlink()
     assert cli.main(["resume", str(run), "--total-steps", "90"]) == 0
+
+
+@pytest.mark.parametrize("steps", ["9223372036854775808", "100000000000000000000", "1000000000001"])
+def test_a_total_steps_past_a_trillion_is_a_typo(tmp_path, capsys, steps):
+    """Before: 2**63 started training with an ETA of 28787647081190 h."""
+    assert cli.main(["train", "--set", f"train.total_steps={steps}", "--run-dir", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"rlfunc: error: train.total_steps must be at most 10**12 (a trillion env steps), got {steps}."]
+    assert not (tmp_path / "r").exists()

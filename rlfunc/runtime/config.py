@@ -67,6 +67,10 @@ MAX_NUM_ENVS = 65_536
 """The most ``env.num_envs`` copies one run makes: they are stepped in turn in one process, so more is
 a typo (``1e12`` would build its list of constructors for ever), refused before any env is made."""
 
+MAX_TOTAL_STEPS = 10**12
+"""The most ``train.total_steps``: a trillion env steps is weeks at a million steps per second, so more is a
+typo (``2**63`` trained on with an ETA of millions of hours, and its counters would overflow int64)."""
+
 MAX_THREADS = 1024
 """The largest ``train.threads``: more threads than any machine has cores is a typo (torch's
 ``set_num_threads`` overflows on the largest ones)."""
@@ -283,6 +287,8 @@ class TrainSection:
             from rlfunc.runtime.population import check_spec
 
             check_spec(self.population, self.seed)
+        if self.total_steps > MAX_TOTAL_STEPS:
+            raise ConfigError(f"train.total_steps must be at most 10**12 (a trillion env steps), got {self.total_steps}.")
         if self.learning_starts is not None and self.learning_starts < 0:
             raise ConfigError(f"train.learning_starts must be >= 0, got {self.learning_starts}.")
         if not 0 <= self.seed <= MAX_SEED:
