@@ -90,6 +90,21 @@ def test_an_older_run_s_relative_data_path_names_the_directory_to_resume_from(tm
     refuse_relative_data_elsewhere(build_config(raw, resolved=True))  # found from here: the load checks the file
 
 
+def test_a_minari_dataset_id_is_not_taken_for_a_relative_path(tmp_path, monkeypatch):
+    """data.path may be the id of a dataset in Minari's local store (docs/datasets.md): not a path."""
+    pytest.importorskip("minari")
+    from rlfunc.runtime.config import build_config
+    from rlfunc.runtime.trainer import refuse_relative_data_elsewhere
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "store"))
+    (tmp_path / "store" / "pendulum" / "random-v0" / "data").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    raw = {"algo": "rlpd", "env": {"id": "Pendulum-v1"}, "train": {"total_steps": 6000},
+           "data": {"path": "pendulum/random-v0"}}
+    refuse_relative_data_elsewhere(build_config(raw, resolved=True))
+
+
 def _tiny_run(tmp_path):
     run = tmp_path / "run"
     assert cli.main(["train", "redq/pendulum", *_sets(REDQ_TINY), "--run-dir", str(run)]) == 0

@@ -1137,12 +1137,17 @@ def refuse_relative_data_elsewhere(run_config: RunConfig) -> None:
     """One sentence when a run stored a relative ``data.path`` (as rlfunc 0.1.0 did; runs now store it
     absolute) that is not found from here: it is relative to the directory the run was started in, and a
     resume cannot set it."""
+    from rlfunc.replay.offline import DatasetNotFoundError, resolve_dataset_path
+
     path = run_config.data.path
     if path and not os.path.isabs(path) and not os.path.exists(path):
-        raise ConfigError(
-            f"This run was trained with data.path {path!r}, relative to the directory it was started in, and "
-            f"there is no {path!r} here ({os.getcwd()}); run `rlfunc resume` from that directory."
-        )
+        try:
+            resolve_dataset_path(path)  # a Minari dataset id in Minari's local store: not relative to anything
+        except DatasetNotFoundError:
+            raise ConfigError(
+                f"This run was trained with data.path {path!r}, relative to the directory it was started in, and "
+                f"there is no {path!r} here ({os.getcwd()}); run `rlfunc resume` from that directory."
+            ) from None
 
 
 RESUME_WRITES = ("train.total_steps", "distributed.address", "train.wandb")
