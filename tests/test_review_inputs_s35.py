@@ -163,3 +163,36 @@ def test_a_total_steps_past_a_trillion_is_a_typo(tmp_path, capsys, steps):
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"rlfunc: error: train.total_steps must be at most 10**12 (a trillion env steps), got {steps}."]
     assert not (tmp_path / "r").exists()
+
+
+def test_help_and_version_do_not_import_torch():
+    """``import rlfunc`` imported torch (6-12 s here) before ``rlfunc --help`` could answer, and a Ctrl-C in
+    that time was an import traceback; the top-level names are imported on first use now (PEP 562)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from rlfunc.runtime.cli import main\n"
+        "for argv in (['--version'], ['--help'], ['train', '--help'], ['sweep', '--help']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "import gymnasium as gym\n"
+        "print('torch' in sys.modules, 'MinAtar/Breakout-v0' in gym.registry)\n"
+        "import rlfunc\n"
+        "print(rlfunc.train.__module__, rlfunc.load.__module__, rlfunc.Callback.__name__, 'torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    last = out.stdout.strip().splitlines()[-2:]
+    assert last == ["False True", "rlfunc.runtime.trainer rlfunc.runtime.api Callback True"], out.stdout[-500:]
+
+
+def test_a_ctrl_c_while_the_parser_is_built_is_one_line(monkeypatch, capsys):
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert cli.main(["train"]) == 130
+    assert capsys.readouterr().err.strip().splitlines() == ["rlfunc: interrupted."]

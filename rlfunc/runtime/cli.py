@@ -171,9 +171,13 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command. Exit codes: 0 done, 2 bad input (one sentence on stderr, nothing
     trained is lost), 130 interrupted (saved; how to continue is printed), 1 a bug in rlfunc
     (its traceback, and a line saying so)."""
-    args = build_parser().parse_args(argv)
     try:
-        _run(args)
+        args = build_parser().parse_args(argv)
+    except KeyboardInterrupt:  # while the parser is built (it imports what the help lists)
+        print("rlfunc: interrupted.", file=sys.stderr)
+        return 130
+    try:
+        _run(args)  # torch and the rest are imported here, so a Ctrl-C while they load is this one line too
     except KeyboardInterrupt as exc:  # a run's own says what was saved; a plain Ctrl-C has no message
         print(f"rlfunc: {str(exc) or _interrupted(args)}", file=sys.stderr)
         return 130
