@@ -365,14 +365,51 @@ def _make_one(env_id: str, kwargs: dict[str, Any], wrappers: list[Callable], res
     _check_render_mode(env, env_id, kwargs.get("render_mode"))
     for wrap in wrappers:
         env = _apply_wrapper(wrap, env)
+    _refuse_discrete_start(env, env_id)
     if rescale_actions and isinstance(env.action_space, gym.spaces.Box):
         low, high = env.action_space.low, env.action_space.high
         if not (np.all(low == -1.0) and np.all(high == 1.0)):
             if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
                 raise ValueError(f"Environment {env_id!r} has unbounded actions; rlfunc's policies need a bounded Box.")
             ones = np.ones(env.action_space.shape, dtype=np.float32)
-            env = gym.wrappers.RescaleAction(env, -ones, ones)
+            env = _ClippedRescaleAction(env, -ones, ones)
     return env
+
+
+def _refuse_discrete_start(env: gym.Env, env_id: str) -> None:
+    """A ``Discrete(n, start=s)`` action space with ``s != 0``: one ``ValueError`` sentence when the env is
+    made, before any step. rlfunc's discrete agents (DQN, DRQN, R2D2) act, store and return action indices
+    ``0..n-1`` and never add ``start`` (the env refused index ``n-1``, or took it as another action, and
+    ``Policy.predict`` returned actions outside the space), so training, ``rlfunc.evaluate`` and the
+    distributed actors all refuse such an env here, where every env of theirs is made."""
+    space = env.action_space
+    if isinstance(space, gym.spaces.Discrete) and int(space.start) != 0:
+        start, n = int(space.start), int(space.n)
+        env.close()
+        raise ValueError(
+            f"Environment {env_id!r} has actions {space}, numbered from {start} to {start + n - 1}, but rlfunc's "
+            f"discrete agents act with indices 0 to {n - 1}; give the env a Discrete({n}) action space (start=0), "
+            f"e.g. with an env.wrappers entry that adds {start} to each action before the env's step."
+        )
+
+
+class _ClippedRescaleAction(gym.wrappers.RescaleAction):
+    """gymnasium's ``RescaleAction`` from ``[-1, 1]``, its action clipped into the env's own bounds in the env's
+    own dtype: gymnasium's inverse rescaling rounds a saturated action (+-1) one ulp outside many bounds (a sixth
+    of random ones), e.g. ``[-2.11, 0.15]`` (float32) or ``[-4.8, 0.09]`` (float64), which an env that checks
+    ``action_space.contains`` refuses (:meth:`Policy.predict <rlfunc.runtime.policy.Policy.predict>` clips the
+    same way)."""
+
+    def __init__(self, env: gym.Env, min_action: np.ndarray, max_action: np.ndarray) -> None:
+        space = env.action_space
+        super().__init__(env, min_action, max_action)
+        self._native_low, self._native_high, self._native_dtype = space.low, space.high, space.dtype
+
+    def action(self, action):
+        action = super().action(action)
+        if not np.issubdtype(self._native_dtype, np.floating):  # an integer Box: rescaled as gymnasium does
+            return action
+        return np.clip(np.asarray(action, dtype=self._native_dtype), self._native_low, self._native_high)
 
 
 def _check_render_mode(env: gym.Env, env_id: str, mode: Any) -> None:

@@ -124,13 +124,16 @@ def _stored_spaces(ckpt: Path, meta: dict[str, Any]):
         raise bad("action bounds")
     if low is not None:
         try:
+            exact = np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
             with np.errstate(over="ignore"):  # beyond float32's range is inf, refused below
-                low, high = np.asarray(low, dtype=np.float32), np.asarray(high, dtype=np.float32)
+                low, high = exact[0].astype(np.float32), exact[1].astype(np.float32)
         except (TypeError, ValueError):
             raise bad("action bounds") from None
         if (low.ndim != 1 or low.shape != high.shape or low.size == 0 or not np.all(low < high)
                 or not (np.isfinite(low).all() and np.isfinite(high).all())):  # training refuses infinite bounds too
             raise bad("action bounds")
+        if not (np.array_equal(exact[0], low) and np.array_equal(exact[1], high)):
+            low, high = exact  # a float64 space's bounds (-0.1): the policy clips to them exactly, in float64
     num_actions = meta.get("num_actions")
     if num_actions is not None and not (isinstance(num_actions, int) and num_actions > 0):
         raise bad("num_actions")

@@ -172,6 +172,9 @@ def _collect(out, checkpoint, env_id, steps, noise, policy, seed) -> dict[str, A
     space = env.action_space
     low = np.asarray(space.low, dtype=np.float64)
     high = np.asarray(space.high, dtype=np.float64)
+    # the env steps with actions of its own dtype, clipped to its exact bounds (float32 of a float64 space's 0.1 is
+    # 0.10000000149, outside it); the dataset stores them as float32
+    env_dtype = space.dtype if np.issubdtype(space.dtype, np.floating) else np.dtype(np.float32)
     rng = np.random.default_rng(seed)
     env.action_space.seed(seed)
 
@@ -187,9 +190,9 @@ def _collect(out, checkpoint, env_id, steps, noise, policy, seed) -> dict[str, A
             if noise > 0:
                 a = a + noise * rng.standard_normal(a.shape)
             a = np.clip(a, -1.0, 1.0)
-            action = low + (a + 1.0) * 0.5 * (high - low)
+            action = np.clip(low + (a + 1.0) * 0.5 * (high - low), low, high)
+        next_obs, reward, terminated, truncated, _ = env.step(action.astype(env_dtype))
         action = action.astype(np.float32)
-        next_obs, reward, terminated, truncated, _ = env.step(action)
         next_obs = np.array(next_obs, dtype=np.float32, copy=True)  # before the next step overwrites it
         obs_l.append(obs)
         act_l.append(action)

@@ -18,10 +18,23 @@ def run_episodes(policy, env, episodes: int, seed: int, stochastic: bool = False
     (``act_normalized(obs, deterministic=False)``, see
     :class:`rlfunc.runtime.policy.Policy`). The policy's generator is seeded with ``seed``
     first, so a stochastic evaluation, and a DQN-family one with ``agent.eval_epsilon > 0``,
-    is reproducible too.
+    is reproducible too; afterwards the policy's own generator (and the state :meth:`act
+    <rlfunc.runtime.policy.Policy.act>` keeps) is put back as it was, so evaluating the caller's
+    policy (:func:`rlfunc.evaluate`) leaves its stream of stochastic actions where it was.
     """
     if episodes < 1:
         raise ValueError(f"episodes must be at least 1, got {episodes}.")
+    # a Policy's generator and act() state: the objects themselves, put back afterwards (seed() and reset()
+    # make new ones and never change the old ones, so the caller's stream continues exactly where it was)
+    saved = {k: getattr(policy, k) for k in ("_generator", "_carry") if hasattr(policy, k)}
+    try:
+        return _run_episodes(policy, env, episodes, seed, stochastic)
+    finally:
+        for key, value in saved.items():
+            setattr(policy, key, value)
+
+
+def _run_episodes(policy, env, episodes: int, seed: int, stochastic: bool) -> list[float]:
     if hasattr(policy, "seed"):  # its stochastic actions (and DQN-family eval_epsilon > 0) draw from this
         policy.seed(int(seed))
     returns = []

@@ -13,7 +13,8 @@ Two ways to act:
 
 Both take one observation (``obs_shape``) or a batch (``(n, *obs_shape)``) and
 return actions in the env's own action space (continuous actions mapped back
-from ``[-1, 1]`` to the env's bounds; discrete actions as ``int64``).
+from ``[-1, 1]`` to the env's bounds and clipped to them, in the bounds' dtype:
+``action_dtype``; discrete actions as ``int64``).
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ class Policy:
         action_high: np.ndarray | None,
         obs_shape: tuple[int, ...],
         device: str = "cpu",
+        action_dtype: Any = None,
     ) -> None:
         from rlfunc.runtime.registry import get_algo
 
@@ -77,8 +79,11 @@ class Policy:
         self.params = params.to(device)
         self.config = config
         self.device = torch.device(device)
-        self.action_low = None if action_low is None else np.asarray(action_low, dtype=np.float32)
-        self.action_high = None if action_high is None else np.asarray(action_high, dtype=np.float32)
+        # the bounds kept exactly, in the action space's own dtype (``action_dtype``, else the bounds' float dtype,
+        # else float32): a float64 space's -0.1 stored as float32 was -0.10000000149, outside the space
+        self.action_dtype = None if action_low is None else _float_dtype(action_low, action_dtype)
+        self.action_low = None if action_low is None else np.asarray(action_low, dtype=self.action_dtype)
+        self.action_high = None if action_high is None else np.asarray(action_high, dtype=self.action_dtype)
         self.obs_shape = tuple(obs_shape)
         self._carry = None
         self._generator: torch.Generator | None = None
@@ -171,6 +176,15 @@ class Policy:
                 f"Observation holds {int(finite.size - finite.sum())} NaN or infinite value(s), which this "
                 f"{self.algo_name} policy would turn into NaN actions; pass finite observations (check the env and its wrappers)."
             )
+        if obs.dtype.kind == "f" and obs.dtype.itemsize > 4:  # a finite float64 such as 1e39 is inf in float32
+            with np.errstate(over="ignore"):
+                beyond = int(obs.size - np.isfinite(obs.astype(np.float32)).sum())
+            if beyond:
+                raise ValueError(
+                    f"Observation holds {beyond} value(s) beyond float32's range (magnitude above "
+                    f"{float(np.finfo(np.float32).max):.4g}), which this {self.algo_name} policy would turn into NaN "
+                    "actions; pass observations within float32's range (check the env and its wrappers)."
+                )
         if obs.shape == self.obs_shape:
             return obs[None], True
         if obs.ndim == len(self.obs_shape) + 1 and obs.shape[1:] == self.obs_shape and obs.shape[0] > 0:
@@ -229,10 +243,14 @@ class Policy:
 
     def _native(self, a: np.ndarray) -> np.ndarray:
         if self.action_low is not None and np.issubdtype(a.dtype, np.floating):
-            a = self.action_low + (a + 1.0) * 0.5 * (self.action_high - self.action_low)
-            # float32 rounding can put a saturated action (+-1) one ulp outside bounds such as [-4.8, 0.09];
-            # clipped, as gymnasium's RescaleAction clips the actions the policy trained with
-            a = np.clip(a, self.action_low, self.action_high)
+            # computed in the space's dtype (at least float32, float32 arithmetic for a float32 space as before)
+            work = np.promote_types(self.action_dtype, np.float32)
+            low, high = self.action_low.astype(work), self.action_high.astype(work)
+            a = low + (a.astype(work) + 1.0) * 0.5 * (high - low)
+            # rounding can put a saturated action (+-1) one ulp outside bounds such as [-4.8, 0.09]: clipped to
+            # the exact bounds, then returned in the space's dtype (its bounds are exact in it, and rounding is
+            # monotonic, so the cast stays inside), as the training env's rescaling clips what the policy sends
+            a = np.clip(a, low, high).astype(self.action_dtype)
         return a
 
     @property
@@ -342,8 +360,9 @@ class Policy:
         """Stable-Baselines3's ``predict``: ``(action, state)`` for one observation or a batch.
 
         ``observation``: ``obs_shape`` or ``(n, *obs_shape)`` (another shape is a
-        ``ValueError`` naming the expected one; so is a NaN or infinite value). ``action``: in the env's own
-        action space, ``(A,)`` / ``(n, A)`` floats or an int64 scalar / ``(n,)``.
+        ``ValueError`` naming the expected one; so is a NaN or infinite value, or one beyond float32's range).
+        ``action``: in the env's own action space, ``(A,)`` / ``(n, A)`` floats of ``action_dtype`` or an int64
+        scalar / ``(n,)``.
 
         ``state``: ``None`` for feed-forward policies (always returned as
         ``None``). For recurrent ones (DRQN; R2D2) it is a tuple of numpy
@@ -427,6 +446,15 @@ class Policy:
         out = action.cpu().numpy()
         new_state = tuple(t.cpu().numpy() for t in carry)
         return self._native(out[0] if single else out), new_state
+
+
+def _float_dtype(bounds, given) -> np.dtype:
+    """The dtype of a Box action space's actions: ``given`` (the space's dtype), else the bounds' own float
+    dtype (a space's ``low`` has its dtype), else float32 (integer or list bounds)."""
+    dtype = np.dtype(given) if given is not None else getattr(bounds, "dtype", None)
+    if dtype is None or not np.issubdtype(dtype, np.floating):
+        return np.dtype(np.float32)
+    return np.dtype(dtype)
 
 
 def _check_int(value, name: str, low: int, high: int | None = None) -> int:
