@@ -113,8 +113,8 @@ def test_a_stop_row_has_its_windows_rate_without_the_final_evaluation(tmp_path, 
     stop = logged[-1]
     assert int(stop["step"]) == total and stop["stop_reason"].startswith("stop_at_return")
     assert math.isfinite(float(stop["steps_per_s"]))
-    if total == 150:  # no env step since the row of step 150: the same window's rate
-        assert logged[-2]["step"] == "150" and logged[-2]["steps_per_s"] == stop["steps_per_s"]
+    if total == 150:  # a log step: its one row holds the stop (session 35: the row was written twice)
+        assert logged[-2]["step"] == "100" and [r["step"] for r in logged].count("150") == 1
 
 
 # -- 3. distributed R2D2: evaluations and the actors' steps during them --------------------------------
@@ -188,8 +188,13 @@ def test_distributed_steps_per_s_leaves_the_evaluations_out(tmp_path, monkeypatc
     assert len(evals) >= 3 and len(logged) >= 8
     after = [r for r in logged if any(e < int(r["step"]) <= e + 400 for e in evals[:-1])]
     assert after
-    slow = [(r["step"], r["steps_per_s"]) for r in after if not float(r["steps_per_s"]) > 250]
-    assert not slow, f"rows after an evaluation whose steps_per_s counts its time: {slow}"
+    # Measured against the run's own other rows, not a fixed rate: on a loaded machine the actors collect far
+    # fewer than 250 steps/s. A row that counted a 2 s evaluation has at most a window (200 steps) over 2 s
+    # added to its own time: below half the rate of the rows around it.
+    others = sorted(float(r["steps_per_s"]) for r in logged if r not in after and r is not logged[0])
+    typical = others[len(others) // 2]
+    slow = [(r["step"], r["steps_per_s"]) for r in after if not float(r["steps_per_s"]) > typical / 2]
+    assert not slow, f"rows after an evaluation whose steps_per_s counts its time (others' median {typical}): {slow}"
 
 
 # -- 4. a full disk while writing `latest` -------------------------------------------------------------

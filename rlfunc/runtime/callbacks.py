@@ -8,7 +8,7 @@ methods (all optional; :class:`Callback` is a base class with no-op ones)::
     on_log(run, row)                    # a metrics.csv row was written (a dict)
     on_eval(run, step, returns) -> reason | bool | None   # after each evaluation
     on_checkpoint(run, path)            # a checkpoint was written
-    on_end(run, reason)                 # the run ended; reason is why (see below)
+    on_end(run, reason)                 # the run ended, however it ended; reason is why (see below)
 
 ``run`` is the :class:`~rlfunc.runtime.trainer.Trainer`: read ``run.run_dir``,
 ``run.config``, ``run.env_step``, ``run.gradient_steps``, ``run.learner_calls``,
@@ -19,6 +19,16 @@ callback's class name). The reason is written to ``eval.csv``'s and
 ``metrics.csv``'s ``stop_reason`` column, returned in ``TrainResult.stop_reason``
 and printed by the command line. A run that trained to ``train.total_steps``
 ends with reason ``total_steps``.
+
+``on_end`` is called once for every run whose ``on_start`` was called (a resume
+too), however the run ends, after its final checkpoint: with ``total_steps`` or
+the stop reason; and when it ends with an error, after the state was saved on the
+way out (nothing is saved after a non-finite loss), with ``interrupted``
+(Ctrl-C), ``terminated (SIGTERM)``, ``non-finite loss: <message>`` or ``error:
+<ExceptionType>: <message>`` (an exception of a callback's hook, or of anything
+else), before that error propagates. An exception raised by ``on_end`` then does
+not replace the run's error: it is a warning line on stderr and a note on the
+error raised. (Outside an error, an exception of ``on_end`` propagates.)
 
 A callback may also have ``reached(run) -> reason | None``, asked once when a
 run resumes, before its first step: the config's rules answer there whether
@@ -76,6 +86,9 @@ class Callback:
         pass
 
     def on_end(self, run, reason: str) -> None:
+        """Called once as the run ends, however it ends (after its last checkpoint): ``reason`` is
+        ``total_steps``, a stop reason, ``interrupted``, ``terminated (SIGTERM)``, ``non-finite loss: ...``
+        or ``error: ExceptionType: message`` (the error is raised after this)."""
         pass
 
     def reached(self, run) -> str | None:
@@ -169,9 +182,31 @@ class MaxWallTime(Callback):
         return self.reached(run)
 
     def reached(self, run) -> str | None:
-        if run.wall_s >= self.seconds:
-            return f"max_wall_s: {run.wall_s:.0f} s of training >= {self.seconds:g}"
+        wall = run.wall_s
+        if wall >= self.seconds:
+            return f"max_wall_s: {_at_least(wall, self.seconds)} s of training >= {_shown(self.seconds)}"
         return None
+
+
+def _shown(limit: float) -> str:
+    """A limit as the config gives it (``1.5``, ``3600``): every digit it has, and no exponent."""
+    if limit.is_integer() and abs(limit) < 1e16:
+        return str(int(limit))
+    text = f"{limit:g}"
+    return text if float(text) == limit and "e" not in text else repr(limit)
+
+
+def _at_least(value: float, limit: float) -> str:
+    """``value`` (>= ``limit``) with 3 significant digits (no exponent: all the digits before the point),
+    more where fewer would show it below ``limit``, so that a reason is true as printed: 1.502 s against
+    1.5 is ``1.50``, 0.4013 against 0.4 ``0.401``, 1.5004 against 1.50031 ``1.5004``, 3601.2 ``3601``."""
+    decimals = max(0, 2 - math.floor(math.log10(value))) if value > 0 else 0
+    while decimals <= 17:
+        text = f"{value:.{decimals}f}"
+        if float(text) >= limit:
+            return text
+        decimals += 1
+    return repr(value)
 
 
 def from_config(train) -> list[Callback]:

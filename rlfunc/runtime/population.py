@@ -1277,6 +1277,7 @@ class PopulationTrainer:
         self._window_t, self._window_steps = [time.monotonic()] * p, [0] * p
         last = None
         restore_sigterm = self._interrupts.install()
+        crash_line = None
         try:
             if resumed:  # each member's policy as the restored state holds it (rlfunc.load, eval, export read it)
                 self._save_policies(self._stale_policies())
@@ -1322,15 +1323,24 @@ class PopulationTrainer:
                     from rlfunc.runtime.trainer import report_unsaved
 
                     report_unsaved(max(self.env_steps), None, save_error)
+            saved = saved or self._saved == tuple(self.env_steps)  # or saved at this step already
+            where = f"saved at step {max(self.env_steps)}" if saved else "last checkpoint kept"
             if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, RunInterrupted):
-                where = f"saved at step {max(self.env_steps)}" if saved else "last checkpoint kept"
                 raise RunInterrupted(f"interrupted; {where}; continue with `rlfunc resume {self.run_dir}`") from None
+            if not unsaveable and not isinstance(exc, KeyboardInterrupt) and (saved or self._saved is not None):
+                # any other error says so too, as a single run's (Trainer._save_on_the_way_out); else nothing to resume
+                from rlfunc.runtime.trainer import _what_stopped
+
+                crash_line = (f"rlfunc: the population stopped at env step {max(self.env_steps)} ({_what_stopped(exc)}); "
+                              f"{where}; continue with `rlfunc resume {self.run_dir}`")
             raise
         finally:
             restore_sigterm()
             progress.update(self.env_step, last, force=True)
             progress.close()
             self._progress = None
+            if crash_line is not None:  # after the progress bar's last line
+                print(crash_line, file=sys.stderr)
             for log in self._metrics_logs + self._eval_logs:
                 log.close()
             for tb in self._tensorboard:

@@ -13,7 +13,8 @@
 ``resume(run_dir)`` continues from the latest checkpoint with the same state,
 optimizer, replay, generators and counters. A non-finite loss stops training
 with :class:`NonFiniteLossError` and never overwrites the last good checkpoint;
-any other crash (or Ctrl-C, or SIGTERM) first saves the current state if it is finite.
+any other crash (or Ctrl-C, or SIGTERM) first saves the current state if it is finite, and says
+on stderr where it was saved and how to continue. Callbacks' ``on_end`` is called however a run ends.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import math
 import numbers
 import os
 import re
+import signal
 import sys
 import time
 from pathlib import Path
@@ -329,7 +331,7 @@ class Trainer:
         self._learning = False  # learned in this process yet (the progress line's phase)
         self._progress: Progress | None = None
         self._last_metrics = None  # the newest learner metrics (for the row that records a stop)
-        self._logged_stop: int | None = None  # env step whose metrics row already records the stop
+        self._logged_step: int | None = None  # env step of the newest metrics row this process wrote
         self._loop_state = None  # the loop's _LoopState (its steps_per_s window), kept for the stop row
         self._start_step = 0  # env step this process started training from
         self._t0 = time.monotonic()
@@ -573,14 +575,18 @@ class Trainer:
             stop_reason, last_eval = self._train_to_end(progress, last_eval, resumed)
             if self._saved != self._saved_key():  # not saved at this step already
                 self._save_or_continue()
-        except (NonFiniteLossError, CheckpointWriteError):
+        except (NonFiniteLossError, CheckpointWriteError) as exc:  # nothing is saved: the last good checkpoint stays
             self._close_logs(progress)
             restore_sigterm()
+            self._end_after_error(exc, exc)
             raise
         except BaseException as exc:
             self._close_logs(progress)
             restore_sigterm()
-            self._save_on_the_way_out(exc)
+            interrupted = self._save_on_the_way_out(exc)  # a Ctrl-C's RunInterrupted, else None
+            self._end_after_error(exc, interrupted or exc)
+            if interrupted is not None:
+                raise interrupted from None
             raise
         restore_sigterm()
         progress.update(self.env_step, last_eval, force=True)
@@ -611,29 +617,59 @@ class Trainer:
             if resumed and self._missed_evaluation():  # as the run would have, before its next step
                 last_eval = self.evaluate()
             last_eval = self._loop(progress, last_eval)
-            self._interrupts.check()  # one held during the last step's updates: the resume evaluates
+            self._interrupts.check()  # one held during the last step's updates (after its final evaluation)
             self._check_finite()
+            # The loop evaluates its last step before that step's row; this is the final evaluation of a
+            # resume that had no step left to train (saved at total_steps before its final evaluation).
             if not self.evals or self.evals[-1][0] != self.env_step:
-                with self._off_the_clock():  # an on_eval stop's row (_finish_stopped) has the rate without it
+                with self._off_the_clock():
                     last_eval = self.evaluate()
         except _StopRun as stop:
             return str(stop), self._finish_stopped(str(stop), last_eval)
         return "total_steps", last_eval
 
-    def _save_on_the_way_out(self, exc: BaseException) -> None:
-        """Keep the current state if it is sound (nothing trained is lost); a Ctrl-C becomes
-        :class:`RunInterrupted`, whose message says where it was saved and how to continue."""
-        saved = None
+    def _save_on_the_way_out(self, exc: BaseException) -> RunInterrupted | None:
+        """Keep the current state if it is sound (nothing trained is lost). A Ctrl-C is returned as the
+        :class:`RunInterrupted` to raise, whose message says where it was saved and how to continue; any
+        other error (a callback's, SIGTERM's ``SystemExit``) prints the same line on stderr, then goes on
+        as it is."""
         try:
-            if self._saved == self._saved_key():  # saved already (e.g. a crash in an on_checkpoint callback)
-                saved = self._last_good_ckpt
-            elif self.env_step > 0 and self.learner.params_finite():
-                saved = self.save()
+            if self._saved != self._saved_key() and self.env_step > 0 and self.learner.params_finite():
+                self.save()
         except Exception as save_error:  # never mask the original error, but say what was not saved
-            report_unsaved(self.env_step, self._last_good_ckpt, save_error)
-        if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, RunInterrupted):
-            where = f"saved at step {self.env_step}" if saved else f"last checkpoint {self._last_good_ckpt}"
-            raise RunInterrupted(f"interrupted; {where}; continue with `rlfunc resume {self.run_dir}`") from None
+            if self._saved != self._saved_key():
+                report_unsaved(self.env_step, self._last_good_ckpt, save_error)
+            else:  # written; the on_checkpoint callback that failed at the crash save is what raised
+                print(f"rlfunc: warning: the state at env step {self.env_step} was saved on the way out, and a "
+                      f"callback's on_checkpoint raised there ({type(save_error).__name__}: {save_error}).",
+                      file=sys.stderr)
+        saved = self._saved == self._saved_key()  # this step's state is in the newest checkpoint
+        where = f"saved at step {self.env_step}" if saved else f"last checkpoint {self._last_good_ckpt}"
+        if isinstance(exc, KeyboardInterrupt):
+            if isinstance(exc, RunInterrupted):
+                return None
+            return RunInterrupted(f"interrupted; {where}; continue with `rlfunc resume {self.run_dir}`")
+        if saved or self._last_good_ckpt is not None:  # else there is nothing to resume
+            print(f"rlfunc: the run stopped at env step {self.env_step} ({_what_stopped(exc)}); {where}; "
+                  f"continue with `rlfunc resume {self.run_dir}`", file=sys.stderr)
+        return None
+
+    def _end_after_error(self, exc: BaseException, raised: BaseException) -> None:
+        """``on_end(run, reason)`` of every callback for a run that ends with ``exc`` (after its state was
+        saved; :func:`end_reason` says what happened). An ``on_end`` that raises must not hide the run's own
+        error, ``raised``: its error is one warning line on stderr and a note on ``raised``."""
+        reason = end_reason(exc)
+        for cb in self.callbacks:
+            fn = getattr(cb, "on_end", None)
+            if fn is None:
+                continue
+            try:
+                fn(self, reason)
+            except BaseException as end_error:  # noqa: BLE001 -- the run's own error is what is raised
+                note = (f"rlfunc: warning: callback {type(cb).__name__}.on_end raised {type(end_error).__name__}: "
+                        f"{end_error} (the run ended with: {reason})")
+                print(note, file=sys.stderr)
+                raised.add_note(note)
 
     def _loop(self, progress: Progress, last_eval: float | None) -> float | None:
         """Collect and learn until ``train.total_steps`` (a stopping rule raises ``_StopRun``); returns the
@@ -688,12 +724,17 @@ class Trainer:
             reason = self._ask("on_step")
             # every log_every steps, and at the last step (a run of 1000 steps logging every 300 ends with a row)
             log_due = self.env_step // cfg.log_every > prev // cfg.log_every or self.env_step == cfg.total_steps
+            last = self.env_step >= cfg.total_steps
             if log_due or reason:
                 self._check_finite()
                 loop.measure()  # before an evaluation at this step: it is not env stepping
-            if not reason and self.env_step // cfg.eval_every > prev // cfg.eval_every:
+            # At each multiple of eval_every, and at the last step (the run's final evaluation, also when
+            # train.total_steps is no multiple of it): before this step's metrics row, so that an on_eval stop
+            # is recorded in it, one row per step (the final evaluation ran after the last row, and a stop
+            # there wrote the step's row again, with episode_return nan).
+            if not reason and (self.env_step // cfg.eval_every > prev // cfg.eval_every or last):
                 self._check_finite()
-                try:  # before this step's metrics row, so that an on_eval stop is recorded in it (one row)
+                try:
                     with loop.off_the_clock():
                         loop.last_eval = self.evaluate()
                 except _StopRun as stop:
@@ -709,11 +750,9 @@ class Trainer:
                 self._recent_returns = self._recent_returns[-10:]
             if reason:
                 raise _StopRun(reason)
-            last = self.env_step >= cfg.total_steps
-            # At the last step a final evaluation still follows unless this step had one; the end of
-            # the run saves after it, so a periodic save here would write the same step twice.
-            final_eval_follows = last and (not self.evals or self.evals[-1][0] != self.env_step)
-            if self.env_step // cfg.checkpoint_every > prev // cfg.checkpoint_every and not final_eval_follows:
+            # The last step was evaluated above: a periodic save here holds the final evaluation, and the
+            # end of the run does not write the same step again.
+            if self.env_step // cfg.checkpoint_every > prev // cfg.checkpoint_every:
                 self._check_finite()
                 with loop.off_the_clock():  # writing a checkpoint is not env stepping either
                     self._save_or_continue()
@@ -724,13 +763,14 @@ class Trainer:
         return loop.off_the_clock() if loop is not None else contextlib.nullcontext()
 
     def _finish_stopped(self, reason: str, last_eval: float | None) -> float | None:
-        """A stopping rule ended the run: log the reason in metrics.csv (unless this step's row has
-        it), and evaluate the final state unless this step was just evaluated (its row has it then)."""
+        """A stopping rule ended the run: log the reason in metrics.csv if this step has no row yet (the
+        loop writes a stop's row itself, with the reason: a step never gets a second row), and evaluate
+        the final state unless this step was just evaluated (its row has it then)."""
         self._check_finite()
-        if self._logged_stop != self.env_step and self.env_step != self._start_step:  # else rows of the run before
+        if self._logged_step != self.env_step and self.env_step != self._start_step:  # else rows of the run before
             # the rate of the row's partial window (the steps since the last row), as every row's
             rate = self._loop_state.rate_so_far() if self._loop_state is not None else math.nan
-            self._log(self._last_metrics, rate, [], reason)
+            self._log(self._last_metrics, rate, self._recent_returns, reason)
         if self.evals and self.evals[-1][0] == self.env_step:
             return self.evals[-1][1]
         return self.evaluate(stopped=reason)  # on_eval sees the final evaluation too, as a run that ends at total_steps
@@ -793,8 +833,7 @@ class Trainer:
             recent_returns, metrics, stop_reason,
         )
         self._metrics_log.write(row, complete=metrics is not None)
-        if stop_reason:
-            self._logged_stop = self.env_step
+        self._logged_step = self.env_step
         self._write_external("train", row)
         self._call("on_log", row)
 
@@ -918,6 +957,26 @@ def first_non_finite(pending: list[tuple[int, list, torch.Tensor]]) -> tuple[int
     if bool(flags.all()):
         return None
     return pending[int((~flags).nonzero()[0, 0])]
+
+
+def end_reason(exc: BaseException) -> str:
+    """The ``reason`` that ``on_end`` callbacks get for a run ending with ``exc``: ``interrupted`` (Ctrl-C),
+    ``terminated (SIGTERM)``, ``non-finite loss: ...`` or ``error: ExceptionType: message``."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted"
+    if isinstance(exc, SystemExit) and exc.code == 128 + signal.SIGTERM:
+        return "terminated (SIGTERM)"
+    if isinstance(exc, NonFiniteLossError):
+        return f"non-finite loss: {exc}"
+    return f"error: {type(exc).__name__}: {exc}"
+
+
+def _what_stopped(exc: BaseException) -> str:
+    """How the line of a run that ended with ``exc`` names it: ``SIGTERM`` or ``ExceptionType: message``."""
+    if isinstance(exc, SystemExit) and exc.code == 128 + signal.SIGTERM:
+        return "SIGTERM"
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def report_unsaved(env_step: int, last_good: Path | None, error: BaseException) -> None:

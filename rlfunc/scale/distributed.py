@@ -688,17 +688,31 @@ class DistributedTrainer(Trainer):
                             chunk["pid"], float(chunk["cpu_s"]), float(chunk["wall_s"]), chunk_bytes(chunk)))
         reason = self._ask("on_step")
         last = prev < cfg.total_steps <= self.env_step  # the chunk that ends the run logs too
-        if self.env_step // cfg.log_every > prev // cfg.log_every or last or reason:
+        log_due = self.env_step // cfg.log_every > prev // cfg.log_every or last
+        if log_due or reason:
             self._check_finite()
-            self._loop_state.measure()
+            self._loop_state.measure()  # before an evaluation: it is not env stepping
+        # At each eval_every crossed and at the chunk that ends the run (its final evaluation), before the
+        # chunk's metrics row, so that an on_eval stop is recorded in that row: one row per step, as the
+        # single-run loop (Trainer._count_rows). Evaluated after the row, a stop there wrote a second row.
+        if not reason and (self.env_step // cfg.eval_every > prev // cfg.eval_every or last):
+            self._check_finite()
+            try:
+                with self._loop_state.off_the_clock():  # and the steps the actors collect meanwhile (RateWindow)
+                    state["last_eval"] = self.evaluate()
+            except _StopRun as stop:
+                reason = str(stop)
+                if not log_due:
+                    self._loop_state.measure(restart=False)
+            except BaseException:
+                if log_due:  # a crash or Ctrl-C in the evaluation: this chunk's row is still written
+                    self._log(state["metrics"], self._loop_state.steps_per_s, self._recent_returns)
+                raise
+        if log_due or reason:
             self._log(state["metrics"], self._loop_state.steps_per_s, self._recent_returns, reason or "")
             self._recent_returns = self._recent_returns[-10:]
         if reason:
             raise _StopRun(reason)
-        if self.env_step // cfg.eval_every > prev // cfg.eval_every:
-            self._check_finite()
-            with self._loop_state.off_the_clock():  # and the steps the actors collect meanwhile (RateWindow)
-                state["last_eval"] = self.evaluate()
         if self.env_step // cfg.checkpoint_every > prev // cfg.checkpoint_every:
             self._check_finite()
             with self._loop_state.off_the_clock():
