@@ -11,6 +11,8 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+from test_review_pure_api import _window  # a [T, B] window batch (keys set to None are left out)
+
 from rlfunc.algos import drqn, drqv2, r2d2, redq, rlpd
 
 BOX3, BOX1 = gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-1, 1, (1,))
@@ -23,14 +25,6 @@ def _raises(match: str, fn, *args, **kwargs) -> str:
     msg = str(exc.value)
     assert "\n" not in msg and msg.endswith("."), msg
     return msg
-
-
-def _window(T, Bn=4, O=4, **over):
-    d = {"obs": torch.randn(T, Bn, O), "action": torch.randint(2, (T, Bn)), "reward": torch.randn(T, Bn),
-         "next_obs": torch.randn(T, Bn, O), "terminated": torch.zeros(T, Bn, dtype=torch.bool),
-         "mask": torch.ones(T, Bn, dtype=torch.bool)}
-    d.update(over)
-    return TensorDict({k: v for k, v in d.items() if v is not None}, batch_size=[T, Bn])
 
 
 # 1. noise of another dtype: was torch's "expected m1 and m2 to have the same dtype" inside the nets
