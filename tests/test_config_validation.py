@@ -460,8 +460,8 @@ MEMORY_CASES = [
      r"rlfunc/CueMemory-v0 windows of 6 steps"),
     ("dqn", {"agent.lstm_size": 10**8}, r"^The agent's networks \(agent\.encoder_sizes=\[64\], agent\.lstm_size=100000000\) need "),
     ("r2d2", {"train.replay_size": 10**12}, r"^train\.replay_size=1000000000000 needs .* windows of 8 steps"),
-    ("drqv2", {"train.replay_size": 10**13, "train.total_steps": 10**13},
-     r"^train\.replay_size=10000000000000 needs .* for the pixel replay of Pendulum-v1"),
+    ("drqv2", {"train.replay_size": 10**12, "train.total_steps": 10**12},  # at most 10**12 steps (a typo past it)
+     r"^train\.replay_size=1000000000000 needs .* for the pixel replay of Pendulum-v1"),
     ("drqv2", {"agent.hidden_dim": 10**7}, r"^The agent's networks .*agent\.hidden_dim=10000000\) need "),
 ]
 
