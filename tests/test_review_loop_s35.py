@@ -254,3 +254,25 @@ def test_max_wall_s_reason_is_true_as_printed(wall, limit, shown):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-n", "0", "-p", "no:cacheprovider"]))
+
+
+@pytest.mark.skipif(signal.getsignal(signal.SIGINT) is not signal.default_int_handler,
+                    reason="SIGINT is not Python's default handler in this process (the guard leaves it alone)")
+@pytest.mark.parametrize("how", ["ctrl-c", "callback error"])
+def test_a_run_ended_between_a_log_steps_updates_and_its_row_still_has_the_row(tmp_path, how):
+    """A Ctrl-C (or a callback's exception) in ``on_step`` at log step 30: the state was saved at 30 but its
+    metrics row was never written, and the resumed run continued at 31 (metrics.csv had 10, 20, 40, ...)."""
+
+    class EndAt30(rlfunc.Callback):
+        def on_step(self, run):
+            if run.env_step == 30:
+                if how == "ctrl-c":
+                    os.kill(os.getpid(), signal.SIGINT)
+                raise ValueError("a bug in my callback")
+
+    with pytest.raises((RunInterrupted, ValueError)):
+        rlfunc.train(_config(), run_dir=tmp_path / "r", callbacks=[EndAt30()])
+    assert [int(r["step"]) for r in rows(tmp_path / "r" / "metrics.csv")] == [10, 20, 30]
+    rlfunc.resume(tmp_path / "r")
+    steps = [int(r["step"]) for r in rows(tmp_path / "r" / "metrics.csv")]
+    assert steps == [10, 20, 30, 40, 50, 60, 70]

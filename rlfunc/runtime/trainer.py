@@ -581,6 +581,7 @@ class Trainer:
             self._end_after_error(exc, exc)
             raise
         except BaseException as exc:
+            self._write_missed_row()  # before the logs close and the state is saved at this step
             self._close_logs(progress)
             restore_sigterm()
             interrupted = self._save_on_the_way_out(exc)  # a Ctrl-C's RunInterrupted, else None
@@ -653,6 +654,24 @@ class Trainer:
             print(f"rlfunc: the run stopped at env step {self.env_step} ({_what_stopped(exc)}); {where}; "
                   f"continue with `rlfunc resume {self.run_dir}`", file=sys.stderr)
         return None
+
+    def _write_missed_row(self) -> None:
+        """The metrics row of a log step that a crash, Ctrl-C or SIGTERM ended between the step's updates and
+        its row (in ``on_step`` or the finite check): written before the state is saved at that step, or the
+        resumed run, which continues after it, would have no row there. Only where the learner's state is
+        finite (it is saved then); a failure here must not hide the run's own error."""
+        cfg = self.config.train
+        step = self.env_step
+        if (getattr(self, "_metrics_log", None) is None or step == self._start_step or self._logged_step == step
+                or not (step % cfg.log_every == 0 or step == cfg.total_steps)):
+            return
+        try:
+            if not self.learner.params_finite():
+                return
+            rate = self._loop_state.rate_so_far() if self._loop_state is not None else math.nan
+            self._log(self._last_metrics, rate, self._recent_returns)
+        except Exception:  # noqa: BLE001 -- the run's own error is what is raised; the row is a nicety
+            pass
 
     def _end_after_error(self, exc: BaseException, raised: BaseException) -> None:
         """``on_end(run, reason)`` of every callback for a run that ends with ``exc`` (after its state was
