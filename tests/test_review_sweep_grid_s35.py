@@ -20,6 +20,7 @@ import os
 
 import pytest
 import yaml
+from test_sweep_checks_runs_here import no_ray  # noqa: F401  (a fixture: Ray starting fails the test)
 
 from rlfunc.runtime.cli import main
 from rlfunc.runtime.config import ConfigError
@@ -33,15 +34,6 @@ TINY = {
               "checkpoint_every": 100, "log_every": 100, "threads": 1, "tensorboard": False, "progress": False},
     "agent": {"hidden_sizes": [16, 16], "batch_size": 32},
 }
-
-
-@pytest.fixture
-def no_ray(monkeypatch):
-    def connect(*args, **kwargs):
-        raise AssertionError("Ray was started although the input could be refused before it")
-
-    monkeypatch.setattr(sweep_mod, "connect", connect)
-    monkeypatch.setattr(sweep_mod, "_import_ray", lambda: None)
 
 
 @pytest.fixture
