@@ -498,9 +498,10 @@ def hog(ray_local):
 
 
 def test_an_actor_ray_cannot_place_reserves_no_steps_and_the_run_ends(ray_local, bounded, hog, tmp_path, capsys):
-    """Another job holds 1 of the 2 CPUs: actor 1 is never placed. It is asked for nothing until it is up, so
-    actor 0 collects every step and the run ends, with exact counters. (Its two queued calls held back their
-    steps: near the end actor 0 was asked for nothing and the run waited forever.)"""
+    """Another job holds 1 of the 2 CPUs: one of the two actors is never placed. It is asked for nothing until
+    it is up, so the other collects every step and the run ends, with exact counters. (Its two queued calls held
+    back their steps: near the end the placed actor was asked for nothing and the run waited forever.) Which of
+    the two Ray places is its scheduler's choice, not creation order: one run of the suite placed actor 1."""
     import rlfunc
 
     hog(1)
@@ -508,7 +509,7 @@ def test_an_actor_ray_cannot_place_reserves_no_steps_and_the_run_ends(ray_local,
     result = rlfunc.train(_tiny(**{"train.total_steps": 800}), run_dir=tmp_path / "run",
                           callbacks=[type("Keep", (), {"on_end": lambda self, run, reason: runs.append(run)})()])
     run = runs[0]
-    assert {c[0] for c in run.chunks} == {0}
+    assert len({c[0] for c in run.chunks}) == 1  # one actor placed, whichever Ray chose
     assert result.env_steps == run.env_step == sum(c[2] for c in run.chunks)
     assert 800 <= run.env_step < 800 + 2  # at most envs_per_actor - 1 past the end
     assert run.learner.replay.windows_added == sum(c[3] for c in run.chunks)
