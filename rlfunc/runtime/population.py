@@ -239,6 +239,7 @@ def check_spec(spec: Any, seed: int = 0) -> None:
         raise ConfigError(
             f"train.population.vectorize must be one of {', '.join(VECTORIZE)}, got {spec['vectorize']!r}."
         )
+    _refuse_unstorable(spec)
     seeds = spec.get("seeds")
     if seeds is not None:
         if (
@@ -278,6 +279,63 @@ def check_spec(spec: Any, seed: int = 0) -> None:
 
 
 _NO_TWIN = object()
+
+
+def _refuse_unstorable(spec: dict) -> None:
+    """A seed or grid value that YAML cannot store (a numpy or torch scalar, e.g. from ``np.logspace`` or
+    ``np.arange``, in a mapping or :class:`RunConfig` given to ``rlfunc.train``) is refused in one sentence:
+    it reached the run's ``config.yaml`` only once the run directory was made, and stopped the run there
+    with a ``RepresenterError`` traceback. (:func:`train`'s ``seeds`` and ``grid`` arguments and its
+    mappings are converted to plain numbers first, :func:`_plain_spec`.)"""
+    grid = spec.get("grid")
+    parts = [("seeds", spec.get("seeds"))] + (
+        [(f"grid.{key}", values) for key, values in grid.items()] if isinstance(grid, dict) else []
+    )
+    for where, values in parts:
+        for value in values if isinstance(values, list) else [values]:
+            if value is None or type(value) in (int, float, str, bool):
+                continue
+            try:
+                yaml.safe_dump(value)
+            except yaml.YAMLError:
+                raise ConfigError(
+                    f"train.population.{where} holds {value!r}, a {type(value).__module__}.{type(value).__name__} that "
+                    "the run's config.yaml cannot store; give plain Python numbers (int(v) or float(v))."
+                ) from None
+
+
+def _plain_scalar(value: Any) -> Any:
+    """A numpy or torch scalar as the Python number it holds (``np.float64(1e-3)`` -> ``0.001``); anything
+    else as it is."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, torch.Tensor) and value.dim() == 0:
+        return value.item()
+    return value
+
+
+def _plain_values(values: Any) -> Any:
+    """Seeds or one grid key's values given as a tuple, range, numpy array or tensor: a list of plain
+    Python scalars (what YAML stores and :func:`check_spec` reads); anything else as it is."""
+    if isinstance(values, (tuple, range, np.ndarray, torch.Tensor)):
+        return [_plain_scalar(v) for v in values]
+    if isinstance(values, list):
+        return [_plain_scalar(v) for v in values]
+    return values
+
+
+def _plain_spec(spec: Any) -> Any:
+    """``train.population`` with its seeds and grid values as plain lists of Python scalars: a researcher's
+    ``seeds=np.arange(4)`` or ``grid={"agent.critic_lr": np.logspace(-4, -3, 3)}`` trains what the same
+    numbers written in YAML train."""
+    if not isinstance(spec, Mapping):
+        return spec
+    out = dict(spec)
+    if "seeds" in out:
+        out["seeds"] = _plain_values(out["seeds"])
+    if isinstance(out.get("grid"), Mapping):
+        out["grid"] = {key: _plain_values(values) for key, values in out["grid"].items()}
+    return out
 
 
 def _refuse_resolved_twins(members: list[MemberSpec], state: TensorDict) -> None:
@@ -442,19 +500,24 @@ class PopulationResult:
 
 
 def is_population_run(run_dir: str | Path) -> bool:
-    """True for a run directory a population wrote: it holds ``member-0/``, or (its member directories
-    deleted or moved) its newest checkpoint's meta.json, read as JSON only, describes a population."""
+    """True for a run directory a population wrote: its newest checkpoint's meta.json, read as JSON only,
+    describes a population (also with its member directories deleted or moved), or, with no checkpoint to
+    read (a population stopped before its first), it holds ``member-0/``."""
     from rlfunc.runtime.checkpoint import CheckpointError, _read_meta, resolve_checkpoint
 
     run_dir = Path(run_dir)
-    if (run_dir / "member-0").is_dir():
-        return True
+    member_dirs = (run_dir / "member-0").is_dir()
     if not (run_dir / "checkpoints").is_dir():
-        return False
+        return member_dirs
     try:
-        return "population" in _read_meta(resolve_checkpoint(run_dir))
-    except CheckpointError:  # the single run's path says what is wrong with it
-        return False
+        meta = _read_meta(resolve_checkpoint(run_dir))
+    except CheckpointError:  # none readable: member-0/ says it is a population, else the single run's path says why
+        return member_dirs
+    if "population" in meta:
+        return True
+    # a single run's checkpoint (its config, no population) decides against member-0/: a single run's directory
+    # holding one of its own (an export written there, a member copied in to compare) resumes as the single run
+    return member_dirs and "config" not in meta
 
 
 def _stack(items: list, device: torch.device) -> Any:
@@ -666,6 +729,8 @@ class PopulationTrainer:
         self.ckpt_dir = self.run_dir / "checkpoints"
         self._best = [-math.inf] * p
         self._last_metrics: list = [None] * p
+        self._logged: list[int | None] = [None] * p  # the env step of each member's newest metrics row
+        self._start_steps: list[int] = [0] * p  # each member's env step when this process's run began
         self._prior_wall = 0.0
         self._saved: tuple[int, ...] | None = None
         self._unchecked: list[tuple[list[int], list, torch.Tensor]] = []
@@ -1188,8 +1253,36 @@ class PopulationTrainer:
             steps_per_s, recent, metrics,
         )
         self._metrics_logs[k].write(row, complete=metrics is not None)
+        self._logged[k] = self.env_steps[k]
         if self._tensorboard:
             self._tensorboard[k].write("train", row)
+
+    def _write_missed_rows(self) -> None:
+        """The metrics rows of the members whose log step a crash, Ctrl-C or SIGTERM ended between the step's
+        count and its row (a held interrupt raised in another member's row, the finite check or the due
+        updates before it): written before the population is saved at that step, or the resumed run, which
+        continues after it, would have no row there (as a single run's ``Trainer._write_missed_row``). Only
+        where the state is finite (it is saved then); a failure here must not hide the run's own error."""
+        cfg = self.config.train
+        if not getattr(self, "_metrics_logs", None):
+            return
+        missed = [
+            k for k, step in enumerate(self.env_steps)
+            if step != self._start_steps[k] and self._logged[k] != step
+            and (step % cfg.log_every == 0 or step == cfg.total_steps)
+        ]
+        if not missed:
+            return
+        try:
+            state = self.state.exclude("config")
+            if not all(bool(torch.isfinite(v).all()) for v in state.values(True, True) if v.is_floating_point()):
+                return
+            now = time.monotonic()
+            for k in missed:
+                self._log(k, self._window_steps[k] / max(now - self._window_t[k], 1e-9), self._recent[k])
+                self._recent[k] = self._recent[k][-10:]
+        except Exception:  # noqa: BLE001 -- the run's own error is what is raised; the rows are a nicety
+            pass
 
     # -- the loop ----------------------------------------------------------------------------
     def _open_logs(self, resumed: bool) -> None:
@@ -1275,6 +1368,7 @@ class PopulationTrainer:
         progress = Progress(cfg.progress, total, self.env_step, f"{self.config.algo} x{p} {self.config.env.id}")
         self._progress = progress
         self._window_t, self._window_steps = [time.monotonic()] * p, [0] * p
+        self._start_steps = list(self.env_steps)  # a resumed member's row at its restored step is in metrics.csv
         last = None
         restore_sigterm = self._interrupts.install()
         crash_line = None
@@ -1317,6 +1411,7 @@ class PopulationTrainer:
             if not unsaveable and max(self.env_steps) > 0 and self._saved != tuple(self.env_steps):
                 try:
                     self._learn_due()  # the counted updates, so that the saved state matches its env steps
+                    self._write_missed_rows()  # before the state is saved at a log step whose row is missing
                     self.save()
                     saved = True
                 except Exception as save_error:  # never mask the original error, but say what was not saved
@@ -1633,6 +1728,8 @@ def train(
                 _refuse_dropped_grid_keys(spec.get("grid"), new_grid)
                 spec["grid"] = new_grid
             raw = {**raw, "train": {**train_raw, "population": spec}}
+        if isinstance(raw.get("train"), dict) and isinstance(raw["train"].get("population"), Mapping):
+            raw = {**raw, "train": {**raw["train"], "population": _plain_spec(raw["train"]["population"])}}
         _refuse_set_and_grid(overrides, (raw.get("train") or {}).get("population"), grid is not None)
         run_config = build_config(raw)
     check_train_packages(run_config.train)  # also for a RunConfig built from a stored config (rlfunc.load)
