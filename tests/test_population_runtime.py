@@ -70,7 +70,7 @@ def test_seeds_equal_single_runs(tmp_path):
         out = rlfunc.evaluate(rlfunc.load(member), episodes=1, seed=seed + 10_000)
         assert out["mean"] == res.members[k].evals[-1][1]
     assert yaml.safe_load((tmp_path / "pop" / "config.yaml").read_text())["train"]["population"] == {"seeds": [0, 1]}
-    with pytest.raises(ValueError, match="population's checkpoint; load or evaluate one member"):
+    with pytest.raises(ValueError, match="population's checkpoint, which holds every member; pass one member's run directory instead"):
         rlfunc.load(tmp_path / "pop")
 
 

@@ -121,3 +121,15 @@ def test_a_single_run_holding_a_member_0_directory_resumes_as_the_single_run(tmp
     result = rlfunc.resume(run, total_steps=60)
     assert result.env_steps == 60
     assert rlfunc.load(run / "member-0").params is not None  # the export is still what it was
+
+
+def test_export_of_a_population_directory_names_export_too(tmp_path, capsys):
+    """`rlfunc export POP` was told to "load or evaluate one member's run directory": export takes a member too."""
+    from rlfunc.runtime.cli import main
+
+    pop = tmp_path / "pop"
+    pr.train(_config(), run_dir=pop, seeds=[0, 1])
+    assert main(["export", str(pop), "--out", str(tmp_path / "out")]) != 0
+    err = capsys.readouterr().err
+    assert "pass one member's run directory instead (load, eval and export take it as an ordinary run)" in err
+    assert str(pop / "member-0") in err

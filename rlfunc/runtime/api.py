@@ -56,8 +56,8 @@ def _load_parts(path: str | Path):
     ckpt = resolve_checkpoint(path)
     if "population" in meta:
         raise CheckpointError(
-            f"{str(ckpt)!r} is a population's checkpoint; load or evaluate one member's run directory, e.g. "
-            f"{str(ckpt.parent.parent / 'member-0')!r}."
+            f"{str(ckpt)!r} is a population's checkpoint, which holds every member; pass one member's run "
+            f"directory instead (load, eval and export take it as an ordinary run), e.g. {str(ckpt.parent.parent / 'member-0')!r}."
         )
     config = _stored_config(ckpt, meta)
     spaces = _stored_spaces(ckpt, meta)
