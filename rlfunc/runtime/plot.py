@@ -235,6 +235,8 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, title: str | None = N
     run_dirs, labels = expand_runs(list(run_dirs), labels)
     x = "frames" if all(_logs_frames(d) for d in run_dirs) else "step"
     curves = {label: _once_each(members) for label, members in _curves(run_dirs, labels).items()}
+    for members in curves.values():
+        _warn_same_seed(members)
     groups = {label: [read_evals(d, x) for d in members] for label, members in curves.items()}
     return plot_curves(groups, out, title=title, frames=x == "frames")
 
@@ -253,6 +255,25 @@ def _once_each(run_dirs: list[str | Path]) -> list[str | Path]:
             continue
         seen[key] = d
     return list(seen.values())
+
+
+def _warn_same_seed(run_dirs: list[str | Path]) -> None:
+    """A line on stderr for two runs of one curve with the same setting and the same ``train.seed``: the same
+    run trained twice (or a copy, e.g. a population's member beside the single run it reproduces) is
+    averaged as two seeds and counted in the legend's ``n``. Both stay plotted: on a GPU two such runs can
+    differ, and which one to leave out is the user's choice."""
+    seen: dict[tuple, str | Path] = {}
+    for d in run_dirs:
+        seed = _flat(_run_config(d)).get("train.seed")
+        if seed is None:
+            continue
+        key = (seed, tuple(sorted(run_setting(d).items())))
+        if key in seen:
+            print(f"rlfunc: warning: the runs {str(seen[key])!r} and {str(d)!r} have the same setting and seed "
+                  f"({seed}), so their curve averages one seed twice; leave one out to plot distinct seeds.",
+                  file=sys.stderr)
+            continue
+        seen[key] = d
 
 
 def plot_path(out: str | Path) -> Path:
