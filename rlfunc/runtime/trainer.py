@@ -660,10 +660,9 @@ class Trainer:
         its row (in ``on_step`` or the finite check): written before the state is saved at that step, or the
         resumed run, which continues after it, would have no row there. Only where the learner's state is
         finite (it is saved then); a failure here must not hide the run's own error."""
-        cfg = self.config.train
         step = self.env_step
         if (getattr(self, "_metrics_log", None) is None or step == self._start_step or self._logged_step == step
-                or not (step % cfg.log_every == 0 or step == cfg.total_steps)):
+                or not self._row_due_here()):
             return
         try:
             if not self.learner.params_finite():
@@ -672,6 +671,12 @@ class Trainer:
             self._log(self._last_metrics, rate, self._recent_returns)
         except Exception:  # noqa: BLE001 -- the run's own error is what is raised; the row is a nicety
             pass
+
+    def _row_due_here(self) -> bool:
+        """Whether the current env step has a metrics row (:meth:`_write_missed_row`): this loop counts one env
+        step at a time, so a multiple of ``train.log_every``, or the last step."""
+        cfg = self.config.train
+        return self.env_step % cfg.log_every == 0 or self.env_step == cfg.total_steps
 
     def _end_after_error(self, exc: BaseException, raised: BaseException) -> None:
         """``on_end(run, reason)`` of every callback for a run that ends with ``exc`` (after its state was

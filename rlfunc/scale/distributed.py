@@ -60,6 +60,9 @@ replay; one learner samples it, updates and publishes parameters. Here:
   ``distributed.max_restarts`` stops the run in one sentence. The run ends with the first chunk at
   or past ``train.total_steps`` (calls ask only for the steps still missing, counting those in flight as
   the ``envs_per_actor - 1`` more each may collect, so it ends at most ``envs_per_actor - 1`` steps past it).
+  A chunk's count and an update are each one block a Ctrl-C or SIGTERM waits for (as a single run's count);
+  a row due at a chunk that an error or signal cut off is still written (:meth:`DistributedTrainer._row_due_here`).
+  With ``train.max_updates`` the learner stops updating at the limit, and the next chunk stops the run.
 * **checkpoints and resume**: the single-run format (:mod:`rlfunc.runtime.checkpoint`: learner
   state, replay with priorities, generators, counters) plus this trainer's parameter version and
   replay-ratio origin. ``rlfunc resume`` continues from the newest checkpoint with *fresh* actors:
@@ -388,6 +391,7 @@ class DistributedTrainer(Trainer):
         self.actors: list = []
         self.loop_stats: dict[str, float] = {}
         self._published = None
+        self._row_due: int | None = None  # env_step of the chunk whose metrics row is due (a log_every crossing)
 
     # -- checkpoints ----------------------------------------------------------------
     def _extra_meta(self) -> dict[str, Any]:
@@ -425,9 +429,16 @@ class DistributedTrainer(Trainer):
     def _may_update(self) -> bool:
         """The replay holds ``train.learning_starts`` windows and one more update keeps the replay ratio at
         most ``distributed.max_replay_ratio`` updates per env step inserted since then."""
-        if not self._replay_ready():
+        if not self._replay_ready() or self._updates_spent():
             return False
         return self.learner_calls + 1 <= self.config.distributed.max_replay_ratio * (self.env_step - self.ratio_from)
+
+    def _updates_spent(self) -> bool:
+        """``train.max_updates`` gradient steps are done: the learner updates no more, and the run stops at the next
+        chunk (its ``on_step``, where the rule answers). The rule is asked only as chunks arrive, and the learner
+        may update many times between two: it went on updating past the limit (by hundreds of updates)."""
+        limit = self.config.train.max_updates
+        return bool(limit) and self.gradient_steps >= limit
 
     def _replay_ready(self) -> bool:
         """The replay holds ``train.learning_starts`` windows; the first time, the replay ratio counts from
@@ -442,7 +453,7 @@ class DistributedTrainer(Trainer):
         """With ``distributed.min_replay_ratio``: the learner would fall below it if the replay took in
         ``env_steps`` (the steps inserted and asked for); actors are held back then."""
         low = self.config.distributed.min_replay_ratio
-        if low <= 0 or self.ratio_from is None:
+        if low <= 0 or self.ratio_from is None or self._updates_spent():  # spent: the chunk that stops the run
             return False
         return self.learner_calls + 1 <= low * (env_steps - self.ratio_from - self.config.distributed.param_sync_steps)
 
@@ -587,6 +598,7 @@ class DistributedTrainer(Trainer):
             for k in range(d.actors):  # each is asked for steps once its process is up
                 starting[self.actors[k].info.remote()] = (k, life[k])
             while self.env_step < cfg.total_steps:
+                self._interrupts.check()  # a Ctrl-C or SIGTERM held during the last insert's count or update
                 self._check_finite()
                 check_someone_starts()
                 now = time.monotonic()
@@ -628,13 +640,15 @@ class DistributedTrainer(Trainer):
                         continue
                     if first is None:
                         first = (time.monotonic(), self.env_step)
+                    self._interrupts.check()  # one held during the previous chunk's count: before this one counts
                     self._insert(chunk, progress, state)
                     if self.env_step >= cfg.total_steps:
                         break
                     answered(k, chunk["pid"])
                     submit(k)
                 if may and self.env_step < cfg.total_steps:
-                    state["metrics"] = self._learn_one()
+                    with self._interrupts.deferring():  # an update and its count: the saved state matches them
+                        state["metrics"] = self._learn_one()
         finally:
             end = time.monotonic()
             self.loop_stats = {
@@ -651,6 +665,12 @@ class DistributedTrainer(Trainer):
                 ray.kill(actor, no_restart=True)
         return state["last_eval"]
 
+    def _row_due_here(self) -> bool:
+        """The chunk just counted crossed a ``train.log_every`` multiple or ended the run (``_insert`` records
+        it): a chunk's env_step is rarely a multiple of ``log_every``, which a single run's step is at its rows.
+        :meth:`Trainer._write_missed_row` then writes a row a callback's error, Ctrl-C or SIGTERM cut off."""
+        return self._row_due is not None and self._row_due == self.env_step
+
     def _learn_one(self) -> TensorDict:
         if self._first_update_t is None:
             self._first_update_t = time.monotonic()
@@ -666,29 +686,34 @@ class DistributedTrainer(Trainer):
         evaluate and checkpoint at the thresholds it crossed (as the single-run loop does per env step)."""
         cfg = self.config.train
         replay = self.learner.replay
-        if "frames" in chunk:  # a pixel actor's chunk: its new frames once, windows with its frame numbers
-            rows = replay.add_chunk((chunk["actor"], chunk["pid"]), chunk["frames_from"], chunk["frames"],
-                                    chunk["windows"], chunk["priorities"])
-        else:
-            rows = replay.add_windows(chunk["windows"], chunk["priorities"])
-        prev = self.env_step
-        self.env_step += int(chunk["env_steps"])
-        # The ratio's start is set here, not first when the loop asks whether to update: chunks that arrive
-        # together would otherwise all be inserted (and their actors asked again) before min_replay_ratio
-        # could hold anyone, and a short run could end with every step collected and no update.
-        self._replay_ready()
-        self.collector.episodes += len(chunk["returns"])
-        self._recent_returns.extend(chunk["returns"])
-        self._loop_state.add(int(chunk["env_steps"]), chunk.get("began"), chunk.get("ended"))
-        pid = self._pids.get(chunk["actor"])
-        if pid is not None and pid != chunk["pid"]:
-            self.actor_restarts += 1
-        self._pids[chunk["actor"]] = chunk["pid"]
-        self.chunks.append((chunk["actor"], chunk["version"], int(chunk["env_steps"]), int(rows.numel()),
-                            chunk["pid"], float(chunk["cpu_s"]), float(chunk["wall_s"]), chunk_bytes(chunk)))
+        # The chunk's windows and its counts go in together: a Ctrl-C or SIGTERM in between waits for the
+        # loop's next check (as a single run's count), else the run saved windows its env_step did not count.
+        with self._interrupts.deferring():
+            if "frames" in chunk:  # a pixel actor's chunk: its new frames once, windows with its frame numbers
+                rows = replay.add_chunk((chunk["actor"], chunk["pid"]), chunk["frames_from"], chunk["frames"],
+                                        chunk["windows"], chunk["priorities"])
+            else:
+                rows = replay.add_windows(chunk["windows"], chunk["priorities"])
+            prev = self.env_step
+            self.env_step += int(chunk["env_steps"])
+            # The ratio's start is set here, not first when the loop asks whether to update: chunks that arrive
+            # together would otherwise all be inserted (and their actors asked again) before min_replay_ratio
+            # could hold anyone, and a short run could end with every step collected and no update.
+            self._replay_ready()
+            self.collector.episodes += len(chunk["returns"])
+            self._recent_returns.extend(chunk["returns"])
+            self._loop_state.add(int(chunk["env_steps"]), chunk.get("began"), chunk.get("ended"))
+            pid = self._pids.get(chunk["actor"])
+            if pid is not None and pid != chunk["pid"]:
+                self.actor_restarts += 1
+            self._pids[chunk["actor"]] = chunk["pid"]
+            self.chunks.append((chunk["actor"], chunk["version"], int(chunk["env_steps"]), int(rows.numel()),
+                                chunk["pid"], float(chunk["cpu_s"]), float(chunk["wall_s"]), chunk_bytes(chunk)))
+            last = prev < cfg.total_steps <= self.env_step  # the chunk that ends the run logs too
+            log_due = self.env_step // cfg.log_every > prev // cfg.log_every or last
+            # a chunk's env_step is rarely a multiple of train.log_every: _row_due_here asks this instead
+            self._row_due = self.env_step if log_due else None
         reason = self._ask("on_step")
-        last = prev < cfg.total_steps <= self.env_step  # the chunk that ends the run logs too
-        log_due = self.env_step // cfg.log_every > prev // cfg.log_every or last
         if log_due or reason:
             self._check_finite()
             self._loop_state.measure()  # before an evaluation: it is not env stepping

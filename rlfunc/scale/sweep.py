@@ -24,6 +24,8 @@ directories themselves.
   then be on storage every node sees (the tasks write the run directories where they run). An
   address where no Ray answers (nothing listening, another kind of server, ``auto`` naming a
   stopped cluster) is one sentence at once, and joining is bounded (about 15 s) otherwise.
+* Stopping: Ctrl-C or SIGTERM of the sweep cancels its running tasks as Ctrl-C stops ``rlfunc train``
+  (each run saves at the step it reached; :func:`_stop_running`) before Ray is shut down.
 * Faults: a task whose worker process dies (killed, out of memory, node lost) is retried by Ray
   (``max_retries``); the retry resumes the run from its newest checkpoint (a run directory left
   without a checkpoint is cleared and trained afresh), under the run directory's lock: a run another
@@ -45,6 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import operator
 import os
 import platform
 import re
@@ -182,7 +185,10 @@ def plan_sweep(
 
     gpus = 0.0 if gpus is None else gpus  # --gpus not given
     check_ray_amount("--gpus", float(gpus))
-    seed_list = parse_seeds(seeds) if isinstance(seeds, str) else [int(s) for s in seeds]
+    if not isinstance(seeds, str):  # a list (Python): read as the --seeds text, so a seed named twice (two runs of
+        # one name training one directory) or one that is not an integer is the same sentence
+        seeds = ",".join(_seed_text(s) for s in seeds)
+    seed_list = parse_seeds(seeds)
     if not seed_list:
         raise ConfigError("--seeds names no seed; pass e.g. --seeds 0-4.")
     grid_map = grid if isinstance(grid, dict) else parse_grid(grid)
@@ -259,6 +265,18 @@ def plan_sweep(
     }
 
 
+def _seed_text(seed: Any) -> str:
+    """One seed of a Python list as ``--seeds`` text: an integer (``np.int64`` and a 0-dim integer tensor too,
+    as a population's ``seeds`` takes them) as its digits, anything else (``True``, ``1.5``) as its repr, which
+    :func:`~rlfunc.runtime.specs.parse_seeds` refuses in its sentence."""
+    if not isinstance(seed, bool):
+        try:
+            return str(operator.index(seed))
+        except TypeError:
+            pass
+    return repr(seed)
+
+
 def check_runs_here(plan: dict) -> None:
     """Each distinct run of ``plan`` (seeds aside) checked on this machine as its :class:`Trainer` would
     check it before training (:func:`rlfunc.runtime.trainer.check_env_and_agent`: device, env settings,
@@ -283,13 +301,16 @@ def check_runs_here(plan: dict) -> None:
             raise ConfigError(f"run {name}: {exc}" if name else str(exc)) from None
 
 
-def check_sweep_dir(sweep_dir: str | Path, flag: str = "--sweep-dir") -> None:
+def check_sweep_dir(sweep_dir: str | Path, flag: str = "--sweep-dir", names: list[str] | None = None) -> None:
     """Refuse, in one sentence, a directory a new sweep cannot be written to: a file (or a path under one),
     a directory that holds another sweep (``--resume`` continues that), and a training run's directory or
     one inside it (``config.yaml`` and the like, as ``rlfunc train`` tells a run directory: each of the
     sweep's runs would be refused inside it, and the sweep's files mixed with the run's). Reads only: called
     before Ray starts and before anything is written. ``flag`` names the directory in the sentences (the
-    default one, under ``train.run_dir``, was not given as ``--sweep-dir``)."""
+    default one, under ``train.run_dir``, was not given as ``--sweep-dir``). ``names``: the new sweep's run
+    directory names; one that exists already (the runs of an earlier sweep whose ``sweep.json`` was removed)
+    is refused too: the sweep read such a run back as finished, or resumed it with its own stored config,
+    instead of training the new settings, and reported its results as the new sweep's."""
     from rlfunc.runtime.trainer import RUN_FILES, _enclosing_run
 
     sweep_dir = Path(sweep_dir)
@@ -316,13 +337,22 @@ def check_sweep_dir(sweep_dir: str | Path, flag: str = "--sweep-dir") -> None:
             f"{flag} {shown} is inside the run directory {str(outer)!r}, whose own files and commands (resume, "
             "eval, checkpoint clean-up) the sweep's runs would mix with; pick a --sweep-dir outside it."
         )
+    taken = [name for name in names or [] if os.path.lexists(sweep_dir / name)] if sweep_dir.is_dir() else []
+    if taken:
+        more = f" (and {len(taken) - 1} more)" if len(taken) > 1 else ""
+        raise ConfigError(
+            f"{flag} {shown} already holds {taken[0]}{more}, a directory named as a run of this sweep (left by an "
+            "earlier sweep?), which the sweep would read back or resume instead of training these settings; pick "
+            "another --sweep-dir, or remove it."
+        )
 
 
 def write_plan(plan: dict) -> Path:
     """Create the sweep directory (refusing what :func:`check_sweep_dir` refuses: a file, a directory that
     holds another sweep or a training run) and write ``sweep.json``."""
     sweep_dir = Path(plan["sweep_dir"])
-    check_sweep_dir(sweep_dir)  # again: another sweep or run may have started there since
+    # again: another sweep or run may have started there since
+    check_sweep_dir(sweep_dir, names=[e["name"] for e in plan["runs"]])
     try:
         sweep_dir.mkdir(parents=True, exist_ok=True)
         _write_json_atomic(sweep_dir / PLAN_FILE, plan)
@@ -959,6 +989,30 @@ def _on_sigterm(signum, frame):  # pragma: no cover - exercised by a subprocess 
     raise KeyboardInterrupt("SIGTERM")
 
 
+# How long a stopped sweep waits for its running runs to save at the step they reached (a second Ctrl-C or
+# SIGTERM stops at once): a checkpoint with a large replay takes a while to write.
+STOP_WAIT_S = 120.0
+
+
+def _stop_running(ray, refs: list, echo: Callable[[str], None], wait_s: float = STOP_WAIT_S) -> None:
+    """A Ctrl-C or SIGTERM of the sweep: ask each running task to stop as Ctrl-C stops ``rlfunc train``
+    (``ray.cancel`` raises KeyboardInterrupt in it, and its trainer saves the run at the step it reached), and
+    wait up to ``wait_s`` for them. Before, Ray was shut down under the running tasks (or, on a cluster, their
+    driver left): each run lost everything since its last periodic checkpoint (up to
+    ``train.checkpoint_every`` env steps). Tasks not started yet are cancelled; a second signal stops at once."""
+    if not refs:
+        return
+    echo("stopping: each run in training saves at the step it reached (Ctrl-C again to stop at once)")
+    try:
+        for ref in refs:
+            ray.cancel(ref)
+        ray.wait(refs, num_returns=len(refs), timeout=wait_s)
+    except KeyboardInterrupt:  # a second Ctrl-C or SIGTERM: stop now
+        pass
+    except Exception as exc:  # noqa: BLE001 -- the cluster is going away: stopping goes on without the saves
+        echo(f"could not wait for the running tasks to save ({type(exc).__name__}: {exc})")
+
+
 def run_entries(
     plan: dict,
     todo: list[dict],
@@ -976,7 +1030,8 @@ def run_entries(
     placement group that also holds its actors' bundles (removed when the task ends). Returns the
     records of each finished entry by name, the entries that failed (name -> one line: an error,
     or a worker that died more than ``max_retries`` times) and the cluster's description. Ctrl-C
-    or SIGTERM raises :class:`SweepStopped`; Ray (when started here) is shut down either way.
+    or SIGTERM stops the running tasks so that each saves its run where it is (:func:`_stop_running`), then
+    raises :class:`SweepStopped`; Ray (when started here) is shut down either way.
     ``allow_import``, ``trust_wandb_settings``: each task's (:func:`train_or_continue`); ``allow_import`` is not
     ``None`` for a plan loaded from a file."""
     sweep_dir = Path(plan["sweep_dir"])
@@ -1049,7 +1104,8 @@ def run_entries(
             finals = ", ".join("n/a" if r["final_return"] is None else f"{r['final_return']:.1f}" for r in records)
             echo(f"  {entry['name']}: final {finals} after {records[0]['env_steps']} steps "
                  f"({finished_before + len(done)}/{total} done)")
-    except KeyboardInterrupt:  # the running tasks end with the cluster: their runs resume from checkpoints
+    except KeyboardInterrupt:  # each running run saves where it is (as `rlfunc train` on Ctrl-C), then Ray ends
+        _stop_running(ray, list(pending), echo)
         raise SweepStopped(
             f"sweep stopped; finished runs are kept and the others continue from their checkpoints with "
             f"`rlfunc sweep --resume {sweep_dir}`"
@@ -1228,7 +1284,7 @@ def sweep(
                       0.0 if gpus is None else gpus, population)
     # a file, a sweep's or a run's directory: one sentence before Ray starts (and before anything is written)
     dir_flag = "--sweep-dir" if sweep_dir is not None else "The sweep directory"  # the default one: not a flag given
-    check_sweep_dir(plan["sweep_dir"], dir_flag)
+    check_sweep_dir(plan["sweep_dir"], dir_flag, [e["name"] for e in plan["runs"]])
     if address is None:  # Ray's workers are this machine: its envs, spaces and device are theirs
         check_runs_here(plan)
     return _run_planned(plan, False, address, max_concurrent, max_retries, out, echo, None, dir_flag=dir_flag)
