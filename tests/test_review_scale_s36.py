@@ -196,3 +196,37 @@ def test_numpy_and_torch_integer_seeds_plan_as_their_numbers(tmp_path):
 
     for seeds in (np.arange(2), torch.arange(2), [np.int32(0), 1]):
         assert plan_sweep(TINY, seeds, None, None, tmp_path / "sw")["seeds"] == [0, 1]
+
+
+def test_actors_created_before_one_that_fails_to_be_created_are_killed(tmp_path):
+    """Creating the second actor fails (a Ray error, a Ctrl-C or a sweep's cancel at that moment): the first
+    was created before the loop's try, so its finally did not kill it and it outlived the run."""
+
+    class SecondFails(InstantRay):
+        def __init__(self):
+            self.created, self.killed = [], []
+
+        def remote(self, cls):
+            factory, ray = super().remote(cls), self
+
+            class Counting:
+                def options(self, **_):
+                    return self
+
+                def remote(self, *args):
+                    if len(ray.created) == 1:
+                        raise KeyboardInterrupt
+                    ray.created.append(factory.remote(*args))
+                    return ray.created[-1]
+
+            return Counting()
+
+        def kill(self, actor, no_restart=True):
+            self.killed.append(actor)
+
+    ray = SecondFails()
+    raw = _tiny(**{"distributed.actors": 2})
+    trainer = distributed.DistributedTrainer(build_config(raw), tmp_path / "run", None, ray)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.run()
+    assert len(ray.created) == 1 and ray.killed == ray.created

@@ -415,15 +415,17 @@ class DistributedTrainer(Trainer):
         td["version"] = torch.tensor(self.version)
         self._published = self.ray.put(td)
 
-    def _start_actors(self) -> list:
+    def _start_actors(self) -> None:
+        """Create the actors into ``self.actors`` one by one, so that the loop's ``finally`` kills those already
+        created when creating one fails (a Ray error, a Ctrl-C or a sweep's cancel then): they outlived the run."""
         d = self.config.distributed
         cls = self.ray.remote(ActorProcess)
         raw = to_dict(self.config)
-        return [
-            cls.options(num_cpus=d.actor_cpus, num_gpus=d.actor_gpus, max_restarts=d.max_restarts, max_task_retries=0)
-            .remote(raw, k, self.env_step)
-            for k in range(d.actors)
-        ]
+        self.actors = []
+        for k in range(d.actors):
+            self.actors.append(
+                cls.options(num_cpus=d.actor_cpus, num_gpus=d.actor_gpus, max_restarts=d.max_restarts,
+                            max_task_retries=0).remote(raw, k, self.env_step))
 
     # -- learning -------------------------------------------------------------------
     def _may_update(self) -> bool:
@@ -592,9 +594,9 @@ class DistributedTrainer(Trainer):
         # a call whose actor died or cannot be reached, or whose result was lost with its node
         lost_calls = (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError)
         self._publish()
-        self.actors = self._start_actors()
         t0, first = time.monotonic(), None
         try:
+            self._start_actors()
             for k in range(d.actors):  # each is asked for steps once its process is up
                 starting[self.actors[k].info.remote()] = (k, life[k])
             while self.env_step < cfg.total_steps:
