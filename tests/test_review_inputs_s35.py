@@ -78,7 +78,7 @@ def test_a_relative_data_path_is_stored_absolute_so_a_resume_elsewhere_reads_it(
 
 def test_an_older_run_s_relative_data_path_names_the_directory_to_resume_from(tmp_path, monkeypatch, capsys):
     from rlfunc.runtime.config import ConfigError, build_config
-    from rlfunc.runtime.trainer import refuse_relative_data_elsewhere
+    from rlfunc.runtime.resume_checks import refuse_relative_data_elsewhere
 
     raw = {"algo": "rlpd", "env": {"id": "Pendulum-v1"}, "train": {"total_steps": 6000},
            "data": {"path": "d.npz"}}  # as rlfunc 0.1.0 stored it
@@ -94,7 +94,7 @@ def test_a_minari_dataset_id_is_not_taken_for_a_relative_path(tmp_path, monkeypa
     """data.path may be the id of a dataset in Minari's local store (docs/datasets.md): not a path."""
     pytest.importorskip("minari")
     from rlfunc.runtime.config import build_config
-    from rlfunc.runtime.trainer import refuse_relative_data_elsewhere
+    from rlfunc.runtime.resume_checks import refuse_relative_data_elsewhere
 
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "store"))
     (tmp_path / "store" / "pendulum" / "random-v0" / "data").mkdir(parents=True)

@@ -231,7 +231,7 @@ def check_resume_packages(run_dir: str | Path, address: str | None = None, trust
     read as JSON only, before any checkpoint's tensors are read or verified: one sentence naming the
     install command; the resume of a single run and of a population call it before taking the run's lock.
     So is what the stored config may not do without the user's consent (a ``distributed.address`` to join,
-    ``train.wandb`` keys that redirect W&B: :func:`rlfunc.runtime.trainer.consent_to_loaded`, with the
+    ``train.wandb`` keys that redirect W&B: :func:`rlfunc.runtime.resume_checks.consent_to_loaded`, with the
     resume's ``address`` and ``trust_wandb_settings``; the resume checks the checkpoint it loads again).
     Anything this cannot read (no checkpoints there, a damaged meta.json, a config that does not build) is
     left to the resume itself, which says it in its own words."""
@@ -247,7 +247,7 @@ def check_resume_packages(run_dir: str | Path, address: str | None = None, trust
     except Exception:  # the resume reads the same files and names what is wrong with them
         return
     if config is not None:
-        from rlfunc.runtime.trainer import consent_to_loaded
+        from rlfunc.runtime.resume_checks import consent_to_loaded
 
         check_train_packages(config.train, resuming=True)
         consent_to_loaded(config, address, trust_wandb_settings)

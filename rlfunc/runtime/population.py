@@ -1289,7 +1289,7 @@ class PopulationTrainer:
         from rlfunc.runtime.checkpoint import clean_leftovers
         from rlfunc.runtime.config import to_dict
         from rlfunc.runtime.run_log import CsvLog
-        from rlfunc.runtime.trainer import write_atomic
+        from rlfunc.runtime.run_dir import write_atomic
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
         for line in clean_leftovers(self.ckpt_dir):
@@ -1698,6 +1698,7 @@ def train(
     otherwise returns a :class:`PopulationResult`. Everything is checked before the
     run directory is made and any training starts.
     """
+    from rlfunc.runtime import run_dir as run_dirs
     from rlfunc.runtime import trainer
     from rlfunc.runtime.config import (RunConfig, apply_overrides, build_config, check_train_packages, load_config,
                                        parse_overrides)
@@ -1739,11 +1740,11 @@ def train(
     from rlfunc.runtime.api import as_path
 
     run_dir = as_path(run_dir, "run_dir") if run_dir is not None else _new_run_dir(run_config, len(members))
-    created = trainer.prepare_run_dir(run_dir)  # and its lock, released when the run ends
+    created = run_dirs.prepare_run_dir(run_dir)  # and its lock, released when the run ends
     try:
         pop = PopulationTrainer(run_config, run_dir)
     except BaseException:
-        trainer.discard_new_run_dir(run_dir, created)
+        run_dirs.discard_new_run_dir(run_dir, created)
         raise
     return pop.run()
 
@@ -1753,14 +1754,15 @@ def resume(run_dir: str | Path, total_steps: int | None = None, trust_wandb_sett
     verifies (optionally to a new ``total_steps``); the config is the one stored in it. A run
     directory another live process trains in is refused with one sentence before anything is done,
     and so is what the stored config may not do without the user's consent
-    (:func:`rlfunc.runtime.trainer.consent_to_loaded`)."""
-    from rlfunc.runtime import trainer
+    (:func:`rlfunc.runtime.resume_checks.consent_to_loaded`)."""
+    from rlfunc.runtime import resume_checks
     from rlfunc.runtime.api import check_resume_packages
     from rlfunc.runtime.checkpoint import CheckpointError, clean_leftovers, load_newest_good, lock_run_dir, unlock_run_dir
     from rlfunc.runtime.config import apply_overrides, build_config, check_train_packages
+    from rlfunc.runtime.run_dir import refuse_nothing_saved, started_run
 
     run_dir = Path(run_dir)
-    if not (run_dir / "checkpoints").is_dir() and not trainer.started_run(run_dir):
+    if not (run_dir / "checkpoints").is_dir() and not started_run(run_dir):
         raise ConfigError(f"{str(run_dir)!r} has no checkpoints/ to resume from; pass the population's run directory once it has saved one.")
     # its loggers' packages and what it may do without consent, from meta.json alone: before any checkpoint is read
     check_resume_packages(run_dir, trust_wandb_settings=trust_wandb_settings)
@@ -1768,23 +1770,21 @@ def resume(run_dir: str | Path, total_steps: int | None = None, trust_wandb_sett
     try:
         for line in clean_leftovers(run_dir / "checkpoints"):  # as a single run's resume does
             print(f"rlfunc: {run_dir / 'checkpoints'}: {line}", file=sys.stderr)
-        trainer.refuse_nothing_saved(run_dir)  # a population killed before its first checkpoint
+        refuse_nothing_saved(run_dir)  # a population killed before its first checkpoint
         checkpoint, tensors, meta = load_newest_good(run_dir)
         raw = meta.get("config")
         if not isinstance(raw, dict) or "population" not in meta:
             raise CheckpointError(f"Checkpoint {str(checkpoint)!r} is not a population's; resume it with `rlfunc resume` of its own run.")
         stored = raw
         if total_steps is not None:
-            from rlfunc.runtime.trainer import resumed_total_steps
-
-            raw = apply_overrides(raw, {"train.total_steps": resumed_total_steps(total_steps, meta)})
+            raw = apply_overrides(raw, {"train.total_steps": resume_checks.resumed_total_steps(total_steps, meta)})
         run_config = build_config(raw, resolved=True)
-        trainer.refuse_relative_data_elsewhere(run_config)
+        resume_checks.refuse_relative_data_elsewhere(run_config)
         check_train_packages(run_config.train, resuming=True)
-        run_config = trainer.consent_to_loaded(run_config, None, trust_wandb_settings)
+        run_config = resume_checks.consent_to_loaded(run_config, None, trust_wandb_settings)
         pop = PopulationTrainer(run_config, run_dir)
         pop.restore(checkpoint, tensors, meta)
-        trainer.refuse_edited_config_copy(run_dir, stored, total_steps)  # as a single run's resume (its config.yaml)
+        resume_checks.refuse_edited_config_copy(run_dir, stored, total_steps)  # as a single run's resume (its config.yaml)
         del tensors  # the replays copied it: not kept alive beside them for the whole resumed run
         return pop.run(resumed=True)
     finally:

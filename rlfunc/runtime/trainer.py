@@ -22,9 +22,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import numbers
-import os
-import re
 import signal
 import sys
 import time
@@ -39,16 +36,13 @@ from tensordict import TensorDict
 
 from rlfunc.envs import build_wrappers, env_spaces, make_env, make_vector_env
 from rlfunc.runtime.checkpoint import (
-    LOCK_FILE,
     MAX_STEP,
     CheckpointError,
     CheckpointWriteError,
     check_structure,
     checkpoint_name,
     clean_leftovers,
-    hand_over_lock,
     is_count,
-    list_checkpoints,
     load_newest_good,
     lock_run_dir,
     locked_run_dir,
@@ -65,7 +59,6 @@ from rlfunc.runtime.config import (
     RunConfig,
     apply_overrides,
     build_config,
-    check_loaded_wandb,
     check_train_packages,
     load_config,
     to_dict,
@@ -76,11 +69,14 @@ from rlfunc.runtime.evaluate import run_episodes
 from rlfunc.runtime.interrupts import InterruptGuard
 from rlfunc.runtime.perf import set_matmul_precision, set_threads, tune_allocator
 from rlfunc.runtime.registry import get_algo
+from rlfunc.runtime.resume_checks import (consent_to_loaded, refuse_edited_config_copy, refuse_part_of_a_larger_run,
+                                          refuse_relative_data_elsewhere, resumed_total_steps)
+from rlfunc.runtime.run_dir import (WANDB_RUN_ID_FILE, discard_new_run_dir, new_run_dir, prepare_run_dir,
+                                    refuse_nothing_saved, started_run, write_atomic)
 from rlfunc.runtime.run_log import CsvLog, Progress, TensorBoardLog, WandbLog
 
-__all__ = ["train", "resume", "TrainResult", "NonFiniteLossError", "RunInterrupted", "Trainer", "RUN_FILES"]
+__all__ = ["train", "resume", "TrainResult", "NonFiniteLossError", "RunInterrupted", "Trainer"]
 
-RUN_FILES = ("config.yaml", "metrics.csv", "eval.csv", "checkpoints")
 """What a run directory holds; a directory with any of them already holds a run."""
 
 
@@ -1014,123 +1010,6 @@ def report_unsaved(env_step: int, last_good: Path | None, error: BaseException) 
     )
 
 
-WANDB_RUN_ID_FILE = "wandb_run_id"
-"""The run directory's record of the W&B run it logs to (``train.wandb``): a resume continues that W&B run."""
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file, fsync and rename: never half-written
-    (and never written through a symlink or a leftover at the temporary name)."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.unlink(missing_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _new_run_dir(config: RunConfig) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    env = config.env.id.replace("/", "_").replace(":", "_")  # dmc/..., module:Env-v0
-    base = Path(config.train.run_dir) / f"{config.algo}-{env}-s{config.train.seed}-{stamp}"
-    path, i = base, 1
-    while path.exists():
-        path = Path(f"{base}-{i}")
-        i += 1
-    return path
-
-
-def _refuse_held_run(run_dir: Path) -> None:
-    held = [name for name in RUN_FILES if os.path.lexists(run_dir / name)]
-    if held:
-        raise ConfigError(
-            f"Run directory {str(run_dir)!r} already holds a run ({', '.join(held)}); continue it with "
-            f"`rlfunc resume {run_dir}` or pick another --run-dir."
-        )
-
-
-def started_run(run_dir: Path) -> bool:
-    """Whether ``run_dir`` is one ``rlfunc train`` started a run in: its ``config.yaml`` and lock file."""
-    return (run_dir / "config.yaml").is_file() and os.path.lexists(run_dir / LOCK_FILE)
-
-
-def refuse_nothing_saved(run_dir: Path) -> None:
-    """One sentence for a run directory ``rlfunc train`` started a run in (:func:`started_run`) that holds
-    no checkpoint (killed before its first one): ``train`` sends a held run directory to ``rlfunc resume``,
-    whose "pass the directory `rlfunc train` created, once it has saved a checkpoint" sent the user back.
-    Called by a resume holding the lock (a run still training there is refused as in use first)."""
-    if started_run(run_dir) and not list_checkpoints(run_dir / "checkpoints"):
-        raise ConfigError(
-            f"{str(run_dir)!r} holds a run that stopped before its first checkpoint (killed, or stopped at env step 0), "
-            "so there is nothing to resume; train again with another --run-dir, or delete this directory first."
-        )
-
-
-def prepare_run_dir(run_dir: Path) -> bool:
-    """Refuse a directory that another live process trains in, or that holds another run; create
-    it, prove it is writable and take its lock (:func:`~rlfunc.runtime.checkpoint.lock_run_dir`,
-    released when the run ends), before any env is built. Returns whether the directory was
-    created here (to remove it if the run never starts: :func:`discard_new_run_dir`)."""
-    if run_dir.exists() and not run_dir.is_dir():
-        raise ConfigError(f"Run directory {str(run_dir)!r} is a file; pass a directory with --run-dir.")
-    outer = _enclosing_run(run_dir)
-    if outer is not None:
-        raise ConfigError(
-            f"Run directory {str(run_dir)!r} is inside the run directory {str(outer)!r}, whose own files and "
-            "commands (resume, eval, checkpoint clean-up) it would mix with; pass a --run-dir outside it."
-        )
-    took = False
-    try:
-        if os.path.lexists(run_dir / LOCK_FILE):
-            took = lock_run_dir(run_dir)  # a live process training there: refused as in use, first
-        if run_dir.is_dir():
-            _refuse_held_run(run_dir)  # refused without writing anything into it
-        created = not run_dir.exists()
-        probe = run_dir / f".rlfunc-write-test-{os.getpid()}"
-        try:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            probe.write_text("")
-            probe.unlink()
-        except OSError as exc:
-            raise ConfigError(
-                f"Cannot write to run directory {str(run_dir)!r} ({exc.strerror or exc}); pick another --run-dir or fix its permissions."
-            ) from None
-        took = lock_run_dir(run_dir) or took
-        _refuse_held_run(run_dir)  # a run another process started there since the check above
-    except BaseException:
-        if took:
-            unlock_run_dir(run_dir)
-        raise
-    if took:
-        hand_over_lock(run_dir)  # the run's Trainer.run releases it when it ends (not the process's exit)
-    return created
-
-
-def _enclosing_run(run_dir: Path) -> Path | None:
-    """The nearest directory above ``run_dir`` that is a run's (its ``config.yaml`` beside a
-    ``checkpoints/``), or ``None``: a new run inside another (``--run-dir RUN/checkpoints``) made
-    ``rlfunc eval RUN/checkpoints`` read the nested run."""
-    for parent in Path(os.path.abspath(run_dir)).parents:
-        if (parent / "config.yaml").is_file() and (parent / "checkpoints").is_dir():
-            return parent
-    return None
-
-
-def discard_new_run_dir(run_dir: Path, created: bool) -> None:
-    """A run that never started: release its lock and, if this process created the directory and
-    nothing but the lock file is in it, remove it."""
-    unlock_run_dir(run_dir)
-    if not created or not run_dir.is_dir():
-        return
-    entries = [p.name for p in run_dir.iterdir()]
-    if set(entries) <= {LOCK_FILE}:
-        (run_dir / LOCK_FILE).unlink(missing_ok=True)
-        run_dir.rmdir()
 
 
 def _start(run_config: RunConfig, run_dir: Path, created: bool, callbacks: list | None) -> Trainer:
@@ -1184,7 +1063,7 @@ def train(
         from rlfunc.scale import distributed
 
         return distributed.train(run_config, run_dir=run_dir, callbacks=callbacks)
-    run_dir = run_dir if run_dir is not None else _new_run_dir(run_config)
+    run_dir = run_dir if run_dir is not None else new_run_dir(run_config)
     created = prepare_run_dir(run_dir)
     return _start(run_config, run_dir, created, callbacks).run()
 
@@ -1205,7 +1084,8 @@ def resume(
     The env is made from the checkpoint's config, a file that may be someone else's, so under
     :func:`rlfunc.envs.factory.from_loaded_file`: a module it names (``env.id`` ``module:Env-v0``, a
     ``module:ClassName`` wrapper) is imported only if it is already imported or named in
-    ``allow_import`` (``rlfunc resume --allow-import MODULE``). For the same reason (:func:`consent_to_loaded`):
+    ``allow_import`` (``rlfunc resume --allow-import MODULE``). For the same reason
+    (:func:`~rlfunc.runtime.resume_checks.consent_to_loaded`):
     a distributed run's Ray cluster is joined only at an ``address`` the user gives (``rlfunc resume
     --address``; ``"local"`` runs Ray on this machine), never at the checkpoint's ``distributed.address``
     alone, and ``train.wandb`` keys other than W&B's project, entity, run and labels (``dir``, ``settings``,
@@ -1216,131 +1096,6 @@ def resume(
         return _resume(run_dir, total_steps, callbacks, address=address, trust_wandb_settings=trust_wandb_settings)
 
 
-def refuse_relative_data_elsewhere(run_config: RunConfig) -> None:
-    """One sentence when a run stored a relative ``data.path`` (as rlfunc 0.1.0 did; runs now store it
-    absolute) that is not found from here: it is relative to the directory the run was started in, and a
-    resume cannot set it."""
-    from rlfunc.replay.offline import DatasetNotFoundError, resolve_dataset_path
-
-    path = run_config.data.path
-    if path and not os.path.isabs(path) and not os.path.exists(path):
-        try:
-            resolve_dataset_path(path)  # a Minari dataset id in Minari's local store: not relative to anything
-        except DatasetNotFoundError:
-            raise ConfigError(
-                f"This run was trained with data.path {path!r}, relative to the directory it was started in, and "
-                f"there is no {path!r} here ({os.getcwd()}); run `rlfunc resume` from that directory."
-            ) from None
-
-
-RESUME_WRITES = ("train.total_steps", "distributed.address", "train.wandb")
-"""Keys of ``config.yaml`` a resume itself may write before a checkpoint holds them (``--total-steps``,
-``--address``, the W&B settings used only with consent): :func:`refuse_edited_config_copy` leaves them out."""
-
-
-def refuse_edited_config_copy(run_dir: Path, stored: dict, total_steps: int | None) -> None:
-    """One sentence when the run's ``config.yaml`` (a copy for people) differs from the config of the
-    checkpoint a resume continues (``stored``), as after an edit: the resume trains with the checkpoint's and
-    writes it over the copy, so the edit would be ignored and lost without a word. Both are compared
-    through the config builder (a file an older rlfunc wrote compares equal), leaving out
-    :data:`RESUME_WRITES`; an edited ``train.total_steps`` without ``total_steps`` is a line saying the
-    resume does not read it. A ``config.yaml`` that is missing or holds no valid config (damaged) is the
-    checkpoint's to rewrite, as before."""
-    from rlfunc.runtime.plot import _flat, _run_config
-
-    path = run_dir / "config.yaml"
-    try:
-        copy = _flat(to_dict(build_config(_run_config(run_dir), resolved=True)))
-    except (ConfigError, ValueError, TypeError, KeyError, OSError):
-        if path.is_file():
-            print(f"rlfunc: {path} holds no valid config; the resume writes the checkpoint's there.", file=sys.stderr)
-        return
-    ours = _flat(to_dict(build_config(stored, resolved=True)))
-    changed = sorted(k for k in set(copy) | set(ours) if copy.get(k) != ours.get(k)
-                     and not any(k == w or k.startswith(w + ".") for w in RESUME_WRITES))
-    if changed:
-        shown = "; ".join(f"{k}: {copy.get(k, '(none)')} there, {ours.get(k, '(none)')} in the checkpoint"
-                          for k in changed[:3])
-        more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
-        raise ConfigError(
-            f"{str(path)!r} differs from the checkpoint's config ({shown}{more}), which a resume trains with and "
-            f"writes there: to train config.yaml's settings start a new run (rlfunc train {path} --run-dir "
-            "NEW_DIR), or delete config.yaml to continue with the checkpoint's."
-        )
-    edited_total = copy.get("train.total_steps")
-    if total_steps is None and edited_total is not None and edited_total != ours.get("train.total_steps"):
-        print(f"rlfunc: config.yaml's train.total_steps {edited_total} is not read by a resume, which continues to "
-              f"the checkpoint's {ours.get('train.total_steps')}; pass --total-steps {edited_total} to train longer "
-              "(a run a stopping rule ended stops again at once).",
-              file=sys.stderr)
-
-
-def consent_to_loaded(run_config: RunConfig, address: str | None = None, trust_wandb_settings: bool = False) -> RunConfig:
-    """The config a resume runs with, from ``run_config`` read from a checkpoint (a file that may be someone
-    else's), or one sentence before anything is done: a stored ``distributed.address`` is joined only when the
-    user passes ``address`` (:func:`rlfunc.scale.distributed.resume_address`, which also spells
-    ``"local"``), which replaces it; ``address`` for a run without a ``distributed`` section is refused; a
-    stored ``train.wandb`` with keys beyond :data:`~rlfunc.runtime.config.LOADED_WANDB_KEYS` needs
-    ``trust_wandb_settings`` (:func:`~rlfunc.runtime.config.check_loaded_wandb`)."""
-    if not isinstance(trust_wandb_settings, bool):
-        raise ConfigError(f"trust_wandb_settings must be True or False, got {trust_wandb_settings!r}.")
-    d = run_config.distributed
-    if d is None and address is not None:
-        raise ConfigError(
-            f"--address {address!r} sets where a distributed run's Ray runs, and this {run_config.algo} run trains "
-            "in one process (no distributed section); resume it without --address."
-        )
-    if d is not None:
-        from rlfunc.scale.distributed import resume_address
-
-        chosen = resume_address(d.address, address)
-        if chosen != d.address:
-            run_config = dataclasses.replace(run_config, distributed=dataclasses.replace(d, address=chosen))
-    check_loaded_wandb(run_config.train.wandb, trust_wandb_settings)
-    return run_config
-
-
-def resumed_total_steps(total_steps: Any, meta: dict) -> int:
-    """``total_steps`` of a resume as an int not below the env steps the checkpoint (``meta``) has, else one
-    sentence (checked before the config is rebuilt, whose own checks would name other keys first)."""
-    if isinstance(total_steps, bool) or not isinstance(total_steps, numbers.Integral):
-        raise ConfigError(f"--total-steps must be a whole number of env steps, got {total_steps!r}.")
-    have = meta.get("env_step", 0)  # not a count (an edited meta.json): the restore refuses it in its own words
-    if type(have) is int and int(total_steps) < have:
-        raise ConfigError(
-            f"--total-steps {total_steps} is below the {meta.get('env_step')} env steps the run already has; pass a larger number."
-        )
-    return int(total_steps)
-
-
-def _refuse_part_of_a_larger_run(run_dir: Path) -> None:
-    """A sweep's directory, a population's member or a run's ``checkpoints/`` (or one checkpoint in it)
-    passed to resume: one sentence naming what to resume instead (a member was described as an export's
-    weights-only policy, a sweep directory and a run's checkpoints as having no checkpoints)."""
-    from rlfunc.runtime.population import is_population_run
-
-    if (run_dir / "sweep.json").is_file() and not (run_dir / "checkpoints").exists():
-        raise ConfigError(
-            f"{str(run_dir)!r} is a sweep's directory; continue the sweep with `rlfunc sweep --resume {run_dir}`, "
-            "or resume one of its runs' directories."
-        )
-    here = run_dir.resolve()
-    owner = here.parent if here.name == "checkpoints" else (
-        here.parent.parent if here.parent.name == "checkpoints" and (here / "meta.json").exists() else None)
-    if owner is not None and (owner / "checkpoints").is_dir() and (owner / "config.yaml").is_file():
-        _refuse_part_of_a_larger_run(owner)  # a member's checkpoints: the population is what resumes
-        raise ConfigError(
-            f"{str(run_dir)!r} {'holds the checkpoints' if here.name == 'checkpoints' else 'is a checkpoint'} of the run "
-            f"in {str(owner)!r}, which resumes from its newest checkpoint "
-            f"that verifies; run `rlfunc resume {owner}`."
-        )
-    member = re.fullmatch(r"member-(\d+)", run_dir.resolve().name)
-    parent = run_dir.resolve().parent
-    if member and is_population_run(parent):
-        raise ConfigError(
-            f"{str(run_dir)!r} is member {member.group(1)} of the population in {str(parent)!r}, which resumes as a "
-            f"whole (a member's own checkpoints hold its weights only); run `rlfunc resume {parent}`."
-        )
 
 
 def _resume(run_dir: str | Path, total_steps: int | None, callbacks: list | None, address: str | None = None,
@@ -1351,7 +1106,7 @@ def _resume(run_dir: str | Path, total_steps: int | None, callbacks: list | None
     run_dir = as_path(run_dir, "run_dir")  # a bytes path too; None, a number or "" is one sentence
     if not run_dir.is_dir():
         raise ConfigError(f"{str(run_dir)!r} is not a run directory; pass the directory `rlfunc train` created.")
-    _refuse_part_of_a_larger_run(run_dir)
+    refuse_part_of_a_larger_run(run_dir)
     if population.is_population_run(run_dir):
         if callbacks:
             raise ConfigError("callbacks are not available for populations yet; resume without callbacks.")

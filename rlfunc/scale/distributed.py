@@ -94,8 +94,8 @@ from rlfunc.core.exploration import actor_epsilons
 from rlfunc.replay.sequence import SequenceReplay
 from rlfunc.runtime.config import ConfigError, RunConfig, to_dict
 from rlfunc.runtime.run_log import Progress
-from rlfunc.runtime.trainer import (Trainer, TrainResult, _new_run_dir, _StopRun, check_train_device, discard_new_run_dir,
-                                    prepare_run_dir)
+from rlfunc.runtime.run_dir import discard_new_run_dir, new_run_dir, prepare_run_dir
+from rlfunc.runtime.trainer import Trainer, TrainResult, _StopRun, check_train_device
 
 __all__ = [
     "RAY_MISSING",
@@ -847,7 +847,7 @@ def _in_placement_group(ray) -> bool:
 
 def train(run_config: RunConfig, run_dir: str | Path | None = None, callbacks: list | None = None) -> TrainResult:
     """Train ``run_config`` (with a ``distributed`` section) on Ray actors into ``run_dir`` (see the module docstring)."""
-    run_dir = Path(run_dir) if run_dir is not None else _new_run_dir(run_config)
+    run_dir = Path(run_dir) if run_dir is not None else new_run_dir(run_config)
     check_train_device(run_config.train.device)  # as the run directory: refused before Ray starts
     created = prepare_run_dir(run_dir)
     try:

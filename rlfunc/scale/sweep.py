@@ -311,7 +311,7 @@ def check_sweep_dir(sweep_dir: str | Path, flag: str = "--sweep-dir", names: lis
     directory names; one that exists already (the runs of an earlier sweep whose ``sweep.json`` was removed)
     is refused too: the sweep read such a run back as finished, or resumed it with its own stored config,
     instead of training the new settings, and reported its results as the new sweep's."""
-    from rlfunc.runtime.trainer import RUN_FILES, _enclosing_run
+    from rlfunc.runtime.run_dir import RUN_FILES, enclosing_run
 
     sweep_dir = Path(sweep_dir)
     shown = repr(str(sweep_dir))
@@ -331,7 +331,7 @@ def check_sweep_dir(sweep_dir: str | Path, flag: str = "--sweep-dir", names: lis
             f"{flag} {shown} holds a training run ({', '.join(held)}), which the sweep's runs and files would "
             "mix with; pick another --sweep-dir."
         )
-    outer = _enclosing_run(sweep_dir / "run")  # the nearest run directory at or above sweep_dir
+    outer = enclosing_run(sweep_dir / "run")  # the nearest run directory at or above sweep_dir
     if outer is not None:
         raise ConfigError(
             f"{flag} {shown} is inside the run directory {str(outer)!r}, whose own files and commands (resume, "
