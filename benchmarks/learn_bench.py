@@ -47,11 +47,11 @@ config). Generic: any algorithm the runtime trains; add a table entry for a new 
 def learn_entries(label: str, config: str, seeds: list[int], overrides: dict, threads: int,
                   population: bool = True) -> tuple[list[dict], str | None]:
     """The sweep-plan entries (:mod:`rlfunc.scale.sweep`) that train ``config`` once per seed:
-    one population of all seeds where :func:`rlfunc.runtime.population.supports` allows it (and
+    one population of all seeds where :func:`rlfunc.runtime.population_members.supports` allows it (and
     ``population``), else one entry per seed. Returns the entries and why they are separate runs
     (``None`` for a population). Every member's config is built here, so a bad key stops
     ``learn`` before anything trains."""
-    from rlfunc.runtime import population as pop
+    from rlfunc.runtime import population_members as pop
     from rlfunc.runtime.config import apply_overrides, build_config, load_config
 
     raw = load_config(ROOT / config)  # absolute paths pass through
@@ -146,7 +146,7 @@ def _configure_learn(p: argparse.ArgumentParser) -> None:
                         "1: one after another in this process, no Ray needed")
     p.add_argument("--no-population", dest="population", action="store_false",
                    help="train each seed as its own run (default: a config's seeds are one population where "
-                        "rlfunc.runtime.population.supports allows it)")
+                        "rlfunc.runtime.population_members.supports allows it)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per run")
     p.add_argument("--runs-dir", type=Path, default=ROOT / "runs" / "learn", help="where the run directories go")
     p.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/results/learn_<algo>.json)")

@@ -155,7 +155,7 @@ def _singles(algo: str, members: int, quick: bool, compile: bool, args: argparse
     from rlfunc.envs import env_spaces
     from rlfunc.runtime.collector import Collector
     from rlfunc.runtime.config import build_config
-    from rlfunc.runtime.population import member_specs
+    from rlfunc.runtime.population_members import member_specs
     from rlfunc.runtime.registry import get_algo
     from rlfunc.runtime.trainer import _make_envs
 

@@ -1,5 +1,5 @@
 """``benchmarks/run.py learn`` runs its seeds as one population where
-:func:`rlfunc.runtime.population.supports` says the config allows it (issue #24), and
+:func:`rlfunc.runtime.population_members.supports` says the config allows it (issue #24), and
 otherwise as separate runs; the learn JSON keeps its schema either way."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rlfunc.runtime import population as pr
+from rlfunc.runtime import population_members as members_of
 from rlfunc.runtime.config import build_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,11 +20,11 @@ def _with(**train) -> dict:
 
 
 def test_supports_says_yes_or_gives_the_refusal_sentence():
-    assert pr.supports(build_config(BASE)) is None
-    assert pr.supports(build_config({**BASE, "algo": "sac"})) is None
-    why = pr.supports(build_config(_with(stop_at_return=-200.0)))
+    assert members_of.supports(build_config(BASE)) is None
+    assert members_of.supports(build_config({**BASE, "algo": "sac"})) is None
+    why = members_of.supports(build_config(_with(stop_at_return=-200.0)))
     assert why is not None and "does not support stopping rules" in why and why.endswith(".")
-    why = pr.supports(build_config(_with(max_updates=10)))
+    why = members_of.supports(build_config(_with(max_updates=10)))
     assert why is not None and "train.max_updates" in why
 
 
@@ -34,7 +34,7 @@ def test_a_distributed_config_is_not_run_as_a_population():
     from rlfunc.runtime.config import POPULATION_AND_DISTRIBUTED, load_config
 
     config = build_config(load_config(ROOT / "configs/r2d2/cartpole_novel_distributed.yaml"))
-    assert pr.supports(config) == POPULATION_AND_DISTRIBUTED
+    assert members_of.supports(config) == POPULATION_AND_DISTRIBUTED
 
 
 @pytest.mark.parametrize("train", [{"max_wall_s": 10.0}, {"checkpoint_replay": False}])
@@ -43,8 +43,8 @@ def test_member_specs_refuses_with_the_same_sentence(train):
 
     config = build_config(_with(population={"seeds": [0, 1]}, **train))
     with pytest.raises(ConfigError) as info:
-        pr.member_specs(config)
-    assert str(info.value) == pr.supports(config)
+        members_of.member_specs(config)
+    assert str(info.value) == members_of.supports(config)
 
 
 # ----------------------------------------------------------------------------- benchmarks/run.py learn

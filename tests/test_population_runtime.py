@@ -21,6 +21,7 @@ import yaml
 
 import rlfunc
 from rlfunc.runtime import population as pr
+from rlfunc.runtime import population_members as members_of
 from rlfunc.runtime.cli import main
 from rlfunc.runtime.config import ConfigError, build_config
 
@@ -147,27 +148,27 @@ def test_refusals_are_one_sentence(tmp_path, capsys, argv, text):
 
 def test_vectorize_auto_vmaps_on_a_gpu_and_where_batching_pays_on_a_cpu_and_bad_values_are_one_sentence():
     """train.population.vectorize: auto vmaps on CUDA, and on a CPU the algorithms measured at least as fast
-    batched (pr.CPU_VMAP); the others loop over members. A bad value, and loop with train.cuda_graph (which
+    batched (population_members.CPU_VMAP); the others loop over members. A bad value, and loop with train.cuda_graph (which
     captures the vmapped update), are one sentence before training."""
-    assert pr.resolve_vectorize("auto", "redq", "cpu") == "vmap" and pr.resolve_vectorize("auto", "drqn", "cpu") == "vmap"
-    assert pr.resolve_vectorize("auto", "r2d2", "cpu") == "loop" and pr.resolve_vectorize("auto", "drqv2", "cpu") == "loop"
-    assert pr.resolve_vectorize("auto", "r2d2", "cuda:0") == "vmap" and pr.resolve_vectorize("loop", "redq", "cuda") == "loop"
+    assert members_of.resolve_vectorize("auto", "redq", "cpu") == "vmap" and members_of.resolve_vectorize("auto", "drqn", "cpu") == "vmap"
+    assert members_of.resolve_vectorize("auto", "r2d2", "cpu") == "loop" and members_of.resolve_vectorize("auto", "drqv2", "cpu") == "loop"
+    assert members_of.resolve_vectorize("auto", "r2d2", "cuda:0") == "vmap" and members_of.resolve_vectorize("loop", "redq", "cuda") == "loop"
     # DRQN with a conv torso vmaps eager but loops compiled on a CPU (population_drqn_minatar_update_only.json)
-    assert pr.resolve_vectorize("auto", "drqn", "cpu", "minatar") == "vmap"
-    assert pr.resolve_vectorize("auto", "drqn", "cpu", "minatar", compiled=True) == "loop"
-    assert pr.resolve_vectorize("auto", "drqn", "cpu", "mlp", compiled=True) == "vmap"
-    assert pr.resolve_vectorize("auto", "dqn", "cpu", "minatar", compiled=True) == "vmap"
+    assert members_of.resolve_vectorize("auto", "drqn", "cpu", "minatar") == "vmap"
+    assert members_of.resolve_vectorize("auto", "drqn", "cpu", "minatar", compiled=True) == "loop"
+    assert members_of.resolve_vectorize("auto", "drqn", "cpu", "mlp", compiled=True) == "vmap"
+    assert members_of.resolve_vectorize("auto", "dqn", "cpu", "minatar", compiled=True) == "vmap"
     # ... and both loop on frames below 4 members (population_dqn_minatar_breakout_flicker_runs_vmap.json)
-    assert pr.resolve_vectorize("auto", "dqn", "cpu", "minatar", members=2) == "loop"
-    assert pr.resolve_vectorize("auto", "dqn", "cpu", "minatar", members=4) == "vmap"
-    assert pr.resolve_vectorize("auto", "dqn", "cpu", "mlp", members=2) == "vmap"
-    assert pr.resolve_vectorize("auto", "drqn", "cuda", "minatar", compiled=True) == "vmap"
+    assert members_of.resolve_vectorize("auto", "dqn", "cpu", "minatar", members=2) == "loop"
+    assert members_of.resolve_vectorize("auto", "dqn", "cpu", "minatar", members=4) == "vmap"
+    assert members_of.resolve_vectorize("auto", "dqn", "cpu", "mlp", members=2) == "vmap"
+    assert members_of.resolve_vectorize("auto", "drqn", "cuda", "minatar", compiled=True) == "vmap"
     with pytest.raises(ConfigError, match=r"^train\.population\.vectorize must be one of auto, vmap, loop, got 'batched'\.$"):
         build_config({**BASE, "train": {**BASE["train"], "population": {"seeds": [0, 1], "vectorize": "batched"}}})
     graphed = build_config({**BASE, "train": {**BASE["train"], "device": "cuda", "cuda_graph": True,
                                               "population": {"seeds": [0, 1], "vectorize": "loop"}}})
     with pytest.raises(ConfigError, match=r"^train\.cuda_graph captures the vmapped population update; set "):
-        pr.member_specs(graphed)
+        members_of.member_specs(graphed)
 
 
 def test_cli_vectorize_loop_trains_each_member_bit_for_bit_as_its_single_run(tmp_path, capsys):

@@ -30,6 +30,7 @@ import rlfunc
 from rlfunc.algos import drqn, r2d2, redq, rlpd
 from rlfunc.core import population
 from rlfunc.runtime import population as pr
+from rlfunc.runtime import population_members as members_of
 from rlfunc.runtime.cli import main
 from rlfunc.runtime.checkpoint import load_checkpoint
 from rlfunc.runtime.config import ConfigError, build_config
@@ -171,12 +172,12 @@ def test_an_rlpd_grid_over_critic_lr_equals_the_two_single_runs(tmp_path, vector
 def test_a_grid_key_that_is_not_data_names_the_settings_or_says_there_are_none(monkeypatch):
     raw = {**RLPD, "train": {**RLPD["train"], "population": {"grid": {"agent.hidden_sizes": [[8], [16]]}}}}
     with pytest.raises(ConfigError, match=r"not a setting rlpd takes as data \(those are: agent.actor_lr, agent.critic_lr"):
-        pr.member_specs(build_config(raw))
+        members_of.member_specs(build_config(raw))
     monkeypatch.setattr(population, "hparam_names", lambda config: ())
     monkeypatch.setattr(population, "_init_settings", lambda config: ())
     raw = {**RLPD, "train": {**RLPD["train"], "population": {"grid": {"agent.critic_lr": [3e-4, 1e-3]}}}}
     with pytest.raises(ConfigError) as err:
-        pr.member_specs(build_config(raw))
+        members_of.member_specs(build_config(raw))
     text = str(err.value)
     assert "(rlpd takes none)" in text and "()" not in text and "are: )" not in text, text
 
@@ -202,7 +203,7 @@ def test_a_config_files_grid_is_read_as_the_cli_reads_it(tmp_path, capsys):
             "    grid: {agent.critic_lr: [1e-3, 2e-3]}\n")
     path = tmp_path / "c.yaml"
     path.write_text(text)
-    members = pr.member_specs(build_config(yaml.safe_load(text)))
+    members = members_of.member_specs(build_config(yaml.safe_load(text)))
     assert [m.settings for m in members] == [{"agent.critic_lr": 0.001}, {"agent.critic_lr": 0.002}]
     assert [m.config.agent.critic_lr for m in members] == [0.001, 0.002]
     path.write_text(text.replace("2e-3", "0.001"))

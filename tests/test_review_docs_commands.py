@@ -203,7 +203,7 @@ def _build_train(args: argparse.Namespace) -> None:
     """What :func:`rlfunc.runtime.population.train` checks before it makes the run directory."""
     from rlfunc.runtime.config import ConfigError, apply_overrides, build_config, load_config, parse_overrides
     from rlfunc.runtime.packaged import resolve_config
-    from rlfunc.runtime.population import member_specs
+    from rlfunc.runtime.population_members import member_specs
     from rlfunc.runtime.specs import parse_grid, parse_seeds
 
     raw = load_config(None if args.config is None else resolve_config(args.config))

@@ -155,6 +155,7 @@ def test_rlpd_prior_dataset_is_sized_from_its_files_and_checked_with_the_replay_
 
 def test_population_counts_its_members_states_and_names_its_member_keys(tmp_path, monkeypatch):
     from rlfunc.runtime import population as pr
+    from rlfunc.runtime import population_members as members_of
 
     def config(replay_size: int, hidden: int):
         return build_config({
@@ -165,7 +166,7 @@ def test_population_counts_its_members_states_and_names_its_member_keys(tmp_path
         })
 
     cfg = config(100, 256)
-    one = bound(get_algo("sac").learner_cls, "sac", pr.member_specs(cfg)[0].config, PENDULUM)
+    one = bound(get_algo("sac").learner_cls, "sac", members_of.member_specs(cfg)[0].config, PENDULUM)
     replay, state = one._replay_need().nbytes, memory.network_need(one.algo, one.config, *PENDULUM).nbytes
     # Room for 3 replays and 4 states: the old check (3 replays) passed, but 3 replays and 6 states do not fit.
     monkeypatch.setattr(memory, "available_bytes", lambda device: 3 * replay + 4 * state)

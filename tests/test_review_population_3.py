@@ -25,6 +25,7 @@ import yaml
 
 import rlfunc
 from rlfunc.runtime import population as pr
+from rlfunc.runtime import population_members as members_of
 from rlfunc.runtime.checkpoint import load_checkpoint
 
 torch.set_num_threads(1)
@@ -122,8 +123,8 @@ def test_a_population_sweep_plans_what_rlfunc_train_seeds_makes_for_each_grid_po
                   "agent.hidden_sizes": ["redq agent.hidden_sizes=[8]", "redq agent.hidden_sizes=[4, 4]"]}[key]
         assert [e["label"] for e in plan["runs"]] == labels
         for entry, value in zip(plan["runs"], values):
-            planned = pr.member_specs(build_config(apply_overrides(REDQ, entry["overrides"])))
-            cli = pr.member_specs(build_config(apply_overrides(REDQ, {key: value, "train.population": {"seeds": [0, 1]}})))
+            planned = members_of.member_specs(build_config(apply_overrides(REDQ, entry["overrides"])))
+            cli = members_of.member_specs(build_config(apply_overrides(REDQ, {key: value, "train.population": {"seeds": [0, 1]}})))
             assert [m.seed for m in planned] == [0, 1]
             for a, b in zip(planned, cli):
                 a, b = to_dict(a.config), to_dict(b.config)

@@ -159,7 +159,7 @@ def test_train_refuses_set_of_a_key_the_config_files_population_grid_gives(tmp_p
 
 
 def test_grid_that_would_drop_a_key_of_the_config_files_population_grid_is_refused(tmp_path, capsys):
-    from rlfunc.runtime import population as pr
+    from rlfunc.runtime import population_members as members_of
     from rlfunc.runtime.config import apply_overrides, build_config
 
     raw = {**TINY, "train": {**TINY["train"], "population": {"seeds": [0], "grid": {"agent.tau": [0.005, 0.01]}}}}
@@ -174,6 +174,6 @@ def test_grid_that_would_drop_a_key_of_the_config_files_population_grid_is_refus
     assert not run_dir.exists()
     # a key both give takes --grid's values (as --set wins over the file); the suggested --grid keeps both
     pop = {"seeds": [0], "grid": {"agent.tau": [0.02, 0.03], "agent.critic_lr": [1e-3, 3e-4]}}
-    members = pr.member_specs(build_config(apply_overrides(raw, {"train.population": pop})))
+    members = members_of.member_specs(build_config(apply_overrides(raw, {"train.population": pop})))
     assert sorted((m.settings["agent.tau"], m.settings["agent.critic_lr"]) for m in members) == [
         (0.02, 3e-4), (0.02, 1e-3), (0.03, 3e-4), (0.03, 1e-3)]

@@ -284,7 +284,7 @@ class TrainSection:
             if value is not None and value < 1:
                 raise ConfigError(f"train.{name} must be a positive integer, got {value}.")
         if self.population is not None:
-            from rlfunc.runtime.population import check_spec
+            from rlfunc.runtime.population_members import check_spec
 
             check_spec(self.population, self.seed)
         if self.total_steps > MAX_TOTAL_STEPS:

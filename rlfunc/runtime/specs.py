@@ -29,7 +29,7 @@ __all__ = ["MAX_SEEDS", "parse_seeds", "parse_grid", "grid_value", "same_value",
 
 MAX_SEEDS = 4096
 """The most seeds ``--seeds`` may name (``rlfunc train`` and ``rlfunc sweep``), and the most members
-a population may have (:func:`rlfunc.runtime.population.check_spec`). A population holds every
+a population may have (:func:`rlfunc.runtime.population_members.check_spec`). A population holds every
 member's replay (``P`` times one run's: REDQ's default million rows of Hopper are ~0.1 GB a member,
 so 4096 members ~0.4 TB), learner and ``env.num_envs`` gymnasium envs in one process and runs each
 member's Python halves in turn every env step; a sweep starts one Ray task per seed. Comparisons of

@@ -179,7 +179,7 @@ def plan_sweep(
     entry per grid point that trains all its seeds as one population (``"members"``, one task, the
     members' ``member-<k>/`` directories as its runs). Every run's config is built here, so a bad key
     or value stops the sweep before any Ray or training starts."""
-    from rlfunc.runtime import population as populations
+    from rlfunc.runtime import population_members
     from rlfunc.runtime.config import apply_overrides, build_config, load_config, parse_overrides
     from rlfunc.runtime.packaged import resolve_config
 
@@ -217,12 +217,12 @@ def plan_sweep(
     for index, point in enumerate(points):
         if population:
             base = {**fixed, **point, "train.progress": False}
-            why = populations.supports(build_config(apply_overrides(raw, {**base, "train.seed": seed_list[0]})))
+            why = population_members.supports(build_config(apply_overrides(raw, {**base, "train.seed": seed_list[0]})))
             if why is not None:
                 raise ConfigError(f"{why.rstrip('.')} (drop --population to train each seed as its own run).")
             over = {**base, "train.population": {"seeds": list(seed_list)}}
             built = build_config(apply_overrides(raw, over))
-            populations.member_specs(built)  # every member checked now
+            population_members.member_specs(built)  # every member checked now
             runs.append({
                 "name": _run_name(index, point, None),
                 "label": " ".join(filter(None, [built.algo, describe_point(point)])),
