@@ -452,14 +452,49 @@ def lstm_zero_carry(
     return zeros, zeros.clone()
 
 
+def _cell_tanh(x: torch.Tensor) -> torch.Tensor:
+    """``tanh`` for the LSTM cell: ``torch.tanh``, except inside a ``torch.compile`` graph on a CPU,
+    where it is ``2 sigmoid(2x) - 1`` (the same function).
+
+    Why: inductor's C++ backend vectorizes ``tanh`` with Sleef's ``tanhf`` (1-ulp), about four
+    times the cost of its exp-based sigmoid; the two tanh of a step were half of a compiled
+    DRQN/R2D2 step's gate arithmetic on one CPU thread (measured here: a [32, 128] cell step
+    27-36 us with tanh, 17 us with this form). Inductor itself lowered tanh this way on CPUs
+    (pytorch#91687) until pytorch#148254 returned to Sleef for the *relative* accuracy of tiny
+    outputs (tanhshrink then atan2, pytorch#148241), and keeps it as ``config.cpp.use_decompose_tanh``.
+    Here the absolute error is what matters -- the cell adds and multiplies these values into
+    O(1) states -- and it stays at float rounding: at most 1.8e-7 from float64 tanh (1.5 ulp of 1;
+    float32 ``torch.tanh``: 3e-8), gradients 3.6e-7 (``tests/test_drqn_speed_s36.py``). Eager
+    code (one MKL call) and compiled GPU code (Triton's tanh) keep ``torch.tanh``: the extra ops
+    would only cost there, and an eager update stays unchanged bit for bit."""
+    if torch.compiler.is_compiling() and x.device.type == "cpu":
+        return 2.0 * torch.sigmoid(2.0 * x) - 1.0
+    return torch.tanh(x)
+
+
+def _recurrent_product(h: torch.Tensor, weight_hh: torch.Tensor) -> torch.Tensor:
+    """``h @ weight_hh.T`` (``[B, H]`` -> ``[B, 4H]``): ``F.linear``, except inside a ``torch.compile``
+    graph on a CPU, where it is ``(weight_hh @ h.T).T``, the same product.
+
+    Why: inductor's C++ backend rewrites ``gates_x + h @ W.T`` into ``addmm(gates_x, h, W.T)``,
+    which first copies ``gates_x[t]`` into the output buffer, and hands MKL the transposed
+    ``[H, 4H]`` view of ``W`` (its slower small-GEMM layout here). ``W @ h.T`` reads ``W`` as
+    stored and leaves the add to the fused gate kernel: measured on one CPU thread (in-process
+    A/B), 3-4% off a compiled DRQN (T = 10 and 40) and R2D2 update. Eager code and GPUs keep
+    ``F.linear`` (no rewrite there; an eager update is unchanged bit for bit)."""
+    if torch.compiler.is_compiling() and h.device.type == "cpu" and h.dim() == 2:
+        return torch.mm(weight_hh, h.t()).t()
+    return F.linear(h, weight_hh)
+
+
 def _lstm_cell(
     gates_x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, weight_hh: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One LSTM step given the input projection ``gates_x = W_ih x + b_ih + b_hh``."""
-    gates = gates_x + F.linear(h, weight_hh)
+    gates = gates_x + _recurrent_product(h, weight_hh)
     i, f, g, o = gates.chunk(4, dim=-1)
-    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-    h = torch.sigmoid(o) * torch.tanh(c)
+    c = torch.sigmoid(f) * c + torch.sigmoid(i) * _cell_tanh(g)
+    h = torch.sigmoid(o) * _cell_tanh(c)
     return h, c
 
 
