@@ -133,3 +133,12 @@ def test_export_of_a_population_directory_names_export_too(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "pass one member's run directory instead (load, eval and export take it as an ordinary run)" in err
     assert str(pop / "member-0") in err
+
+
+def test_a_population_without_run_dir_is_named_pop_and_its_size(tmp_path):
+    """The default directory of a population is ``<algo>-<env>-pop<P>-<time>`` under train.run_dir (one helper,
+    rlfunc.runtime.run_dir.new_run_dir, names single runs' ``s<seed>`` and populations' ``pop<P>``)."""
+    result = pr.train(_config(run_dir=str(tmp_path)), seeds=[0, 1])
+    assert result.run_dir.parent == tmp_path and result.run_dir.name.startswith("sac-Pendulum-v1-pop2-")
+    single = rlfunc.train(_config(run_dir=str(tmp_path), seed=4))
+    assert single.run_dir.name.startswith("sac-Pendulum-v1-s4-")

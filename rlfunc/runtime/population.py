@@ -1290,17 +1290,6 @@ def _restored_round(checkpoint: Path, meta: dict[str, Any], p: int, num_envs: in
     return list(pending), round_start, [[float(v) for v in r] for r in recent]
 
 
-def _new_run_dir(config, members: int) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    env = config.env.id.replace("/", "_").replace(":", "_")
-    base = Path(config.train.run_dir) / f"{config.algo}-{env}-pop{members}-{stamp}"
-    path, i = base, 1
-    while path.exists():
-        path = Path(f"{base}-{i}")
-        i += 1
-    return path
-
-
 def train(
     config=None,
     overrides: dict[str, Any] | list[str] | None = None,
@@ -1361,7 +1350,7 @@ def train(
     members = member_specs(run_config)  # refusals before the run directory is made
     from rlfunc.runtime.api import as_path
 
-    run_dir = as_path(run_dir, "run_dir") if run_dir is not None else _new_run_dir(run_config, len(members))
+    run_dir = as_path(run_dir, "run_dir") if run_dir is not None else run_dirs.new_run_dir(run_config, f"pop{len(members)}")
     created = run_dirs.prepare_run_dir(run_dir)  # and its lock, released when the run ends
     try:
         pop = PopulationTrainer(run_config, run_dir)

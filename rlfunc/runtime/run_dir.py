@@ -38,11 +38,13 @@ def write_atomic(path: Path, text: str) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def new_run_dir(config: RunConfig) -> Path:
-    """A fresh ``train.run_dir/<algo>-<env>-s<seed>-<time>`` path (``-1``, ``-2``, ... when taken)."""
+def new_run_dir(config: RunConfig, tag: str | None = None) -> Path:
+    """A fresh ``train.run_dir/<algo>-<env>-<tag>-<time>`` path (``-1``, ``-2``, ... when taken); ``tag`` is
+    ``s<seed>`` for a run, ``pop<P>`` for a population of ``P`` members."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     env = config.env.id.replace("/", "_").replace(":", "_")  # dmc/..., module:Env-v0
-    base = Path(config.train.run_dir) / f"{config.algo}-{env}-s{config.train.seed}-{stamp}"
+    tag = f"s{config.train.seed}" if tag is None else tag
+    base = Path(config.train.run_dir) / f"{config.algo}-{env}-{tag}-{stamp}"
     path, i = base, 1
     while path.exists():
         path = Path(f"{base}-{i}")
