@@ -461,6 +461,8 @@ class Trainer:
         self.evals, self._prior_wall = evals, prior_wall
         self._last_good_ckpt = Path(checkpoint)
         self._saved = self._saved_key()  # the checkpoint holds this state: no need to write it again
+        stored_train = meta["config"].get("train") if isinstance(meta.get("config"), dict) else None
+        self._checkpoint_total = stored_train.get("total_steps") if isinstance(stored_train, dict) else None
         # best/ may hold a better policy than these evaluations show: one saved after this checkpoint
         self._best_return = max([r for _, r in evals] + [recorded_best_return(self.best_dir)])
         if without_replay:
@@ -608,8 +610,8 @@ class Trainer:
             self._call("on_start")
             reason = self._ask("reached") if resumed else None
             if reason:
-                print(f"rlfunc: this run already stopped at env step {self.env_step} ({reason}); nothing to train.",
-                      file=sys.stderr)
+                print(f"rlfunc: this run already stopped at env step {self.env_step} ({reason}); nothing to train"
+                      f"{self._keep_checkpoint_total()}.", file=sys.stderr)
                 raise _StopRun(reason)
             if resumed and self._missed_evaluation():  # as the run would have, before its next step
                 last_eval = self.evaluate()
@@ -624,6 +626,18 @@ class Trainer:
         except _StopRun as stop:
             return str(stop), self._finish_stopped(str(stop), last_eval)
         return "total_steps", last_eval
+
+    def _keep_checkpoint_total(self) -> str:
+        """A resume with ``--total-steps`` of a run a stopping rule already stopped trains nothing: its
+        ``config.yaml`` gets the checkpoint's ``train.total_steps`` back (it had been written with the new
+        one, which the next plain resume then named as an edit it does not read). Returns the words to add
+        to the "nothing to train" line, or ``""`` when the total is the checkpoint's."""
+        stored, given = getattr(self, "_checkpoint_total", None), self.config.train.total_steps
+        if not isinstance(stored, int) or isinstance(stored, bool) or stored == given:
+            return ""
+        self.config = dataclasses.replace(self.config, train=dataclasses.replace(self.config.train, total_steps=stored))
+        write_atomic(self.run_dir / "config.yaml", yaml.safe_dump(to_dict(self.config), sort_keys=False))
+        return f" (--total-steps {given} does not lift a stopping rule; the run keeps train.total_steps {stored})"
 
     def _save_on_the_way_out(self, exc: BaseException) -> RunInterrupted | None:
         """Keep the current state if it is sound (nothing trained is lost). A Ctrl-C is returned as the
