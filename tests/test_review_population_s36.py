@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_review_population_2 import TRAIN  # the tiny train section of the population reviews
 
 import rlfunc
 from rlfunc.runtime import population as pr
@@ -29,7 +30,6 @@ from rlfunc.runtime.config import ConfigError, build_config, load_config
 
 torch.set_num_threads(1)
 
-TRAIN = {"eval_episodes": 1, "log_every": 50, "progress": False, "tensorboard": False, "compile": False, "threads": 1}
 SAC = {
     "algo": "sac",
     "env": {"id": "Pendulum-v1"},
