@@ -800,6 +800,13 @@ class PopulationTrainer:
         finally:
             learner.replay = row
 
+    @staticmethod
+    def _finite(state: TensorDict) -> bool:
+        """Whether every floating-point tensor of the stacked ``state`` (its ``config`` left out) is finite:
+        what :meth:`save` writes, and what a missed row is written for (:meth:`_write_missed_rows`)."""
+        leaves = [v for v in state.values(True, True) if v.is_floating_point()]
+        return bool(torch.stack([torch.isfinite(v).all() for v in leaves]).all())
+
     def save(self) -> Path:
         """The population's training checkpoint in ``checkpoints/`` (the stacked state and each
         member's learner tensors: replay, generator), then each member's policy (weights only,
@@ -809,8 +816,7 @@ class PopulationTrainer:
         from rlfunc.runtime.trainer import NonFiniteLossError
 
         state = self.state.exclude("config")  # with vectorize=loop, stacked from the members here: once per save
-        leaves = [v for v in state.values(True, True) if v.is_floating_point()]
-        if not bool(torch.stack([torch.isfinite(v).all() for v in leaves]).all()):
+        if not self._finite(state):
             raise NonFiniteLossError(f"Parameters became non-finite by env step {max(self.env_steps)}; not saving them.")
         p = len(self.members)
         meta = {
@@ -970,8 +976,7 @@ class PopulationTrainer:
         if not missed:
             return
         try:
-            state = self.state.exclude("config")
-            if not all(bool(torch.isfinite(v).all()) for v in state.values(True, True) if v.is_floating_point()):
+            if not self._finite(self.state.exclude("config")):
                 return
             now = time.monotonic()
             for k in missed:

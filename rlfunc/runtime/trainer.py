@@ -323,6 +323,7 @@ class Trainer:
         self._unchecked: list[tuple[int, list, torch.Tensor]] = []  # updates whose finiteness is not read yet
         self._prior_wall = 0.0  # seconds of training behind the restored checkpoint (0 for a new run)
         self._saved: tuple[int, int, int] | None = None  # _saved_key() of the last checkpoint written
+        self._checkpoint_total: int | None = None  # a restored checkpoint's train.total_steps (_keep_checkpoint_total)
         self._learning_from = 0  # after a resume without a stored replay: refill it before learning again
         self._learning = False  # learned in this process yet (the progress line's phase)
         self._progress: Progress | None = None
@@ -553,8 +554,7 @@ class Trainer:
         # TensorBoard and W&B first: a logger that refuses its settings (wandb.init) leaves no run files
         # behind, so the same command runs again once the setting is fixed.
         self._external = self._open_external(truncate)
-        # A copy for people: resume reads the config stored in the checkpoint.
-        write_atomic(self.run_dir / "config.yaml", yaml.safe_dump(to_dict(self.config), sort_keys=False))
+        self._write_config_copy()
         self._metrics_log = CsvLog(self.run_dir / "metrics.csv", truncate_after=truncate)
         self._eval_log = CsvLog(self.run_dir / "eval.csv", truncate_after=truncate)
         if not resumed:
@@ -627,16 +627,21 @@ class Trainer:
             return str(stop), self._finish_stopped(str(stop), last_eval)
         return "total_steps", last_eval
 
+    def _write_config_copy(self) -> None:
+        """``config.yaml``, the run's config written out for people: a resume reads the config stored in the
+        checkpoint (:func:`~rlfunc.runtime.resume_checks.refuse_edited_config_copy` compares the two)."""
+        write_atomic(self.run_dir / "config.yaml", yaml.safe_dump(to_dict(self.config), sort_keys=False))
+
     def _keep_checkpoint_total(self) -> str:
         """A resume with ``--total-steps`` of a run a stopping rule already stopped trains nothing: its
         ``config.yaml`` gets the checkpoint's ``train.total_steps`` back (it had been written with the new
         one, which the next plain resume then named as an edit it does not read). Returns the words to add
         to the "nothing to train" line, or ``""`` when the total is the checkpoint's."""
-        stored, given = getattr(self, "_checkpoint_total", None), self.config.train.total_steps
+        stored, given = self._checkpoint_total, self.config.train.total_steps
         if not isinstance(stored, int) or isinstance(stored, bool) or stored == given:
             return ""
         self.config = dataclasses.replace(self.config, train=dataclasses.replace(self.config.train, total_steps=stored))
-        write_atomic(self.run_dir / "config.yaml", yaml.safe_dump(to_dict(self.config), sort_keys=False))
+        self._write_config_copy()
         return f" (--total-steps {given} does not lift a stopping rule; the run keeps train.total_steps {stored})"
 
     def _save_on_the_way_out(self, exc: BaseException) -> RunInterrupted | None:
