@@ -47,8 +47,10 @@ replay; one learner samples it, updates and publishes parameters. Here:
   the learner is slower, the ratio falls below the bound) unless ``distributed.min_replay_ratio``
   is set: then no actor starts a new chunk while the learner is below that ratio (Acme's rate
   limiter blocks inserts the same way). ``metrics.csv`` adds ``param_version`` (the update count
-  of the newest published parameters) and ``replay_ratio``; its ``steps_per_s`` leaves the learner's
-  evaluations and checkpoint writes out, with the steps the actors collect during them (:class:`RateWindow`).
+  of the newest published parameters) and ``replay_ratio``; its ``steps_per_s`` is measured on the actors'
+  collection times, not on when chunks reach the learner (chunks arriving together gave rows tens to
+  billions of times the actors' rate), and leaves the learner's evaluations and checkpoint writes out, with
+  the steps the actors collect during them (:class:`RateWindow`).
 * **counters**: ``env_step`` counts the transitions of the chunks inserted; a chunk is counted
   once, when it arrives. An actor is asked for env steps only once its process is up (it answered
   :meth:`ActorProcess.info`), so an actor Ray cannot place (another job holds its CPUs) reserves
@@ -67,7 +69,10 @@ replay; one learner samples it, updates and publishes parameters. Here:
   state, replay with priorities, generators, counters) plus this trainer's parameter version and
   replay-ratio origin. ``rlfunc resume`` continues from the newest checkpoint with *fresh* actors:
   their envs start new episodes (seeds shifted by the env steps already taken) and windows they
-  had not sent when the run stopped are not in the checkpoint.
+  had not sent when the run stopped are not in the checkpoint. The replay ratio goes on over the whole
+  run (its counters are the checkpoint's), and the learner waits for the fresh actors' first chunk
+  instead of updating on the restored replay while they start, unless ``distributed.min_replay_ratio``
+  holds them for it (:meth:`DistributedTrainer._may_update`). A run that has all its steps starts no actor.
 
 Ray is imported lazily (:func:`connect_for`, which reuses :func:`rlfunc.scale.sweep.connect`);
 nothing outside ``rlfunc.scale`` imports this module except the dispatch in
@@ -92,6 +97,7 @@ from tensordict import TensorDict
 
 from rlfunc.core.exploration import actor_epsilons
 from rlfunc.replay.sequence import SequenceReplay
+from rlfunc.runtime.checkpoint import CheckpointError, is_count
 from rlfunc.runtime.config import ConfigError, RunConfig, to_dict
 from rlfunc.runtime.run_log import Progress
 from rlfunc.runtime.run_dir import discard_new_run_dir, new_run_dir, prepare_run_dir
@@ -179,70 +185,123 @@ def chunk_bytes(chunk: dict[str, Any]) -> int:
 
 class RateWindow:
     """``steps_per_s`` of a distributed run's ``metrics.csv`` rows: env steps of training per second of
-    training wall time, as a single run's, with the learner's evaluations and checkpoint writes (its pauses)
-    left out of both. Unlike a single run's env, the actors do not stop during a pause: they finish the
-    calls queued to them (then idle), and those steps arrive after it. Leaving out only the pause's time
-    while counting them would give the row after a pause a rate above what the actors did (the longer the
-    pause, the higher); keeping the pause's time would give it a rate far below (the actors idle once their
-    queued calls are done). So the pauses' time is left out of the window's, and each chunk's env steps
-    count in proportion to the part of its collection (the actor's ``began``..``ended``) outside them.
+    training wall time, as a single run's, measured on the actors' collection times (each chunk's ``began`` ..
+    ``ended``) rather than on when the learner read the chunks.
 
-    The run's first window starts when the actors began collecting (the earliest ``began`` of its chunks), not
-    when the learner did: the actors' start-up (their processes, imports and envs) is not env stepping.
+    Chunks reach the learner in bursts: two actors collecting side by side finish within milliseconds of each
+    other, and each chunk may cross a ``train.log_every`` multiple. Measured from one row to the next chunk's
+    arrival, the second row's window held a whole chunk's steps over those milliseconds, or over nothing when
+    both came in one ``ray.wait`` (rows tens to billions of times the actors' rate). So a row's window ends
+    where every step collected before it has arrived (:meth:`known_until`), and each chunk's steps count
+    spread evenly over its collection, the part inside the window; a window with no steps known past the
+    previous row keeps that row's rate and goes on.
+
+    The learner's evaluations and checkpoint writes (its pauses, :meth:`off_the_clock`) are left out of the
+    window's time, and so are the steps the actors collect during them: the actors do not stop during a
+    pause (they finish their queued calls, then idle), so counting those steps without their time would give
+    the row after a pause a rate above what the actors did. The first window starts when the first actor was
+    asked for steps (:meth:`asked`) or its first chunk began, not when the learner started: the actors'
+    start-up (their processes, imports and envs) is not env stepping.
 
     Times are ``time.time()``: the clock the learner and the actors' processes share on one machine (on a
-    cluster, as well as the nodes' clocks agree). A chunk without times counts in full. Like
+    cluster, as well as the nodes' clocks agree). A chunk without times counts in full in the next window.
+    ``in_flight()`` returns the actors with calls in flight (the loop's). Like
     :class:`rlfunc.runtime.trainer._LoopState`, it is the trainer's ``_loop_state`` (the final evaluation
     and a stop row use :meth:`off_the_clock` and :meth:`rate_so_far`)."""
 
     KEPT_PAUSES = 16  # a chunk is collected over far fewer pauses than this
 
-    def __init__(self, clock=time.time) -> None:
-        self.clock = clock
-        self.window_t, self.window_steps = clock(), 0.0
+    def __init__(self, clock=None, in_flight=None) -> None:
+        self.clock = clock if clock is not None else time.time
+        self.in_flight = in_flight if in_flight is not None else tuple
+        self.created = self.clock()
+        self.start: float | None = None  # the window's start; None until the first row's window is measured
+        self.first: float | None = None  # the earliest ask or collection start before the first row
+        self.open: list[list[float]] = []  # [began, ended, steps, counted up to] of chunks not wholly counted
+        self.untimed = 0.0  # steps of chunks without times, counted in full in the next window
         self.steps_per_s = 0.0
         self.pauses: list[tuple[float, float]] = []  # (start, end) of the newest pauses
-        self.first_window = True
-        self.first_began: float | None = None  # the earliest collection start of the first window's chunks
+        self.asked_at: dict[int, float] = {}  # actor -> when it was last asked while it had no call in flight
+        self.ended_at: dict[int, float] = {}  # actor -> the end of its newest chunk counted
 
-    def add(self, env_steps: int, began: float | None = None, ended: float | None = None) -> None:
-        """Count a chunk's ``env_steps``, collected from ``began`` to ``ended`` (its part outside the pauses)."""
-        if self.first_window and began is not None:
-            self.first_began = began if self.first_began is None else min(self.first_began, began)
+    def asked(self, actor: int) -> None:
+        """Actor ``actor``, with no call in flight, is sent one: it collects nothing before now."""
+        now = self.clock()
+        self.asked_at[actor] = now
+        self._note_first(now)
+
+    def add(self, env_steps: int, began: float | None = None, ended: float | None = None,
+            actor: int | None = None) -> None:
+        """Count a chunk's ``env_steps``, collected by ``actor`` from ``began`` to ``ended``."""
+        if actor is not None and ended is not None:
+            self.ended_at[actor] = max(ended, self.ended_at.get(actor, ended))
         if began is None or ended is None or not ended > began:
-            self.window_steps += env_steps
+            self.untimed += env_steps
             return
-        paused = sum(max(0.0, min(ended, end) - max(began, start)) for start, end in self.pauses)
-        self.window_steps += env_steps * max(0.0, 1.0 - paused / (ended - began))
+        self._note_first(began)
+        self.open.append([began, ended, float(env_steps), began])
+
+    def _note_first(self, t: float) -> None:
+        if self.start is None:
+            self.first = t if self.first is None else min(self.first, t)
+
+    def known_until(self) -> float:
+        """The time before which every step collected has been counted: now, or, for each actor with a call in
+        flight, the end of its newest chunk counted or when it was asked (an actor runs its calls in order)."""
+        end = self.clock()
+        for actor in set(self.in_flight()):
+            marks = [t for t in (self.asked_at.get(actor), self.ended_at.get(actor)) if t is not None]
+            if marks:
+                end = min(end, max(marks))
+        return end
+
+    def _outside_pauses(self, lo: float, hi: float) -> float:
+        """Seconds of ``(lo, hi]`` outside the pauses."""
+        if not hi > lo:
+            return 0.0
+        return max(0.0, hi - lo - sum(max(0.0, min(hi, e) - max(lo, s)) for s, e in self.pauses))
 
     def measure(self, restart: bool = True) -> None:
-        """``steps_per_s`` of the window so far; ``restart``: a new window from now."""
-        now = self.clock()
-        start = self.window_t
-        if self.first_window and self.first_began is not None:
-            start = min(max(start, self.first_began), now)
-        self.steps_per_s = self.window_steps / max(now - start, 1e-9)
+        """``steps_per_s`` of the window up to :meth:`known_until`; ``restart``: the next window starts there."""
+        end = self.known_until()
+        start = self.start
+        if start is None:
+            start = min(self.first, end) if self.first is not None else self.created
+        seconds = self._outside_pauses(start, end)
+        counted = self.untimed + sum(c[2] * self._outside_pauses(c[3], min(c[1], end)) / (c[1] - c[0])
+                                     for c in self.open)
+        if not (seconds > 0 and counted > 0):  # nothing known past the previous row: its rate stands
+            if self.start is None:  # the first row, before each actor asked has sent a chunk: the arrived ones
+                self._first_estimate(start)
+            return
+        self.steps_per_s = counted / seconds
         if restart:
-            self.window_t, self.window_steps = now, 0.0
-            self.first_window = False
+            for c in self.open:
+                c[3] = max(c[3], min(c[1], end))
+            self.open = [c for c in self.open if c[3] < c[1]]
+            self.untimed, self.start = 0.0, end
+
+    def _first_estimate(self, start: float) -> None:
+        """A first row's rate while some actor's first chunk is still collected: the steps arrived since
+        ``start`` over the time since (a lower bound; the next row's window holds the first one's steps)."""
+        arrived, seconds = self.untimed + sum(c[2] for c in self.open), self.clock() - start
+        if arrived > 0 and seconds > 0:
+            self.steps_per_s = arrived / seconds
 
     def rate_so_far(self) -> float:
-        """The window's rate so far (a stop row's), or the last row's if nothing was counted since."""
-        if self.window_steps:
-            self.measure(restart=False)
+        """The window's rate so far (a stop row's), or the last row's if no step is known past it."""
+        self.measure(restart=False)
         return self.steps_per_s
 
     @contextlib.contextmanager
     def off_the_clock(self):
         """A pause of the learner (an evaluation, a checkpoint write): its time is left out of the window,
-        and the steps the actors collect during it are not counted when their chunks arrive."""
+        and so are the steps the actors collect during it."""
         start = self.clock()
         try:
             yield
         finally:
-            end = self.clock()
-            self.window_t += end - start
-            self.pauses = [*self.pauses, (start, end)][-self.KEPT_PAUSES:]
+            self.pauses = [*self.pauses, (start, self.clock())][-self.KEPT_PAUSES:]
 
 
 def _actor_env(config: RunConfig, n: int):
@@ -355,6 +414,20 @@ class ActorProcess:
         }
 
 
+def _saved_counters_problem(saved: Any, env_step: int, learner_calls: int) -> str | None:
+    """What is wrong with a checkpoint's ``distributed`` counters (a meta.json edited and its checksum made
+    again), as the words after "has" in a sentence, or ``None``: ``param_version`` a count up to the learner
+    calls and ``ratio_from`` null or a count up to the env steps (a string there stopped the resumed run with
+    a TypeError at its first update)."""
+    if not isinstance(saved, dict):
+        return "an invalid distributed entry (not a JSON object)"
+    for key, limit in (("param_version", learner_calls), ("ratio_from", env_step)):
+        value = saved.get(key)
+        if (key in saved if key == "param_version" else value is not None) and not is_count(value, limit):
+            return f"an invalid distributed.{key} ({value!r} is not a count from 0 to {limit})"
+    return None
+
+
 def _restarted() -> bool:
     """Whether Ray restarted this actor process (False outside Ray; never starts or joins a Ray)."""
     ray = sys.modules.get("ray")
@@ -402,8 +475,15 @@ class DistributedTrainer(Trainer):
 
     def restore(self, checkpoint: Path, tensors, meta: dict[str, Any]) -> None:
         super().restore(checkpoint, tensors, meta)
-        saved = meta.get("distributed") or {}
-        self.version = int(saved.get("param_version", self.learner_calls))
+        saved = meta.get("distributed")
+        saved = {} if saved is None else saved  # a checkpoint of an older rlfunc
+        what = _saved_counters_problem(saved, self.env_step, self.learner_calls)
+        if what is not None:
+            self.close_envs()  # as a failed restore of the single run's part (the trainer is not run)
+            raise CheckpointError(
+                f"Checkpoint {str(checkpoint)!r} has {what} in meta.json, not what rlfunc writes; use an earlier checkpoint."
+            )
+        self.version = saved.get("param_version", self.learner_calls)
         self.ratio_from = saved.get("ratio_from")
 
     # -- actors ---------------------------------------------------------------------
@@ -428,10 +508,14 @@ class DistributedTrainer(Trainer):
                             max_task_retries=0).remote(raw, k, self.env_step))
 
     # -- learning -------------------------------------------------------------------
-    def _may_update(self) -> bool:
-        """The replay holds ``train.learning_starts`` windows and one more update keeps the replay ratio at
-        most ``distributed.max_replay_ratio`` updates per env step inserted since then."""
-        if not self._replay_ready() or self._updates_spent():
+    def _may_update(self, actors_held: bool = False) -> bool:
+        """The replay holds ``train.learning_starts`` windows, one more update keeps the replay ratio at most
+        ``distributed.max_replay_ratio`` updates per env step inserted since then, and this process has had a
+        chunk. A resumed run keeps the checkpoint's counters, so the whole run has one ratio, but its learner
+        waits for the fresh actors' first chunk: it spent the updates the bound still allowed at the save on the
+        restored replay while the actors started (hundreds). Only ``actors_held`` (actors waiting for it to
+        reach ``distributed.min_replay_ratio``) lets it update before, as the original run's learner did then."""
+        if not self._replay_ready() or self._updates_spent() or not (self.chunks or actors_held):
             return False
         return self.learner_calls + 1 <= self.config.distributed.max_replay_ratio * (self.env_step - self.ratio_from)
 
@@ -466,6 +550,8 @@ class DistributedTrainer(Trainer):
 
     def _loop(self, progress: Progress, last_eval: float | None) -> float | None:
         cfg, d, ray = self.config.train, self.config.distributed, self.ray
+        if self.env_step >= cfg.total_steps:  # a resumed run that has all its steps: no actor processes to start
+            return last_eval
         # Only an actor whose process is up (it answered ``info`` or sent a chunk) is asked for env steps, so
         # an actor Ray cannot place yet (its CPUs held by another job) or is restarting reserves none of the
         # steps still missing: the others collect them and the run ends.
@@ -478,7 +564,8 @@ class DistributedTrainer(Trainer):
         # the episode returns since the last log (and the 10 before), in self._recent_returns as the
         # single-run loop keeps them: a checkpoint saves them, so metrics.csv's episode_return continues
         state = {"metrics": None, "last_eval": last_eval, "nobody_up_since": time.monotonic()}
-        self._loop_state = RateWindow()  # steps_per_s (its docstring: what it counts during evaluations)
+        # steps_per_s, on the actors' collection times (its docstring: chunks arriving together, evaluations)
+        self._loop_state = RateWindow(in_flight=lambda: {k for k, _, _ in inflight.values()})
 
         held: list[int] = []  # actors waiting for the learner (distributed.min_replay_ratio)
         retry: dict[int, float] = {}  # actor not up -> when to ask it for info again
@@ -498,6 +585,8 @@ class DistributedTrainer(Trainer):
                 if k not in held:  # once: a held actor is asked again when the learner has caught up
                     held.append(k)
                 return
+            if all(j != k for j, _, _ in inflight.values()):  # it collects nothing before this call
+                self._loop_state.asked(k)
             inflight[self.actors[k].collect.remote(self._published, asked)] = (k, asked, life[k])
 
         def fill(k: int) -> None:  # two calls queued per actor: it starts the next chunk at once
@@ -609,7 +698,7 @@ class DistributedTrainer(Trainer):
                     starting[self.actors[k].info.remote()] = (k, life[k])
                 for k in [held.pop(0) for _ in range(len(held))]:
                     fill(k)
-                may = self._may_update()
+                may = self._may_update(actors_held=bool(held))
                 if not inflight and not starting and not may:
                     if retry:
                         time.sleep(0.1)
@@ -704,7 +793,7 @@ class DistributedTrainer(Trainer):
             self._replay_ready()
             self.collector.episodes += len(chunk["returns"])
             self._recent_returns.extend(chunk["returns"])
-            self._loop_state.add(int(chunk["env_steps"]), chunk.get("began"), chunk.get("ended"))
+            self._loop_state.add(int(chunk["env_steps"]), chunk.get("began"), chunk.get("ended"), chunk["actor"])
             pid = self._pids.get(chunk["actor"])
             if pid is not None and pid != chunk["pid"]:
                 self.actor_restarts += 1
@@ -876,11 +965,12 @@ def resume(run_config: RunConfig, run_dir: Path, checkpoint: Path, loaded: list,
     try:
         trainer = DistributedTrainer(run_config, run_dir, callbacks, ray)
         trainer.restore(checkpoint, loaded.pop(), meta)
-        print(
-            f"rlfunc: resuming from {Path(checkpoint).name} with {run_config.distributed.actors} fresh actors "
-            "(new episodes; windows the old actors had not sent are not in the checkpoint)",
-            file=sys.stderr,
-        )
+        if trainer.env_step < run_config.train.total_steps:
+            print(
+                f"rlfunc: resuming from {Path(checkpoint).name} with {run_config.distributed.actors} fresh actors "
+                "(new episodes; windows the old actors had not sent are not in the checkpoint)",
+                file=sys.stderr,
+            )
         return trainer.run(resumed=True)
     finally:
         if started:
