@@ -74,7 +74,7 @@ def add_sweep_parser(sub) -> argparse.ArgumentParser:
 
 def run_sweep_command(args: argparse.Namespace) -> None:
     from rlfunc.runtime.packaged import resolve_config
-    from rlfunc.scale.sweep import sweep
+    from rlfunc.scale.sweep import resume_command, sweep
 
     config = args.config
     if config is not None and args.resume is None:
@@ -94,5 +94,5 @@ def run_sweep_command(args: argparse.Namespace) -> None:
         for name, why in result["failed"].items():
             print(f"rlfunc: run {name} failed: {why}", file=sys.stderr)
         print(f"rlfunc: {len(result['failed'])} run(s) failed; fix the cause and continue with "
-              f"`rlfunc sweep --resume {result['settings']['sweep_dir']}`.", file=sys.stderr)
+              f"`{resume_command(result['settings']['sweep_dir'], args.out)}`.", file=sys.stderr)
         raise SystemExit(1)

@@ -25,7 +25,9 @@ directories themselves.
   address where no Ray answers (nothing listening, another kind of server, ``auto`` naming a
   stopped cluster) is one sentence at once, and joining is bounded (about 15 s) otherwise.
 * Stopping: Ctrl-C or SIGTERM of the sweep cancels its running tasks as Ctrl-C stops ``rlfunc train``
-  (each run saves at the step it reached; :func:`_stop_running`) before Ray is shut down.
+  (each run saves at the step it reached; :func:`_stop_running`), then writes the results JSON and PNG
+  of the runs that finished, naming the others under ``unfinished`` (:func:`run_sweep`), and Ray is shut
+  down; ``--resume`` rewrites them once it has trained the rest.
 * Faults: a task whose worker process dies (killed, out of memory, node lost) is retried by Ray
   (``max_retries``); the retry resumes the run from its newest checkpoint (a run directory left
   without a checkpoint is cleared and trained afresh), under the run directory's lock: a run another
@@ -67,7 +69,7 @@ from rlfunc.scale.results import collected_run, run_finished, summary
 from rlfunc.runtime.specs import describe_point, grid_points, parse_grid, parse_seeds
 
 __all__ = ["plan_sweep", "write_plan", "load_plan", "run_sweep", "run_entries", "entry_finished", "entry_records",
-           "train_or_continue", "sweep", "SweepStopped", "RAY_MISSING"]
+           "train_or_continue", "sweep", "SweepStopped", "resume_command", "RAY_MISSING"]
 
 PLAN_FILE = "sweep.json"
 ATTEMPTS_FILE = "attempts.jsonl"
@@ -76,7 +78,24 @@ RAY_MISSING = 'rlfunc sweep needs Ray, which is not installed; install it with p
 
 
 class SweepStopped(KeyboardInterrupt):
-    """The sweep was stopped (Ctrl-C or SIGTERM); ``str()`` says how to continue it."""
+    """The sweep was stopped (Ctrl-C or SIGTERM); ``str()`` says how to continue it. ``trained``, ``failed``,
+    ``machine``: what :func:`run_entries` had when it stopped, as it returns them."""
+
+    def __init__(self, message: str = "", trained: dict | None = None, failed: dict | None = None,
+                 machine: dict | None = None):
+        super().__init__(message)
+        self.trained = dict(trained or {})
+        self.failed = dict(failed or {})
+        self.machine = dict(machine or {})
+
+
+def resume_command(sweep_dir: str | Path, out: str | Path | None = None) -> str:
+    """The command that continues the sweep in ``sweep_dir``; with ``--out`` when the sweep was given one, so
+    that its results land where the stopped sweep wrote them."""
+    import shlex
+
+    again = f"rlfunc sweep --resume {shlex.quote(str(sweep_dir))}"
+    return again if out is None else f"{again} --out {shlex.quote(str(out))}"
 
 
 # ----------------------------------------------------------------------------- plan
@@ -989,6 +1008,21 @@ def _on_sigterm(signum, frame):  # pragma: no cover - exercised by a subprocess 
     raise KeyboardInterrupt("SIGTERM")
 
 
+_NOT_CAUGHT = object()
+
+
+def _catch_sigterm() -> Any:
+    """From now on SIGTERM stops the sweep as Ctrl-C does (:func:`_on_sigterm`); returns the handler it
+    replaced, for :func:`_restore_sigterm` (nothing is installed off the main thread)."""
+    return signal.signal(signal.SIGTERM, _on_sigterm) if _main_thread() else _NOT_CAUGHT
+
+
+def _restore_sigterm(previous: Any) -> None:
+    """Put back the SIGTERM handler :func:`_catch_sigterm` replaced (the default one where it was not Python's)."""
+    if previous is not _NOT_CAUGHT:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
 # How long a stopped sweep waits for its running runs to save at the step they reached (a second Ctrl-C or
 # SIGTERM stops at once): a checkpoint with a large replay takes a while to write.
 STOP_WAIT_S = 120.0
@@ -1039,7 +1073,10 @@ def run_entries(
         raise ConfigError(f"--max-concurrent must be a positive integer, got {max_concurrent}.")
     done: dict[str, list[dict]] = {}
     failed: dict[str, str] = {}
-    machine: dict[str, Any] = {"driver_host": platform.node(), "python": platform.python_version()}
+    # every key a sweep's machine has, also where nothing is left to train (no Ray: its keys None)
+    machine: dict[str, Any] = {"driver_host": platform.node(), "python": platform.python_version(),
+                               "ray_version": None, "embedded": address is None, "address": address,
+                               "cluster_cpus": None, "cluster_gpus": None, "nodes": None}
     if not todo:
         return done, failed, machine
     total = of if of is not None else len(todo)
@@ -1050,7 +1087,7 @@ def run_entries(
         if started:
             ray.shutdown()
         raise
-    previous = signal.signal(signal.SIGTERM, _on_sigterm) if _main_thread() else None
+    previous = _catch_sigterm()
     groups: dict[Any, Any] = {}  # task -> the placement group reserving a distributed run's actors with it
     try:
         machine.update(ray_version=ray.__version__, embedded=address is None, address=address,
@@ -1108,11 +1145,10 @@ def run_entries(
         _stop_running(ray, list(pending), echo)
         raise SweepStopped(
             f"sweep stopped; finished runs are kept and the others continue from their checkpoints with "
-            f"`rlfunc sweep --resume {sweep_dir}`"
+            f"`{resume_command(sweep_dir)}`", done, failed, machine,
         ) from None
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        _restore_sigterm(previous)
         if groups and not started:  # on a cluster that goes on: free what the stopped runs reserved
             from ray.util.placement_group import remove_placement_group
 
@@ -1153,45 +1189,122 @@ def run_sweep(
 
     Finished runs are read back from their directories, not trained again; the others are Ray
     tasks (:func:`run_entries`, with ``allow_import`` and ``trust_wandb_settings``). A run that fails with an error (not a dead
-    worker) is listed under ``failed``; the others go on. The JSON and the PNG are written to temporary
-    files beside them and renamed into place: a symlink at either is replaced, never written through.
+    worker) is listed under ``failed``; the others go on. A stopped sweep (Ctrl-C, SIGTERM) writes the JSON
+    and PNG of the runs that finished (those that finished while the others were saving included), names
+    the others under ``unfinished`` (empty when the sweep ran to its end), and raises :class:`SweepStopped`
+    (:func:`_stopped`). The JSON and the PNG are written to temporary files beside them and renamed into
+    place: a symlink at either is replaced, never written through.
     """
     sweep_dir = Path(plan["sweep_dir"])
     if max_concurrent is not None and max_concurrent < 1:
         raise ConfigError(f"--max-concurrent must be a positive integer, got {max_concurrent}.")
     t0 = time.perf_counter()
     done, todo = split_finished(plan)
-    populations = any(e.get("members") for e in plan["runs"])
-    kind = ("population" if populations else "run") + ("" if len(plan["runs"]) == 1 else "s")
-    echo(f"sweep {sweep_dir}: {len(plan['runs'])} {kind} "
+    echo(f"sweep {sweep_dir}: {len(plan['runs'])} {_kind(plan)} "
          f"({len(grid_points(plan['grid']))} settings x {len(plan['seeds'])} seeds), {len(done)} finished already, "
          f"{len(todo)} to train")
-    trained, failed, machine = run_entries(plan, todo, address, max_concurrent, max_retries, echo, of=len(plan["runs"]),
-                                           allow_import=allow_import, trust_wandb_settings=trust_wandb_settings)
+    settings = {"max_concurrent": max_concurrent, "max_retries": max_retries, "t0": t0}
+    try:
+        trained, failed, machine = run_entries(plan, todo, address, max_concurrent, max_retries, echo,
+                                               of=len(plan["runs"]), allow_import=allow_import,
+                                               trust_wandb_settings=trust_wandb_settings)
+    except SweepStopped as stop:
+        done.update(stop.trained)
+        raise _stopped(plan, done, stop, settings, out, echo) from None
     done.update(trained)
+    return _write_result(_result(plan, done, failed, machine, **settings), out, echo)
+
+
+def _kind(plan: dict) -> str:
+    """What the plan's entries are, plural as their number asks: runs, or populations."""
+    populations = any(e.get("members") for e in plan["runs"])
+    return ("population" if populations else "run") + ("" if len(plan["runs"]) == 1 else "s")
+
+
+def _result(plan: dict, done: dict[str, list[dict]], failed: dict[str, str], machine: dict,
+            max_concurrent: int | None, max_retries: int, t0: float) -> dict:
+    """The learn JSON of the plan's finished entries ``done``, in plan order; ``unfinished`` names the
+    entries neither finished nor failed (a stopped sweep's; ``--resume`` continues them)."""
     runs = [r for e in plan["runs"] if e["name"] in done for r in done[e["name"]]]
-    result = {
+    return {
         "machine": machine,
         "runs": runs,
         "summary": summary(runs),
         "settings": {
-            "sweep_dir": str(sweep_dir),
+            "sweep_dir": str(Path(plan["sweep_dir"])),
             "config": plan["config"],
             "seeds": plan["seeds"],
             "grid": plan["grid"],
             "overrides": plan["overrides"],
-            "population": populations,  # each grid point's seeds trained as one population (--population)
+            # each grid point's seeds trained as one population (--population)
+            "population": any(e.get("members") for e in plan["runs"]),
             "max_concurrent": max_concurrent,
             "max_retries": max_retries,
             "final_return": "mean greedy return of the last evaluation (train.eval_episodes episodes)",
             "total_wall_s": time.perf_counter() - t0,
         },
         "failed": failed,
+        "unfinished": [e["name"] for e in plan["runs"] if e["name"] not in done and e["name"] not in failed],
     }
+
+
+def _finished_while_stopping(plan: dict, done: dict[str, list[dict]], failed: dict[str, str]) -> dict[str, list[dict]]:
+    """Records of the entries that are not in ``done`` or ``failed`` but whose runs are over, read back as
+    ``--resume`` reads them (:func:`split_finished`): a run that finished while the sweep stopped, or one
+    whose task's answer the stop cut off."""
+    found = {}
+    for entry in plan["runs"]:
+        if entry["name"] in done or entry["name"] in failed or not entry_finished(plan, entry):
+            continue
+        try:
+            found[entry["name"]] = entry_records(plan, entry)
+        except (OSError, ValueError, KeyError, TypeError):  # being written as it is read: --resume reads it later
+            continue
+    return found
+
+
+def _stopped(plan: dict, done: dict[str, list[dict]], stop: SweepStopped, settings: dict,
+             out: str | Path | None, echo: Callable[[str], None]) -> SweepStopped:
+    """A stopped sweep's results written (:func:`_result`: its finished runs, the others ``unfinished``), and
+    the :class:`SweepStopped` that says where they are and how to continue. A further Ctrl-C or SIGTERM while
+    they are written (each file is renamed into place whole, or not at all) still says how to continue."""
+    again = resume_command(plan["sweep_dir"], out)
+    previous = _catch_sigterm()  # a second SIGTERM here is a second Ctrl-C, not Ray's driver exit
+    try:
+        done.update(_finished_while_stopping(plan, done, stop.failed))
+        result = _write_result(_result(plan, done, stop.failed, stop.machine, **settings), out, echo)
+    except KeyboardInterrupt:
+        return SweepStopped(f"sweep stopped again before its results JSON and PNG were both written; finished runs "
+                            f"are kept, and `{again}` writes them and continues the others from their checkpoints",
+                            done, stop.failed, stop.machine)
+    finally:
+        _restore_sigterm(previous)
+    return SweepStopped(_stop_message(plan, result, again), done, stop.failed, stop.machine)
+
+
+def _stop_message(plan: dict, result: dict, again: str) -> str:
+    """What a stopped sweep says: how many runs finished, where their results are, how to continue."""
+    total, left, failed = len(plan["runs"]), len(result["unfinished"]), len(result["failed"])
+    finished = total - left - failed
+    failures = f" and {failed} failed" if failed else ""
+    if not left and not failed:
+        return f"sweep stopped after all {total} {_kind(plan)} finished; their results are in {result['json']}"
+    if not finished:
+        return (f"sweep stopped before any of its {total} {_kind(plan)} finished{failures}; {result['json']} names "
+                f"them, and they continue from their checkpoints with `{again}`")
+    return (f"sweep stopped with {finished} of {total} {_kind(plan)} finished{failures}, whose results are in "
+            f"{result['json']}; the others continue from their checkpoints with `{again}`")
+
+
+def _write_result(result: dict, out: str | Path | None, echo: Callable[[str], None]) -> dict:
+    """Write ``result`` as the learn JSON (``out``, else ``SWEEP_DIR/results.json``) and, when it has runs,
+    their curves as the PNG beside it; returns ``result`` with ``json`` (and ``png``) set."""
+    sweep_dir = Path(result["settings"]["sweep_dir"])
     out = results_path(sweep_dir, out)
     out.parent.mkdir(parents=True, exist_ok=True)
     _write_json_atomic(out, result)
     result["json"] = str(out)
+    runs = result["runs"]
     if runs:
         png = out.with_suffix(".png")
         # rendered to a new file of a random name beside it (created exclusively, never through a link), then
