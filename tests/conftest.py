@@ -26,6 +26,11 @@ RAY_MODULES = {
     "test_distributed_r2d2.py",
     "test_learn_population.py",
     "test_learn_stop.py",
+    "test_review_loaded_guard_s37.py",
+    "test_review_logs_s33.py",
+    "test_review_scale_2.py",
+    "test_review_security_resume_s33.py",
+    "test_review_sweep_s37.py",
     "test_sweep.py",
     "test_sweep_cluster.py",
 }
