@@ -425,12 +425,12 @@ fi
 if want r2d2_atari; then  # #26 3.3: distributed R2D2 on Atari Pong, 14 actors on the CPU cores, learner on cuda
     # configs/r2d2/atari_pong_distributed.yaml (the paper's agent; 14 Ray actors x 2 envs) trains until the
     # budget (SIGTERM: it saves), and `rlfunc resume` continues it in the next call while the machine is
-    # still warm: the run directory (WORK, on the device) holds a ~7.3 GB frame replay and never travels
+    # still warm: the run directory (WORK, on the device) holds a ~1.9 GB frame replay and never travels
     # through the carry, so on a fresh machine a call starts a new run. Needs the `ray atari` wheel sets
     # (slim Ray + ale-py; cv2 is in the image). Overrides (the config keeps the paper's settings): the
     # learner on cuda, eager (a compile of the 120-step unroll costs minutes per process), a 6250-window
-    # replay (~7.3 GB, so the SIGTERM checkpoint fits the disk and the time), learning from 3125 windows,
-    # evaluation (3 greedy games) every 200k agent steps, checkpoints only at SIGTERM.
+    # replay (~1.9 GB with the LSTM states, the config's 25k ~7.5 GB: the SIGTERM checkpoint fits the disk and
+    # the time), learning from 3125 windows, evaluation (3 greedy games) every 200k agent steps, checkpoints only at SIGTERM.
     #   -> learn_r2d2_atari_gpu.json: frames/s, learner calls, replay ratio, the actors' return curve,
     #      the evaluations, and `calls` (date, card, torch, exact command, exit code of every call).
     ATARI_CONFIG=configs/r2d2/atari_pong_distributed.yaml

@@ -253,7 +253,7 @@ class Config:
     epsilon_alpha: float = 7.0
     eval_epsilon: float = 0.0
     # Read by the training runtime, not by update() (replay size and warm-up: train.replay_size, train.learning_starts):
-    samples_per_insert: float = 4.0  # Acme's rate limiter
+    samples_per_insert: float = 4.0  # Acme's rate limiter; the paper's ~0.8 replays per observation would be ~0.4
     lstm_init: str = "haiku"  # hk.LSTM's (Acme's); "torch_default" (0.1.0's), "orthogonal", "lecun_normal" (flax's)
     forget_bias: float = 1.0  # added to the LSTM's forget-gate bias at init (hk.LSTM's constant; 0 with PyTorch's init)
     init: str = "haiku"  # linear and conv layers: haiku's (Acme's); "torch_default" (0.1.0's), "lecun_normal", ...
