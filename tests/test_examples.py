@@ -21,7 +21,7 @@ import torch
 
 torch.set_num_threads(1)
 
-EXAMPLES = ["redq_pendulum", "rlpd_pendulum", "drqn_cartpole", "r2d2_cartpole", "drqv2_dmc"]
+EXAMPLES = ["redq_pendulum", "redq_population", "rlpd_pendulum", "drqn_cartpole", "r2d2_cartpole", "drqv2_dmc"]
 EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "rlfunc" / "examples"
 
 
@@ -40,6 +40,23 @@ def test_redq_example_runs(monkeypatch, capsys):
             "--batch-size", "16", "--hidden", "16", "--eval-every", "100", "--eval-episodes", "1"]
     evals = run_example("redq_pendulum", argv, monkeypatch, capsys)
     assert [s for s, _ in evals] == [100, 200] and all(-2000 < r <= 0 for _, r in evals)
+
+
+@pytest.mark.compile
+def test_redq_population_example_runs_compiled(monkeypatch, capsys):
+    """Four members (two seeds x two critic rates) in one process, the vmapped steps compiled."""
+    argv = ["--seeds", "0", "1", "--critic-lrs", "3e-4", "1e-3", "--total-steps", "200", "--learning-starts", "100",
+            "--num-critics", "3", "--updates-per-step", "2", "--batch-size", "16", "--hidden", "16",
+            "--eval-every", "100", "--eval-episodes", "1", "--compile"]
+    monkeypatch.setattr(sys, "argv", ["rlfunc.examples.redq_population", *argv])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        runpy.run_module("rlfunc.examples.redq_population", run_name="__main__")
+    out = capsys.readouterr().out
+    assert "4 members (seed, critic_lr): (0, 0.0003), (0, 0.001), (1, 0.0003), (1, 0.001)" in out
+    rows = re.findall(r"^step (\d+)  eval (\S+) (\S+) (\S+) (\S+) ", out, flags=re.M)
+    assert [int(r[0]) for r in rows] == [100, 200]
+    assert all(-2000 < float(x) <= 0 for r in rows for x in r[1:])
 
 
 def test_rlpd_example_runs(tmp_path, monkeypatch, capsys):
@@ -102,7 +119,7 @@ def test_examples_are_short_typed_and_documented(name, capsys):
     module = importlib.import_module(f"rlfunc.examples.{name}")
     fields = dataclasses.fields(module.Args)
     assert all(f.metadata.get("help") for f in fields)
-    assert all(f.type in (int, float, str, bool) for f in fields)
+    assert all(f.type in (int, float, str, bool, list[int], list[float]) for f in fields)  # lists: nargs="+"
     assert module.parse_args(["--compile"]).compile is True and module.parse_args([]).compile is False
     with pytest.raises(SystemExit):
         module.parse_args(["--help"])

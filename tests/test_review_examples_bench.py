@@ -48,11 +48,15 @@ def _example_view(name: str, a) -> dict:
     """What an example's Args mean in the config's terms (env, train, agent)."""
     train = {"total_steps": a.total_steps, "learning_starts": a.learning_starts, "replay_size": a.replay_size,
              "eval_every": a.eval_every, "eval_episodes": a.eval_episodes, "threads": a.threads}
-    if name in ("redq_pendulum", "rlpd_pendulum"):
+    if name in ("redq_pendulum", "rlpd_pendulum", "redq_population"):
         agent = {"num_critics": a.num_critics, "updates_per_step": a.updates_per_step, "batch_size": a.batch_size,
                  "hidden_sizes": (a.hidden, a.hidden)}
-        if name == "redq_pendulum":
+        if name != "rlpd_pendulum":
             agent["subset_size"] = a.subset_size
+        if name == "redq_pendulum":
+            agent["critic_lr"] = a.critic_lr
+        if name == "redq_population":  # one member per seed and rate: the config's seed and rate among them
+            assert list(a.critic_lrs) == [3e-4] and 0 in a.seeds
         return {"env": {"id": a.env_id, "num_envs": 1, "wrappers": []}, "train": train, "agent": agent}
     if name == "drqn_cartpole":
         agent = {"sequence_length": a.sequence_length, "sequence_period": a.sequence_period, "n_step": a.n_step,
@@ -102,6 +106,7 @@ def _config_view(rc, view: dict) -> dict:
 
 EXAMPLE_CONFIGS = [
     ("redq_pendulum", "configs/redq/pendulum.yaml"),
+    ("redq_population", "configs/redq/pendulum.yaml"),
     ("rlpd_pendulum", "configs/rlpd/pendulum.yaml"),
     ("drqn_cartpole", "configs/drqn/cartpole_novel.yaml"),
     ("r2d2_cartpole", "configs/r2d2/cartpole.yaml"),

@@ -38,6 +38,7 @@ class Args:
     subset_size: int = arg(2, "M target critics drawn for every critic update (SAC: 2)")
     updates_per_step: int = arg(20, "G critic updates per env step, the UTD ratio (SAC: 1)")
     batch_size: int = arg(256, "rows per mini-batch")
+    critic_lr: float = arg(3e-4, "Adam learning rate of the critic ensemble (the official code's)")
     hidden: int = arg(256, "width of both hidden layers of actor and critics")
     eval_every: int = arg(500, "env steps between evaluations")
     eval_episodes: int = arg(5, "deterministic episodes per evaluation")
@@ -80,6 +81,7 @@ def main(args: Args) -> dict:
         subset_size=args.subset_size,
         updates_per_step=args.updates_per_step,
         batch_size=args.batch_size,
+        critic_lr=args.critic_lr,
         hidden_sizes=(args.hidden, args.hidden),
     )  # every other field: the official code's default
     state = redq.init(config, env.observation_space, env.action_space, seed=args.seed, device=device)
