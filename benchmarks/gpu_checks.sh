@@ -216,7 +216,15 @@ fi
 CARRY=${CARRY:-.gpu_carry}
 WORK=${GPU_WORK:-/tmp/gpu_checks_work}
 RLFUNC=($PY -m rlfunc.runtime.cli)  # the `rlfunc` command, from this checkout
-PACK_MB=${PACK_MB:-23}  # 64 MiB carry - 6.4 MiB checkout - 31.6 MiB wheels (default set) - 2.7 MiB data
+# PACK_MB: what a later call can carry of a packed run beside this checkout, its wheels and the data: 64 MiB
+# less this tree's files (what the device tool copies: no .git, runs/, caches, .whl or CARRY), less .whl, less
+# 3 MiB (hopper-medium.npz) and 2 MiB of margin, as measured here (the checkout grows with the results)
+if [ -z "${PACK_MB:-}" ]; then
+    TREE_MB=$(du -sm --exclude=./.git --exclude=./runs --exclude=__pycache__ --exclude='*.egg-info' --exclude=./.whl \
+              --exclude="./$CARRY" . 2>/dev/null | cut -f1)
+    WHL_MB=$(du -sm .whl 2>/dev/null | cut -f1)
+    PACK_MB=$(( 64 - ${TREE_MB:-14} - ${WHL_MB:-0} - 3 - 2 ))
+fi
 POP_SEEDS=${POP_SEEDS:-0-9}
 RLPD_SEEDS=${RLPD_SEEDS:-0-2}
 DATA=${RLPD_DATA:-$CARRY/hopper-medium.npz}
