@@ -320,9 +320,13 @@ def test_r2d2_paper_warmup_on_a_short_run_is_refused_not_silent():
 
 
 def test_warmup_equal_to_the_limits_is_fine():
-    build("redq", {"train.learning_starts": 3000, "train.replay_size": 3000})
-    build("drqn", {"train.learning_starts": 2000})
-    build("r2d2", {"train.learning_starts": 4000, "train.replay_size": 4000})
+    """Built as given (not refused, not lowered), at exactly the run's length and the replay's size."""
+    redq = build("redq", {"train.learning_starts": 3000, "train.replay_size": 3000}).train
+    assert (redq.learning_starts, redq.replay_size, redq.total_steps) == (3000, 3000, 3000)
+    drqn = build("drqn", {"train.learning_starts": 2000}).train
+    assert (drqn.learning_starts, drqn.total_steps) == (2000, 2000)
+    r2d2 = build("r2d2", {"train.learning_starts": 4000, "train.replay_size": 4000}).train
+    assert (r2d2.learning_starts, r2d2.replay_size, r2d2.total_steps) == (4000, 4000, 4000)
 
 
 # -- 3. keys an algorithm does not use --------------------------------------------------

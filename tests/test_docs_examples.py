@@ -2,6 +2,7 @@
 so a guide page cannot rot. Needs no docs extra: the pages are Markdown files."""
 
 import re
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -19,5 +20,9 @@ def test_the_guides_have_python_examples():
 
 
 @pytest.mark.parametrize("page, index, block", BLOCKS)
-def test_docs_python_block_runs(page, index, block):
+def test_docs_python_block_runs(page, index, block, tmp_path, monkeypatch):
+    """A smoke test: the block runs without an error (its own asserts included). What it writes, to the
+    working directory or to ``tempfile.mkdtemp()`` (docs/running.md), lands in ``tmp_path``."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     exec(compile(block, f"{page}:{index}", "exec"), {"__name__": f"docs_example_{index}"})

@@ -179,4 +179,4 @@ def test_a_pixel_run_resumes_with_its_frame_replay(algo, tmp_path):
     result = rlfunc.resume(tmp_path / "run", total_steps=360)
     tensors, meta = load_checkpoint(tmp_path / "run")
     assert meta["env_step"] == 360 and int(tensors["state", "step"]) > steps_before
-    assert result is not None
+    assert result.env_steps == 360 and result.stop_reason == "total_steps"

@@ -104,7 +104,10 @@ def test_bad_value_is_one_sentence_before_anything_is_built(algo, overrides, pat
     ],
 )
 def test_good_values_next_to_the_bounds_still_load(algo, overrides):
-    build_config(_raw(algo, overrides))
+    config = build_config(_raw(algo, overrides))
+    for key, value in overrides.items():  # loaded as given: not refused, not changed
+        section, name = key.split(".")
+        assert getattr(getattr(config, section), name) == value, key
 
 
 def test_resolved_configs_skip_the_agent_checks_so_old_runs_still_load():

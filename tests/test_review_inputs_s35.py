@@ -93,7 +93,7 @@ def test_an_older_run_s_relative_data_path_names_the_directory_to_resume_from(tm
 def test_a_minari_dataset_id_is_not_taken_for_a_relative_path(tmp_path, monkeypatch):
     """data.path may be the id of a dataset in Minari's local store (docs/datasets.md): not a path."""
     pytest.importorskip("minari")
-    from rlfunc.runtime.config import build_config
+    from rlfunc.runtime.config import ConfigError, build_config
     from rlfunc.runtime.resume_checks import refuse_relative_data_elsewhere
 
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "store"))
@@ -102,7 +102,10 @@ def test_a_minari_dataset_id_is_not_taken_for_a_relative_path(tmp_path, monkeypa
     monkeypatch.chdir(tmp_path / "elsewhere")
     raw = {"algo": "rlpd", "env": {"id": "Pendulum-v1"}, "train": {"total_steps": 6000},
            "data": {"path": "pendulum/random-v0"}}
-    refuse_relative_data_elsewhere(build_config(raw, resolved=True))
+    refuse_relative_data_elsewhere(build_config(raw, resolved=True))  # in the store: not refused
+    raw["data"]["path"] = "pendulum/expert-v0"  # not in the store (nor here): a relative path, refused
+    with pytest.raises(ConfigError, match=r"trained with data.path 'pendulum/expert-v0', relative to the directory"):
+        refuse_relative_data_elsewhere(build_config(raw, resolved=True))
 
 
 def _tiny_run(tmp_path):

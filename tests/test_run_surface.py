@@ -277,19 +277,21 @@ def test_a_resumed_run_continues_its_wandb_run(tmp_path, monkeypatch):
 
 def test_max_wall_s_crossed_during_an_evaluation_stops_at_that_step(tmp_path, monkeypatch):
     """The limit passed while evaluating at step 100: the run stops there, that evaluation its last, instead
-    of training step 101 and evaluating again (session 30)."""
-    import time
+    of training step 101 and evaluating again (session 30). The evaluation takes 1000 s on a fake clock,
+    so the case does not depend on this machine's speed (the 100 steps before it take well under 500 s)."""
+    from helpers_logs import fake_clock
 
     import rlfunc.runtime.trainer as trainer
 
     original = trainer.run_episodes
+    offset = fake_clock(monkeypatch, trainer)
 
     def slow(*args, **kwargs):
-        time.sleep(1.5)
+        offset[0] += 1000.0
         return original(*args, **kwargs)
 
     monkeypatch.setattr(trainer, "run_episodes", slow)
-    res = rlfunc.train(None, overrides={**TINY, "train.max_wall_s": 1.0}, run_dir=tmp_path / "r")
+    res = rlfunc.train(None, overrides={**TINY, "train.max_wall_s": 500.0}, run_dir=tmp_path / "r")
     assert res.env_steps == 100 and res.stop_reason.startswith("max_wall_s")
     evals = rows(tmp_path / "r" / "eval.csv")
     assert [r["step"] for r in evals] == ["100"] and evals[0]["stop_reason"].startswith("max_wall_s")

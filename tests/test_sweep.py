@@ -341,18 +341,26 @@ class _Listener:
     ("ray://", b"SSH-2.0-OpenSSH_9.6\r\n", "something there answers, but not as a gRPC server"),
     ("", b"", None),  # Ray dials the node's own address for 127.0.0.1: refused there, or no gRPC answer
 ])
-def test_an_address_where_something_else_listens_is_one_sentence_within_seconds(tiny, tmp_path, capsys, scheme,
-                                                                                greeting, why):
+def test_an_address_where_something_else_listens_is_one_sentence_within_seconds(tiny, tmp_path, capsys, monkeypatch,
+                                                                                scheme, greeting, why):
     """Ray retried such an address for 37-100 s (and ignored SIGTERM meanwhile); one TCP connect and one
-    gRPC greeting tell at once."""
+    gRPC greeting tell at once, before ``ray.init`` is called."""
+    joined = []
+
+    def init(*args, **kwargs):
+        joined.append(kwargs.get("address", args[:1]))
+        raise RuntimeError("ray.init was called: the address was not refused before Ray's join")
+
+    monkeypatch.setattr(ray, "init", init)
     listener = _Listener(greeting)
     try:
         address = f"{scheme}127.0.0.1:{listener.port}"
         t0 = time.monotonic()
         assert main(["sweep", str(tiny), "--sweep-dir", str(tmp_path / "sw"), "--address", address]) == 2
-        assert time.monotonic() - t0 < 10
+        assert time.monotonic() - t0 < 30  # a bound against a hang: the greeting waits 3 s at most
     finally:
         listener.close()
+    assert joined == [], "Ray's join was tried"
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith(f"rlfunc: error: Cannot reach a Ray cluster at {address!r} (")
     assert err.endswith("); start one with `ray start --head` or check --address.")
