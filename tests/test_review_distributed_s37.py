@@ -129,11 +129,11 @@ class ParallelRay(InstantRay):
     def __init__(self, now: list[float]) -> None:
         self.now = now
 
-    def remote(self, cls):
+    def handle(self, actor):
         now = self.now
 
         class Handle:
-            def __init__(self, actor):
+            def __init__(self):
                 self.actor, self.free_at = actor, now[0]
                 handle = self
 
@@ -151,14 +151,7 @@ class ParallelRay(InstantRay):
 
                 self.collect, self.info = Collect(), Info()
 
-        class Factory:
-            def options(self, **_):
-                return self
-
-            def remote(self, *args):
-                return Handle(cls(*args))
-
-        return Factory()
+        return Handle()
 
     def wait(self, calls, num_returns=1, timeout=None):
         self.now[0] += 0.001

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import pytest
 from helpers_ray import InstantRay
+from test_review_security_resume_s33 import DIST as S33_DIST
 
 import rlfunc
 from rlfunc.envs import factory
@@ -44,17 +45,9 @@ SINGLE = {
     "train.checkpoint_every": 64, "train.log_every": 64, "train.progress": False, "train.threads": 1,
     "train.tensorboard": False,
 }
-DIST = {
-    "algo": "r2d2",
-    "env": {"id": "CartPole-v1", "wrappers": ["mask_velocity"]},
-    "distributed": {"actors": 1, "envs_per_actor": 2, "param_sync_steps": 50, "param_sync_updates": 2,
-                    "max_replay_ratio": 0.05, "min_replay_ratio": 0.04},
-    "train": {"total_steps": 200, "learning_starts": 8, "replay_size": 500, "eval_every": 100000,
-              "eval_episodes": 1, "checkpoint_every": 100000, "log_every": 200, "threads": 1,
-              "tensorboard": False, "progress": False, "seed": 3},
-    "agent": {"encoder_sizes": [16], "lstm_size": 16, "head_sizes": [16], "burn_in": 2, "sequence_length": 4,
-              "sequence_period": 2, "batch_size": 8, "target_period": 50},
-}
+# test_review_security_resume_s33's distributed run with one actor and half its steps
+DIST = {**S33_DIST, "distributed": {**S33_DIST["distributed"], "actors": 1},
+        "train": {**S33_DIST["train"], "total_steps": 200}}
 MODULE = "s37_guard_mod"
 SOURCE = """
 import os
