@@ -243,6 +243,18 @@ def _index(tree: Any, k: int) -> Any:
     return tree[k]
 
 
+def _without_empty_subtrees(state: TensorDict) -> TensorDict:
+    """``state`` without its nested TensorDicts that hold no tensor (a network part with no layers, e.g. the
+    MLP after a conv torso with ``agent.encoder_sizes: []``, ``params/encoder``). Stacked, such a part has
+    the batch size ``[P]``, which a checkpoint records for it, but the checkpoint holds no tensor to put it
+    back on: every MinAtar and Atari DRQN, DQN and R2D2 population's checkpoint was refused at resume as
+    damaged ("batch size [P] of 'state/params/encoder' does not fit its tensors"). :meth:`PopulationTrainer.restore`
+    puts them back from the state the config builds."""
+    empty = [key for key, value in state.items(include_nested=True)
+             if isinstance(value, TensorDict) and next(iter(value.values(True, True)), None) is None]
+    return state.exclude(*empty) if empty else state
+
+
 class _SavedWithThePopulation:
     """Stands in for a member's row of a batched replay while its learner writes its checkpoint tensors."""
 
@@ -254,12 +266,15 @@ FEWER_MEMBERS = "give fewer members (train.population.seeds or train.population.
 """What a memory refusal of a population names besides the single run's keys: its member count's keys."""
 
 
-def population_needs(learner, members: int) -> list:
+def population_needs(learner, members: int, vmapped: bool = True) -> list:
     """What a population of ``members`` learners like ``learner`` (its first member, already built) needs
-    before the others are built: ``members`` of its replay, and ``2 x members`` of its state (parameters,
+    before the others are built: ``members`` of its replay, ``2 x members`` of its state (parameters,
     targets, optimizer state; :func:`rlfunc.runtime.memory.network_need`): each member's own state plus
     the stacked copy :func:`rlfunc.core.population.stack` makes of them, both held until the members'
-    own are dropped."""
+    own are dropped; and one update's working memory (:meth:`_batch_need`: DrQ-v2's augmented images and
+    encoder activations, the others' sampled batch) for every member where the update is vmapped (all
+    members' batches in one call; ``vmapped=False``: one member's at a time), counted as a single run
+    counts it (when it is at least 1% of the rest)."""
     from rlfunc.runtime.memory import Need, format_bytes, network_need
 
     one = learner._replay_need()
@@ -272,6 +287,16 @@ def population_needs(learner, members: int) -> list:
             f"{state.what} (each member's and their stacked copy, {format_bytes(state.nbytes)} each)",
             f"{state.fix} or {FEWER_MEMBERS}", plural=True,
         ))
+    batch = learner._batch_need()
+    if batch is not None:
+        if vmapped and members > 1:
+            batch = Need(
+                f"{batch.subject} for each of {members} vmapped members", members * batch.nbytes,
+                f"{batch.what}, every member's in one vmapped update",
+                f"{batch.fix} or {FEWER_MEMBERS} or set train.population.vectorize=loop (one member's update at a time)",
+            )
+        if batch.nbytes >= 0.01 * sum(n.nbytes for n in needs):  # as Learner._check_memory
+            needs.append(batch)
     return needs
 
 
@@ -280,7 +305,8 @@ class PopulationTrainer:
 
     Built from a population :class:`~rlfunc.runtime.config.RunConfig` (one with
     ``train.population``). Everything that can be refused is refused here, before any
-    training: the config (:func:`~rlfunc.runtime.population_members.member_specs`), the memory for ``P`` replays, and
+    training: the config (:func:`~rlfunc.runtime.population_members.member_specs`), the memory for ``P``
+    replays, ``2P`` states and, vmapped, ``P`` updates' working memory (:func:`population_needs`), and
     :func:`rlfunc.core.population.stack` of the members' initial states (members whose
     configs differ in anything not held as data).
 
@@ -332,12 +358,15 @@ class PopulationTrainer:
         self.frames_per_step = _frames_per_step(self.collector.env)
         obs_space, act_space = env_spaces(self.collector.env)
         p = len(self.members)
+        # vmap or loop: how many members' update working memory is held at once (population_needs)
+        self.vectorize = resolve_vectorize(cfg.population.get("vectorize", "auto"), config.algo, cfg.device,
+                                           getattr(config.agent, "encoder", "mlp"), bool(cfg.compile), p)
         # Each member's learner, as its single run builds it: its config (REDQ's env-dependent target
         # entropy resolved), its initial state from its seed, its replay, its generator (seed + 1).
         # A learner whose replay the population's batched one replaces (DrQ-v2's pixel ring) is built
         # without one of its own: P rings, not 2P. The first one sizes its replay and its state: P
-        # replays and 2P states (the members' own and their stacked copy, held together while
-        # stacking) must fit before the others are built.
+        # replays, 2P states (the members' own and their stacked copy, held together while stacking)
+        # and, vmapped, P updates' working memory must fit before the others are built.
         learner_cls = self.entry.learner_cls
         no_own_replay = {"own_replay": False} if getattr(learner_cls, "population_replaces_replay", False) else {}
         self.learners = []
@@ -349,7 +378,7 @@ class PopulationTrainer:
             learner.native_action_space = native
             self.learners.append(learner)
             if k == 0:
-                require_memory(population_needs(learner, p), self.device)
+                require_memory(population_needs(learner, p, vmapped=self.vectorize == "vmap"), self.device)
         # The settings each member's own state holds as data; stack adds those that differ across members.
         own_hparams = [set(lr.state["hparams"].keys()) if "hparams" in lr.state.keys() else set() for lr in self.learners]
         # and the algorithm config each member's state carries (RLPD's state holds the REDQ config it runs)
@@ -378,8 +407,6 @@ class PopulationTrainer:
         if self.replay is not None:
             for k, lr in enumerate(self.learners):
                 lr.use_replay(self.replay.member(k))
-        self.vectorize = resolve_vectorize(cfg.population.get("vectorize", "auto"), config.algo, cfg.device,
-                                           getattr(config.agent, "encoder", "mlp"), bool(cfg.compile), p)
         self._update = population_update(self.algo, cfg)
         # A population of one, and every member with vectorize=loop, runs its single-run update and act
         # on its unstacked state, kept between calls (no vmap, no restacking): the single run's cost.
@@ -842,7 +869,7 @@ class PopulationTrainer:
             meta["dataset"] = describe(self.dataset)
         tensors = TensorDict(
             {
-                "state": state,
+                "state": _without_empty_subtrees(state),  # what a checkpoint can record (the restore adds them)
                 "members": TensorDict({str(k): self._member_tensors(k) for k in range(p)}, batch_size=[]),
             },
             batch_size=[],
@@ -918,7 +945,10 @@ class PopulationTrainer:
         try:
             if len(meta["evals"]) != p or len(tensors["members"].keys()) != p:
                 raise CheckpointError(f"Checkpoint {str(checkpoint)!r} holds {len(meta['evals'])} members, not {p}.")
-            state = tensors["state"].to(self.device)
+            # the config's structure with the checkpoint's tensors: the sub-TensorDicts that hold no tensor,
+            # which a checkpoint does not record (_without_empty_subtrees), come from the state built here
+            state = self.state.exclude("config").empty(recurse=True)
+            state.update(tensors["state"].to(self.device))
             state.set_non_tensor("config", self.state.get_non_tensor("config"))
             self.state = state
             if self.replay is not None:  # before the learners, whose resume writes into their rows (flush)
@@ -1399,8 +1429,18 @@ def resume(run_dir: str | Path, total_steps: int | None = None, trust_wandb_sett
         check_train_packages(run_config.train, resuming=True)
         run_config = resume_checks.consent_to_loaded(run_config, None, trust_wandb_settings)
         pop = PopulationTrainer(run_config, run_dir)
-        pop.restore(checkpoint, tensors, meta)
-        resume_checks.refuse_edited_config_copy(run_dir, stored, total_steps)  # as a single run's resume (its config.yaml)
+        pop.restore(checkpoint, tensors, meta)  # closes the envs itself if the checkpoint does not fit
+        try:
+            resume_checks.refuse_edited_config_copy(run_dir, stored, total_steps)  # as a single run's resume (its config.yaml)
+            # and each member's config.yaml, the copy `rlfunc plot`, `eval` and `train member-<k>/config.yaml` read as a
+            # run's: the resume writes the member's stored settings over it, so an edit there was lost without a word
+            from rlfunc.runtime.config import to_dict
+
+            for m in pop.members:
+                resume_checks.refuse_edited_config_copy(pop.member_dir(m.index), to_dict(m.config), total_steps)
+        except BaseException:
+            pop.close_envs()  # refused: nothing of the built population is left open (rlfunc.resume from Python)
+            raise
         del tensors  # the replays copied it: not kept alive beside them for the whole resumed run
         return pop.run(resumed=True)
     finally:
