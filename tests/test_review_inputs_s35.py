@@ -140,7 +140,7 @@ def test_an_edited_total_steps_is_a_line_saying_to_pass_total_steps(tmp_path, ca
     capsys.readouterr()
     assert cli.main(["resume", str(run)]) == 0
     captured = capsys.readouterr()
-    assert ("config.yaml's train.total_steps 90 is not read by a resume, which continues to the checkpoint's 60; "
+    assert (f"{path}'s train.total_steps 90 is not read by a resume, which continues to the checkpoint's 60; "
             "pass --total-steps 90 to train longer (a run a stopping rule ended stops again at once).") in captured.err
     assert cli.main(["resume", str(run), "--total-steps", "90"]) == 0, "the resume it advises"
     assert "env steps: 90" in capsys.readouterr().out

@@ -72,7 +72,8 @@ def refuse_edited_config_copy(run_dir: Path, stored: dict, total_steps: int | No
         )
     edited_total = copy.get("train.total_steps")
     if total_steps is None and edited_total is not None and edited_total != ours.get("train.total_steps"):
-        print(f"rlfunc: config.yaml's train.total_steps {edited_total} is not read by a resume, which continues to "
+        # the path: a population has its own config.yaml and one per member
+        print(f"rlfunc: {path}'s train.total_steps {edited_total} is not read by a resume, which continues to "
               f"the checkpoint's {ours.get('train.total_steps')}; pass --total-steps {edited_total} to train longer "
               "(a run a stopping rule ended stops again at once).",
               file=sys.stderr)
