@@ -137,3 +137,28 @@ def test_a_vmapped_populations_update_working_memory_is_counted_for_every_member
     assert not run.exists()
     result = pr.train(DRQV2, run_dir=tmp_path / "looped", seeds=[0, 1, 2, 3], vectorize="loop")
     assert result.env_steps == 12 and result.vectorize == "loop"
+
+
+def test_a_recorded_batch_size_of_a_part_without_tensors_loads_and_an_extra_empty_part_is_refused():
+    """The fix lives in the checkpoint loader, not in populations: a batch size recorded for a TensorDict that
+    holds no tensor (a stacked ``params/encoder`` without layers) makes that empty part, so checkpoints written
+    before the fix load too; and the structure check counts empty parts, so one the config does not build is
+    refused as any foreign entry is (one it builds with no batch size, which nothing records, is not missed)."""
+    from pathlib import Path
+
+    from tensordict import TensorDict
+
+    from rlfunc.runtime.checkpoint import CheckpointError, _nest, check_structure
+
+    flat = {("state", "params", "head", "weight"): torch.zeros(2, 3)}
+    td = _nest(Path("ck"), flat, [(["state"], [2]), (["state", "params"], [2]), (["state", "params", "encoder"], [2])])
+    assert td["state", "params", "encoder"].batch_size == torch.Size([2])
+    expected = td.clone()
+    check_structure(Path("ck"), td, expected, "state")
+    crafted = td.clone()
+    crafted["state", "params", "junk"] = TensorDict({}, [2])
+    with pytest.raises(CheckpointError, match="holds state/params/junk, which this algorithm does not have"):
+        check_structure(Path("ck"), crafted, expected, "state")
+    unrecorded = td.clone()
+    del unrecorded["state", "params", "encoder"]
+    check_structure(Path("ck"), unrecorded, expected, "state")

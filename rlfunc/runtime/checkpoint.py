@@ -760,6 +760,11 @@ def _nest(ckpt: Path, flat: dict[tuple[str, ...], torch.Tensor], batch_sizes: li
         if not (ok_key and _is_shape(shape)):
             raise _damaged(ckpt, f"batch size {_short(shape)} of {_short(key)} is invalid")
         try:
+            if key and tuple(key) not in td.keys(include_nested=True):
+                # a TensorDict that holds no tensor (a network part without layers: a population's stacked
+                # params/encoder of MinAtar and Atari configs) has its batch size recorded and nothing else
+                td.set(tuple(key), TensorDict({}, batch_size=torch.Size(shape)))
+                continue
             sub = td.get(tuple(key)) if key else td
             if not isinstance(sub, TensorDict):
                 raise KeyError(key)
@@ -860,17 +865,29 @@ def check_structure(ckpt: Path, tensors: TensorDict, expected: TensorDict, root:
         sub = td.get(root)
         if isinstance(sub, torch.Tensor):
             return {(root,): sub}
-        return {(root,) + ((k,) if isinstance(k, str) else tuple(k)): v for k, v in sub.items(True, True)}
+        # tensors, and the TensorDicts that hold none (a network part without layers): an extra or a missing
+        # empty part is another structure too
+        return {(root,) + ((k,) if isinstance(k, str) else tuple(k)): v for k, v in sub.items(True)
+                if not isinstance(v, TensorDict) or next(iter(v.values(True, True)), None) is None}
 
     want, got = leaves(expected), leaves(tensors)
-    missing, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))
+    # an empty part with no batch size is not recorded (nothing to write): missing, it is not missed
+    missing = sorted(k for k in set(want) - set(got) if not isinstance(want[k], TensorDict))
+    extra = sorted(set(got) - set(want))
     if missing or extra:
         what = f"lacks {'/'.join(missing[0])}" if missing else f"holds {'/'.join(extra[0])}, which this algorithm does not have"
         raise CheckpointError(
             f"Checkpoint {str(ckpt)!r} does not fit its config: it {what}; it holds another algorithm's or configuration's state."
         )
     for key, w in want.items():
+        if key not in got:
+            continue
         g = got[key]
+        if isinstance(w, TensorDict) or isinstance(g, TensorDict):
+            if isinstance(w, TensorDict) != isinstance(g, TensorDict):
+                raise CheckpointError(f"Checkpoint {str(ckpt)!r} does not fit its config at {'/'.join(key)}; it holds "
+                                      "another algorithm's or configuration's state.")
+            continue
         if g.shape != w.shape or g.dtype != w.dtype:
             raise CheckpointError(
                 f"Checkpoint {str(ckpt)!r} has {'/'.join(key)} as {g.dtype} {tuple(g.shape)}, but its config builds "

@@ -243,18 +243,6 @@ def _index(tree: Any, k: int) -> Any:
     return tree[k]
 
 
-def _without_empty_subtrees(state: TensorDict) -> TensorDict:
-    """``state`` without its nested TensorDicts that hold no tensor (a network part with no layers, e.g. the
-    MLP after a conv torso with ``agent.encoder_sizes: []``, ``params/encoder``). Stacked, such a part has
-    the batch size ``[P]``, which a checkpoint records for it, but the checkpoint holds no tensor to put it
-    back on: every MinAtar and Atari DRQN, DQN and R2D2 population's checkpoint was refused at resume as
-    damaged ("batch size [P] of 'state/params/encoder' does not fit its tensors"). :meth:`PopulationTrainer.restore`
-    puts them back from the state the config builds."""
-    empty = [key for key, value in state.items(include_nested=True)
-             if isinstance(value, TensorDict) and next(iter(value.values(True, True)), None) is None]
-    return state.exclude(*empty) if empty else state
-
-
 class _SavedWithThePopulation:
     """Stands in for a member's row of a batched replay while its learner writes its checkpoint tensors."""
 
@@ -869,7 +857,7 @@ class PopulationTrainer:
             meta["dataset"] = describe(self.dataset)
         tensors = TensorDict(
             {
-                "state": _without_empty_subtrees(state),  # what a checkpoint can record (the restore adds them)
+                "state": state,
                 "members": TensorDict({str(k): self._member_tensors(k) for k in range(p)}, batch_size=[]),
             },
             batch_size=[],
@@ -945,10 +933,7 @@ class PopulationTrainer:
         try:
             if len(meta["evals"]) != p or len(tensors["members"].keys()) != p:
                 raise CheckpointError(f"Checkpoint {str(checkpoint)!r} holds {len(meta['evals'])} members, not {p}.")
-            # the config's structure with the checkpoint's tensors: the sub-TensorDicts that hold no tensor,
-            # which a checkpoint does not record (_without_empty_subtrees), come from the state built here
-            state = self.state.exclude("config").empty(recurse=True)
-            state.update(tensors["state"].to(self.device))
+            state = tensors["state"].to(self.device)
             state.set_non_tensor("config", self.state.get_non_tensor("config"))
             self.state = state
             if self.replay is not None:  # before the learners, whose resume writes into their rows (flush)
